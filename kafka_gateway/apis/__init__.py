@@ -1,0 +1,71 @@
+"""One module per Kafka API, named after it (as in franz-go's kfake).
+
+Each module declares ``API_KEY``, ``VERSIONS`` (the range this gateway
+supports, within Kafka 3.4's) and ``async def handle(broker, request)``
+returning the response body (or None for a Produce with acks=0).
+ApiVersions advertises exactly what this registry holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from . import (
+    alter_configs,
+    api_versions,
+    create_partitions,
+    create_topics,
+    delete_records,
+    delete_topics,
+    describe_cluster,
+    describe_configs,
+    fetch,
+    incremental_alter_configs,
+    list_offsets,
+    metadata,
+    offset_for_leader_epoch,
+    produce,
+)
+
+Handler = Callable[[Any, Any], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: int
+    name: str
+    min_version: int
+    max_version: int
+    handle: Handler
+
+
+def _api(module: ModuleType) -> Api:
+    low, high = module.VERSIONS
+    return Api(module.API_KEY, module.__name__.rsplit(".", 1)[-1], low, high, module.handle)
+
+
+APIS: dict[int, Api] = {
+    api.key: api
+    for api in map(
+        _api,
+        (
+            produce,
+            fetch,
+            list_offsets,
+            metadata,
+            offset_for_leader_epoch,
+            api_versions,
+            create_topics,
+            delete_topics,
+            delete_records,
+            describe_configs,
+            alter_configs,
+            create_partitions,
+            incremental_alter_configs,
+            describe_cluster,
+        ),
+    )
+}

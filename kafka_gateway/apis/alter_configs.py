@@ -1,0 +1,56 @@
+"""AlterConfigs (key 33), v0-2: replace a topic's whole set of overrides.
+
+Configs not named go back to their defaults, as in Kafka. Broker settings
+are static here (flags or the config file): altering them is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kio.schema.errors import ErrorCode
+
+from tablets.topic_config import validate
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..configs import RESOURCE_TOPIC
+from ..errors import KafkaError, error_code, error_message
+
+API_KEY = 33
+VERSIONS = (0, 2)
+
+
+async def handle(broker, request):
+    def replace(_current: dict[str, str], configs) -> dict[str, str]:
+        return {c.name: c.value for c in configs if c.value is not None}
+
+    return await alter(broker, request, API_KEY, replace)
+
+
+async def alter(broker, request, api_key: int,
+                change: Callable[[dict[str, str], tuple], dict[str, str]]):
+    """Apply ``change`` (current overrides, request configs) -> new overrides."""
+    schema = response_schema(api_key, request.version)
+    body = request.body
+    responses = []
+    for resource in body.resources:
+        try:
+            if resource.resource_type != RESOURCE_TOPIC:
+                raise KafkaError(ErrorCode.invalid_request,
+                                 "only topic configs can be altered; broker settings are set "
+                                 "with flags or the config file")
+            topic = broker.engine.topic(resource.resource_name)
+            overrides = change(dict(topic.configs), resource.configs)
+            for name, value in overrides.items():
+                validate(name, value)
+            if not body.validate_only:
+                await broker.engine.set_topic_configs(topic.name, overrides)
+            code, message = ErrorCode.none, None
+        except Exception as exc:
+            code, message = error_code(exc), error_message(exc)
+        responses.append(build(schema.AlterConfigsResourceResponse, error_code=code,
+                               error_message=message, resource_type=resource.resource_type,
+                               resource_name=resource.resource_name))
+    return build(schema.AlterConfigsResponse if api_key == API_KEY
+                 else schema.IncrementalAlterConfigsResponse,
+                 throttle_time=NO_THROTTLE, responses=tuple(responses))

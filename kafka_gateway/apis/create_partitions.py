@@ -1,0 +1,37 @@
+"""CreatePartitions (key 37), v0-3: grow a topic to a new partition count.
+
+The count can only grow (INVALID_PARTITIONS otherwise); manual assignments
+must name this node. validate_only checks and changes nothing.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import KafkaError, error_code, error_message
+
+API_KEY = 37
+VERSIONS = (0, 3)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    body = request.body
+    results = []
+    for topic in body.topics:
+        try:
+            for assignment in topic.assignments or ():
+                if tuple(assignment.broker_ids) != (broker.node_id,):
+                    raise KafkaError(ErrorCode.invalid_replica_assignment,
+                                     f"replicas must be [{broker.node_id}], the only broker")
+            if body.validate_only:
+                broker.engine.check_new_partitions(topic.name, topic.count)
+            else:
+                await broker.engine.create_partitions(topic.name, topic.count)
+            code, message = ErrorCode.none, None
+        except Exception as exc:
+            code, message = error_code(exc), error_message(exc)
+        results.append(build(schema.CreatePartitionsTopicResult, name=topic.name,
+                             error_code=code, error_message=message))
+    return build(schema.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

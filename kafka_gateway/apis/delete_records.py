@@ -1,0 +1,36 @@
+"""DeleteRecords (key 21), v0-2: move a partition's log start offset forward.
+
+Batches wholly below the new start are deleted in one write; the one that
+contains it stays (fetches return it and clients skip the records below).
+-1 means the high watermark. Beyond it: OFFSET_OUT_OF_RANGE.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import error_code
+
+API_KEY = 21
+VERSIONS = (0, 2)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for part in topic.partitions:
+            try:
+                tablet = broker.engine.partition(topic.name, part.partition_index)
+                low = await tablet.delete_records(part.offset)
+                code = ErrorCode.none
+            except Exception as exc:
+                low, code = -1, error_code(exc)
+            partitions.append(build(schema.DeleteRecordsPartitionResult,
+                                    partition_index=part.partition_index, low_watermark=low,
+                                    error_code=code))
+        topics.append(build(schema.DeleteRecordsTopicResult, name=topic.name,
+                            partitions=tuple(partitions)))
+    return build(schema.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))

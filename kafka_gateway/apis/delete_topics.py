@@ -1,0 +1,48 @@
+"""DeleteTopics (key 20), v1-6: remove topics, by name or (v6) by id.
+
+A topic's keys are one range per kind, so deletion is one atomic write of
+range tombstones; fetchers long-polling on it are woken and see the error.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import error_code, error_message
+
+API_KEY = 20
+VERSIONS = (1, 6)
+_NO_ID = UUID(int=0)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    body = request.body
+    if request.version >= 6:
+        wanted = [(t.name, t.topic_id) for t in body.topics]
+    else:
+        wanted = [(name, None) for name in body.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        try:
+            if name is None:
+                topic = broker.engine.topics_by_id.get(topic_id)
+                if topic is None:
+                    results.append(_result(schema, None, topic_id, ErrorCode.unknown_topic_id,
+                                           f"no topic with id {topic_id}"))
+                    continue
+                name = topic.name
+            topic = await broker.engine.delete_topic(name)
+            results.append(_result(schema, name, topic.topic_id, ErrorCode.none, None))
+        except Exception as exc:
+            results.append(_result(schema, name, topic_id or _NO_ID, error_code(exc),
+                                   error_message(exc)))
+    return build(schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
+
+
+def _result(schema, name, topic_id, code, message):
+    return build(schema.DeletableTopicResult, name=name, topic_id=topic_id or _NO_ID,
+                 error_code=code, error_message=message)

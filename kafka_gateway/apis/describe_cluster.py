@@ -1,0 +1,25 @@
+"""DescribeCluster (key 60), v0: this node is the cluster and its controller."""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+
+API_KEY = 60
+VERSIONS = (0, 0)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    host, port = broker.config.advertised
+    return build(
+        schema.DescribeClusterResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        error_message=None,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        brokers=(build(schema.DescribeClusterBroker, broker_id=broker.node_id, host=host,
+                       port=port, rack=None),),
+    )

@@ -1,0 +1,85 @@
+"""DescribeConfigs (key 32), v1-4: every topic config with its value and source.
+
+Topics report all Kafka 3.4 topic configs (override, node default or Kafka
+default; synonyms on request); the broker resource reports this node's
+settings, read-only. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..configs import (
+    RESOURCE_BROKER,
+    RESOURCE_BROKER_LOGGER,
+    RESOURCE_TOPIC,
+    broker_entries,
+    topic_entries,
+)
+from ..errors import KafkaError, error_code, error_message
+
+API_KEY = 32
+VERSIONS = (1, 4)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    body = request.body
+    results = []
+    for resource in body.resources:
+        try:
+            entries = _entries(broker, resource.resource_type, resource.resource_name)
+            keys = resource.configuration_keys
+            if keys:
+                entries = [e for e in entries if e.name in set(keys)]
+            code, message = ErrorCode.none, None
+        except Exception as exc:
+            entries, code, message = [], error_code(exc), error_message(exc)
+        results.append(
+            build(
+                schema.DescribeConfigsResult,
+                error_code=code,
+                error_message=message,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(_entry(schema, e, body.include_synonyms) for e in entries),
+            )
+        )
+    return build(schema.DescribeConfigsResponse, throttle_time=NO_THROTTLE,
+                 results=tuple(results))
+
+
+def _entries(broker, resource_type: int, name: str):
+    if resource_type == RESOURCE_TOPIC:
+        topic = broker.engine.topic(name)
+        return topic_entries(topic.configs, broker.config.topic_defaults())
+    if resource_type == RESOURCE_BROKER:
+        if name not in ("", str(broker.node_id)):
+            raise _invalid(f"unknown broker {name}: this is broker {broker.node_id}")
+        return broker_entries(broker.config.properties())
+    if resource_type == RESOURCE_BROKER_LOGGER:
+        return []
+    raise _invalid(f"unsupported resource type {resource_type}")
+
+
+def _invalid(message: str) -> KafkaError:
+    return KafkaError(ErrorCode.invalid_request, message)
+
+
+def _entry(schema, entry, include_synonyms: bool):
+    return build(
+        schema.DescribeConfigsResourceResult,
+        name=entry.name,
+        value=entry.value,
+        read_only=entry.read_only,
+        config_source=entry.source,
+        is_default=entry.source == 5,
+        is_sensitive=entry.sensitive,
+        synonyms=tuple(
+            build(schema.DescribeConfigsSynonym, name=n, value=v, source=s)
+            for n, v, s in (entry.synonyms if include_synonyms else ())
+        ),
+        config_type=entry.config_type,
+        documentation=None,
+    )

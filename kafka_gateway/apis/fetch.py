@@ -1,0 +1,162 @@
+"""Fetch (key 1), v4-13: read batches from partition tablets, long-polling.
+
+- From the batch that contains the fetch offset (the client skips records
+  below it), whole batches only, within partition_max_bytes and max_bytes;
+  the first batch of the response is returned even when larger (KIP-74), and
+  each partition returns at least one batch while the response has room.
+- Waits up to max_wait for min_bytes, woken when any fetched partition's high
+  watermark moves. Errors answer at once.
+- Both isolation levels read the same data: transactional data reaches a
+  log only when committed, so the last stable offset is the high watermark
+  and the aborted-transactions list is always empty.
+- v13 addresses topics by id. Fetch sessions (KIP-227) are not kept: the
+  answer's session id is 0, which tells clients to send full requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import Records
+
+from tablets.tablet import PartitionTablet
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import error_code
+from ..leader_epoch import leader_epoch_error
+
+API_KEY = 1
+VERSIONS = (4, 13)
+
+
+class _Wanted:
+    """One requested partition, resolved to its tablet (or its error)."""
+
+    __slots__ = ("error", "fetch_offset", "index", "key", "max_bytes", "tablet")
+
+    def __init__(self, key, index, fetch_offset, max_bytes, tablet, error):
+        self.key = key  # topic name, or topic id for v13
+        self.index = index
+        self.fetch_offset = fetch_offset
+        self.max_bytes = max_bytes
+        self.tablet: PartitionTablet | None = tablet
+        self.error: ErrorCode = error
+
+
+async def handle(broker, request):
+    body = request.body
+    version = request.version
+    by_id = version >= 13
+    wanted = [
+        _resolve(broker, topic.topic_id if by_id else topic.topic, part, by_id)
+        for topic in body.topics
+        for part in topic.partitions
+    ]
+    deadline = time.monotonic() + body.max_wait.total_seconds()
+    min_bytes = max(body.min_bytes, 1)
+    max_bytes = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
+    while True:
+        parts, total, failed = await _read_all(wanted, max_bytes)
+        remaining = deadline - time.monotonic()
+        if total >= min_bytes or failed or remaining <= 0 or broker.stopping:
+            break
+        await _wait_for_data([w.tablet for w in wanted if w.tablet is not None], remaining)
+    broker.metrics.fetched_bytes += total
+    return _response(version, wanted, parts)
+
+
+def _resolve(broker, key, part, by_id: bool) -> _Wanted:
+    topic = broker.engine.topics_by_id.get(key) if by_id else broker.engine.topics.get(key)
+    error = ErrorCode.none
+    tablet = None
+    if topic is None:
+        error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
+    elif not 0 <= part.partition < len(topic.partitions):
+        error = ErrorCode.unknown_topic_or_partition
+    elif leader_epoch_error(part.current_leader_epoch) is not ErrorCode.none:
+        error = leader_epoch_error(part.current_leader_epoch)
+    else:
+        tablet = topic.partitions[part.partition]
+    return _Wanted(key, part.partition, part.fetch_offset, part.partition_max_bytes, tablet, error)
+
+
+async def _read_all(wanted: list[_Wanted], max_bytes: int):
+    """Read every partition once; returns (results, bytes read, any error)."""
+    parts = []
+    total = 0
+    failed = False
+    for want in wanted:
+        tablet = want.tablet
+        if tablet is None or tablet.deleted:
+            code = want.error if tablet is None else ErrorCode.unknown_topic_or_partition
+            parts.append((code, -1, -1, ()))
+            failed = True
+            continue
+        room = max_bytes - total
+        try:
+            if room <= 0:
+                raise _NoRoom
+            result = await tablet.read(want.fetch_offset, min(want.max_bytes, room))
+        except _NoRoom:
+            parts.append((ErrorCode.none, tablet.high_watermark, tablet.log_start_offset, ()))
+            continue
+        except Exception as exc:
+            parts.append((error_code(exc), tablet.high_watermark, tablet.log_start_offset, ()))
+            failed = True
+            continue
+        if result.batches and total and result.nbytes > room:
+            # Not the first data in the response, and over its budget: next time.
+            result.batches = []
+        total += result.nbytes
+        parts.append((ErrorCode.none, result.high_watermark, result.log_start_offset,
+                      result.batches))
+    return parts, total, failed
+
+
+class _NoRoom(Exception):
+    pass
+
+
+async def _wait_for_data(tablets: list[PartitionTablet], timeout: float) -> None:
+    waiters = [t.waiter() for t in tablets]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for tablet, waiter in zip(tablets, waiters, strict=True):
+            if not waiter.done():
+                waiter.cancel()
+                tablet.forget_waiter(waiter)
+
+
+def _response(version: int, wanted: list[_Wanted], parts):
+    schema = response_schema(API_KEY, version)
+    topics: dict[str | UUID, list] = {}
+    for want, (code, hw, log_start, batches) in zip(wanted, parts, strict=True):
+        topics.setdefault(want.key, []).append(
+            build(
+                schema.PartitionData,
+                partition_index=want.index,
+                error_code=code,
+                high_watermark=hw,
+                last_stable_offset=hw,
+                log_start_offset=log_start,
+                aborted_transactions=(),
+                preferred_read_replica=-1,
+                records=Records(b"".join(batches)),
+            )
+        )
+    key_field = "topic_id" if version >= 13 else "topic"
+    return build(
+        schema.FetchResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        session_id=0,
+        responses=tuple(
+            build(schema.FetchableTopicResponse, **{key_field: key}, partitions=tuple(p))
+            for key, p in topics.items()
+        ),
+    )
+

@@ -1,0 +1,53 @@
+"""IncrementalAlterConfigs (key 44), v0-1: SET, DELETE, APPEND, SUBTRACT.
+
+Only the named configs change. APPEND and SUBTRACT apply to list configs
+(cleanup.policy, the throttled-replica lists) and are INVALID_CONFIG on
+others, as in Kafka.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from tablets.topic_config import TOPIC_CONFIGS, ConfigType, InvalidConfig
+
+from ..errors import KafkaError
+from .alter_configs import alter
+
+API_KEY = 44
+VERSIONS = (0, 1)
+
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+
+
+async def handle(broker, request):
+    return await alter(broker, request, API_KEY, _apply)
+
+
+def _apply(current: dict[str, str], configs) -> dict[str, str]:
+    names = [c.name for c in configs]
+    if len(names) != len(set(names)):
+        raise KafkaError(ErrorCode.invalid_request, "a config appears more than once")
+    for config in configs:
+        op, name, value = config.config_operation, config.name, config.value
+        definition = TOPIC_CONFIGS.get(name)
+        if definition is None:
+            raise InvalidConfig(f"Unknown topic config name: {name}")
+        if op == SET:
+            current[name] = value
+        elif op == DELETE:
+            current.pop(name, None)
+        elif op in (APPEND, SUBTRACT):
+            if definition.type is not ConfigType.LIST:
+                raise InvalidConfig(f"Config value append/subtract is not allowed for config "
+                                    f"key {name} of type {definition.type.name}")
+            items = [v for v in current.get(name, definition.default or "").split(",") if v]
+            for item in (value or "").split(","):
+                if op == APPEND and item and item not in items:
+                    items.append(item)
+                elif op == SUBTRACT and item in items:
+                    items.remove(item)
+            current[name] = ",".join(items)
+        else:
+            raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {op}")
+    return current

@@ -1,0 +1,73 @@
+"""ListOffsets (key 2), v1-7: offsets by position or by timestamp.
+
+- -2 (earliest): the log start offset.
+- -1 (latest): the high watermark, which is also the last stable offset
+  (transactional data reaches the log only when committed), so both
+  isolation levels get the same, correct answer; Spark's source asks this way.
+- -3 (max timestamp, v7): the record with the largest timestamp.
+- any other timestamp: the first record stamped at or after it, found with
+  the time index and a scan of that one batch; (-1, -1) when there is none.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from tablets.tablet import LEADER_EPOCH
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import error_code
+from ..leader_epoch import leader_epoch_error
+
+API_KEY = 2
+VERSIONS = (1, 7)
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for part in topic.partitions:
+            try:
+                code = leader_epoch_error(getattr(part, "current_leader_epoch", -1))
+                if code is not ErrorCode.none:
+                    partitions.append(_answer(schema, part.partition_index, code))
+                    continue
+                tablet = broker.engine.partition(topic.name, part.partition_index)
+                offset, timestamp = await _lookup(tablet, part.timestamp)
+                partitions.append(
+                    _answer(schema, part.partition_index, ErrorCode.none, offset, timestamp)
+                )
+            except Exception as exc:
+                partitions.append(_answer(schema, part.partition_index, error_code(exc)))
+        topics.append(build(schema.ListOffsetsTopicResponse, name=topic.name,
+                            partitions=tuple(partitions)))
+    return build(schema.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+
+async def _lookup(tablet, timestamp: int) -> tuple[int, int]:
+    if timestamp == LATEST:
+        return tablet.last_stable_offset, -1
+    if timestamp == EARLIEST:
+        return tablet.log_start_offset, -1
+    found = await (
+        tablet.max_timestamp() if timestamp == MAX_TIMESTAMP
+        else tablet.offset_for_timestamp(timestamp)
+    )
+    return found if found is not None else (-1, -1)
+
+
+def _answer(schema, index: int, code: ErrorCode, offset: int = -1, timestamp: int = -1):
+    return build(
+        schema.ListOffsetsPartitionResponse,
+        partition_index=index,
+        error_code=code,
+        timestamp=timestamp,
+        offset=offset,
+        leader_epoch=LEADER_EPOCH if code is ErrorCode.none else -1,
+    )

@@ -1,0 +1,115 @@
+"""Metadata (key 3), v0-12: this node as the only broker and the controller.
+
+Every partition is led by this node at leader epoch 0 with itself as the only
+replica. Topics are reported with their ids (v10+, Fetch v13 uses them). A
+requested topic that does not exist is auto-created when the request allows it
+(v4+; always for v0-3) and ``auto.create.topics.enable`` is on; a bad name gets
+INVALID_TOPIC_EXCEPTION.
+"""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from kio.schema.errors import ErrorCode
+
+from tablets import Topic
+from tablets.engine import check_topic_name
+from tablets.tablet import LEADER_EPOCH
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import error_code
+
+API_KEY = 3
+VERSIONS = (0, 12)
+_NO_ID = UUID(int=0)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    body = request.body
+    version = request.version
+    node = broker.node_id
+    requested = body.topics
+    if version == 0 and not requested:
+        requested = None  # v0: an empty list means every topic
+    allow_create = getattr(body, "allow_auto_topic_creation", True)
+
+    topics = []
+    if requested is None:
+        topics = [_topic(schema, t, node) for t in sorted(broker.engine.topics.values(),
+                                                           key=lambda t: t.name)]
+    else:
+        for wanted in requested:
+            name = getattr(wanted, "name", None)
+            topic_id = getattr(wanted, "topic_id", None)
+            if name is None and topic_id not in (None, _NO_ID):
+                topic = broker.engine.topics_by_id.get(topic_id)
+                topics.append(
+                    _topic(schema, topic, node) if topic else
+                    _error(schema, None, ErrorCode.unknown_topic_id, topic_id)
+                )
+                continue
+            topics.append(await _named(broker, schema, name or "", allow_create, node))
+
+    host, port = broker.config.advertised
+    return build(
+        schema.MetadataResponse,
+        throttle_time=NO_THROTTLE,
+        brokers=(build(schema.MetadataResponseBroker, node_id=node, host=host, port=port,
+                       rack=None),),
+        cluster_id=broker.cluster_id,
+        controller_id=node,
+        topics=tuple(topics),
+    )
+
+
+async def _named(broker, schema, name: str, allow_create: bool, node: int):
+    topic = broker.engine.topics.get(name)
+    if topic is not None:
+        return _topic(schema, topic, node)
+    try:
+        check_topic_name(name)
+    except Exception:
+        return _error(schema, name, ErrorCode.invalid_topic_exception)
+    if not (allow_create and broker.config.auto_create_topics):
+        return _error(schema, name, ErrorCode.unknown_topic_or_partition)
+    try:
+        topic = await broker.auto_create(name)
+    except Exception as exc:
+        return _error(schema, name, error_code(exc))
+    return _topic(schema, topic, node)
+
+
+def _topic(schema, topic: Topic, node: int):
+    return build(
+        schema.MetadataResponseTopic,
+        error_code=ErrorCode.none,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=False,
+        partitions=tuple(
+            build(
+                schema.MetadataResponsePartition,
+                error_code=ErrorCode.none,
+                partition_index=index,
+                leader_id=node,
+                leader_epoch=LEADER_EPOCH,
+                replica_nodes=(node,),
+                isr_nodes=(node,),
+                offline_replicas=(),
+            )
+            for index in range(len(topic.partitions))
+        ),
+    )
+
+
+def _error(schema, name: str | None, code: ErrorCode, topic_id: UUID | None = None):
+    return build(
+        schema.MetadataResponseTopic,
+        error_code=code,
+        name=name,
+        topic_id=topic_id or _NO_ID,
+        is_internal=False,
+        partitions=(),
+    )

@@ -1,0 +1,42 @@
+"""OffsetForLeaderEpoch (key 23), v2-4: where a leader epoch ends.
+
+Clients ask it to detect log truncation after a leader change (KIP-320).
+This node has one epoch, so epoch 0 ends at the high watermark; any other
+epoch is unknown here and gets the undefined answer (-1, -1), as in Kafka.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from tablets.tablet import LEADER_EPOCH
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import error_code
+from ..leader_epoch import leader_epoch_error
+
+API_KEY = 23
+VERSIONS = (2, 4)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    topics = []
+    for topic in request.body.topics:
+        partitions = []
+        for part in topic.partitions:
+            epoch, end = -1, -1
+            try:
+                code = leader_epoch_error(part.current_leader_epoch)
+                tablet = broker.engine.partition(topic.topic, part.partition)
+                if code is ErrorCode.none and part.leader_epoch == LEADER_EPOCH:
+                    epoch, end = LEADER_EPOCH, tablet.high_watermark
+            except Exception as exc:
+                code = error_code(exc)
+            partitions.append(build(schema.EpochEndOffset, error_code=code,
+                                    partition=part.partition, leader_epoch=epoch,
+                                    end_offset=end))
+        topics.append(build(schema.OffsetForLeaderTopicResult, topic=topic.topic,
+                            partitions=tuple(partitions)))
+    return build(schema.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE,
+                 topics=tuple(topics))

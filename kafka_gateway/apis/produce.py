@@ -1,0 +1,94 @@
+"""Produce (key 0), v3-9: append record batches to partition tablets.
+
+Each partition's record set is validated whole (magic 2, lengths, CRC-32C,
+record counts, max.message.bytes) before anything of it is stored; offsets
+are assigned in arrival order and the answer waits until the batches are in
+the WAL, for acks 1 and -1 alike (one copy: there is no ISR to wait for).
+acks=0 gets no answer at all, as in Kafka. A topic is not auto-created here
+(Kafka creates topics on Metadata, which clients send first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from tablets.tablet import now_ms
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import KafkaError, error_code, error_message
+
+API_KEY = 0
+VERSIONS = (3, 9)
+
+
+async def handle(broker, request):
+    body = request.body
+    schema = response_schema(API_KEY, request.version)
+    acks = body.acks
+    now = now_ms()
+    # Offsets are taken synchronously, in request order, before any await.
+    pending: list[tuple[str, int, asyncio.Future | BaseException]] = []
+    for topic_data in body.topic_data:
+        for part in topic_data.partition_data:
+            try:
+                if acks not in (-1, 0, 1):
+                    raise KafkaError(
+                        ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
+                    )
+                tablet = broker.engine.partition(topic_data.name, part.index)
+                if part.records is None:
+                    raise KafkaError(ErrorCode.corrupt_message, "null record set")
+                outcome = tablet.append(part.records, now)
+                broker.metrics.produced_bytes += len(part.records)
+            except Exception as exc:
+                outcome = exc
+            pending.append((topic_data.name, part.index, outcome))
+
+    results: dict[str, list] = {}
+    for name, index, outcome in pending:
+        try:
+            if isinstance(outcome, BaseException):
+                raise outcome
+            appended = await outcome
+            part = build(
+                schema.PartitionProduceResponse,
+                index=index,
+                error_code=ErrorCode.none,
+                base_offset=appended.base_offset,
+                log_append_time=_timestamp(appended.log_append_time),
+                log_start_offset=appended.log_start_offset,
+                record_errors=(),
+                error_message=None,
+            )
+        except Exception as exc:
+            part = build(
+                schema.PartitionProduceResponse,
+                index=index,
+                error_code=error_code(exc),
+                base_offset=-1,
+                log_append_time=None,
+                log_start_offset=-1,
+                record_errors=(),
+                error_message=error_message(exc),
+            )
+        results.setdefault(name, []).append(part)
+    if acks == 0:
+        return None
+    return build(
+        schema.ProduceResponse,
+        responses=tuple(
+            build(schema.TopicProduceResponse, name=name, partition_responses=tuple(parts))
+            for name, parts in results.items()
+        ),
+        throttle_time=NO_THROTTLE,
+    )
+
+
+def _timestamp(ms: int) -> datetime.datetime | None:
+    if ms < 0:
+        return None
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+

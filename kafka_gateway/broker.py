@@ -1,0 +1,49 @@
+"""The state every API handler shares: storage, settings, metrics."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from tablets import StorageEngine, Topic
+from tablets.errors import TopicAlreadyExists, UnknownTopic
+
+from .config import GatewayConfig
+from .metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Broker:
+    config: GatewayConfig
+    engine: StorageEngine
+    metrics: Metrics = field(default_factory=Metrics)
+    stopping: bool = False  # set at shutdown: long-polls answer at once
+
+    @property
+    def node_id(self) -> int:
+        return self.config.node_id
+
+    @property
+    def cluster_id(self) -> str:
+        return self.engine.cluster_id
+
+    async def topic_for_write(self, name: str) -> Topic:
+        """The topic, auto-created (like Kafka) when the setting allows it."""
+        try:
+            return self.engine.topic(name)
+        except UnknownTopic:
+            if not self.config.auto_create_topics:
+                raise
+        return await self.auto_create(name)
+
+    async def auto_create(self, name: str) -> Topic:
+        existing = self.engine.topics.get(name)
+        if existing is not None:
+            return existing
+        log.info("auto-creating topic %s", name)
+        try:
+            return await self.engine.create_topic(name, self.config.num_partitions, {})
+        except TopicAlreadyExists:  # a concurrent request created it first
+            return self.engine.topic(name)

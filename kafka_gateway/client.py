@@ -1,0 +1,72 @@
+"""A small Kafka protocol client on kio, for the CLI and the tests.
+
+It sends one kio request entity at a time and reads the typed response; the
+request's API key and version come from the entity's schema.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import struct
+from typing import Any
+
+from .codec import (
+    API_VERSIONS_KEY,
+    ChunkWriter,
+    _reader,
+    _skip_tagged_fields,
+    _writer,
+    response_schema,
+)
+
+_SIZE = struct.Struct(">i")
+
+
+class KafkaClient:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 client_id: str = "kafka-gateway-cli") -> None:
+        self._reader = reader
+        self._writer = writer
+        self._client_id = client_id.encode()
+        self._correlation = 0
+
+    @classmethod
+    async def connect(cls, host: str, port: int, timeout: float = 10.0) -> KafkaClient:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+        return cls(reader, writer)
+
+    async def request(self, body: Any) -> Any:
+        cls = type(body)
+        api_key, version = int(cls.__api_key__), int(cls.__version__)
+        self._correlation += 1
+        out = ChunkWriter()
+        out.write(struct.pack(">hhih", api_key, version, self._correlation, len(self._client_id)))
+        out.write(self._client_id)
+        if cls.__flexible__:
+            out.write(b"\x00")
+        _writer(cls)(out, body)
+        self._writer.write(_SIZE.pack(out.size) + b"".join(out.chunks))
+        await self._writer.drain()
+        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+        frame = await self._reader.readexactly(size)
+        (correlation,) = struct.unpack_from(">i", frame, 0)
+        if correlation != self._correlation:
+            raise RuntimeError(f"correlation id {correlation} != {self._correlation}")
+        schema = response_schema(api_key, version)
+        response_cls = next(
+            obj for name, obj in vars(schema).items()
+            if name.endswith("Response") and isinstance(obj, type)
+            and getattr(obj, "__api_key__", None) == api_key
+            and obj.__name__ == cls.__name__.replace("Request", "Response")
+        )
+        pos = 4
+        if response_cls.__flexible__ and api_key != API_VERSIONS_KEY:
+            pos = _skip_tagged_fields(frame, pos)
+        value, _ = _reader(response_cls)(frame, pos)
+        return value
+
+    async def close(self) -> None:
+        self._writer.close()
+        with contextlib.suppress(OSError):
+            await self._writer.wait_closed()

@@ -1,0 +1,181 @@
+"""Request decoding and response encoding, through kio's generated schemas.
+
+The request header is read by hand (it decides which schema to use); bodies
+are read by kio's native reader and written by kio's writer into a list of
+chunks, so record bytes pass through without being copied.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from dataclasses import dataclass, fields
+from functools import cache
+from types import ModuleType
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+from kio.static.primitive import i32Timedelta
+
+API_VERSIONS_KEY = 18
+_HEADER = struct.Struct(">hhih")
+_SIZE = struct.Struct(">i")
+_CORRELATION = struct.Struct(">i")
+
+NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+
+class MalformedRequest(ValueError):
+    """The frame cannot be read: the connection that sent it is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    header: RequestHeader
+    body: Any  # the kio request entity
+    size: int  # frame size in bytes, for metrics
+
+    @property
+    def version(self) -> int:
+        return self.header.api_version
+
+
+class ChunkWriter:
+    """A write() target for kio that keeps chunks instead of copying them."""
+
+    __slots__ = ("chunks", "size")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.size = 0
+
+    def write(self, data: bytes) -> None:
+        self.chunks.append(data)
+        self.size += len(data)
+
+
+@cache
+def request_schema(api_key: int, version: int) -> ModuleType:
+    return load_payload_module(api_key, version, EntityType.request)
+
+
+@cache
+def response_schema(api_key: int, version: int) -> ModuleType:
+    return load_payload_module(api_key, version, EntityType.response)
+
+
+@cache
+def _request_class(api_key: int, version: int) -> type:
+    module = request_schema(api_key, version)
+    return next(
+        obj
+        for obj in vars(module).values()
+        if isinstance(obj, type) and getattr(obj, "__type__", None) is EntityType.request
+    )
+
+
+@cache
+def _reader(cls: type) -> Any:
+    return entity_reader(cls)
+
+
+@cache
+def _writer(cls: type) -> Any:
+    return entity_writer(cls)
+
+
+def read_header(frame: bytes) -> tuple[RequestHeader, int]:
+    """The fixed part of any request header, and where the rest begins."""
+    if len(frame) < _HEADER.size:
+        raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
+    api_key, api_version, correlation_id, client_len = _HEADER.unpack_from(frame, 0)
+    pos = _HEADER.size
+    client_id = None
+    if client_len >= 0:
+        if pos + client_len > len(frame):
+            raise MalformedRequest("client id runs past the end of the frame")
+        client_id = frame[pos : pos + client_len].decode("utf-8", "replace")
+        pos += client_len
+    return RequestHeader(api_key, api_version, correlation_id, client_id), pos
+
+
+def decode_request(frame: bytes, header: RequestHeader, pos: int) -> Request:
+    """Read the body of a request whose (api_key, version) is supported."""
+    cls = _request_class(header.api_key, header.api_version)
+    try:
+        if cls.__flexible__:
+            pos = _skip_tagged_fields(frame, pos)
+        body, size = _reader(cls)(frame, pos)
+    except MalformedRequest:
+        raise
+    except Exception as exc:  # kio raises several types for bad bytes
+        raise MalformedRequest(
+            f"cannot decode {cls.__name__} v{header.api_version}: {exc}"
+        ) from exc
+    if pos + size != len(frame):
+        raise MalformedRequest(
+            f"{cls.__name__} v{header.api_version} left {len(frame) - pos - size} bytes unread"
+        )
+    return Request(header, body, len(frame))
+
+
+def _skip_tagged_fields(frame: bytes, pos: int) -> int:
+    count, pos = _uvarint(frame, pos)
+    for _ in range(count):
+        _tag, pos = _uvarint(frame, pos)
+        length, pos = _uvarint(frame, pos)
+        pos += length
+    if pos > len(frame):
+        raise MalformedRequest("tagged fields run past the end of the frame")
+    return pos
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= len(buf) or shift > 28:
+            raise MalformedRequest("bad varint in request header")
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]:
+    """Size prefix, response header and body, as chunks for writelines()."""
+    out = ChunkWriter()
+    out.write(b"")  # placeholder for the size
+    out.write(_CORRELATION.pack(correlation_id))
+    # ApiVersions always answers with header v0 so any client can read it.
+    if type(body).__flexible__ and api_key != API_VERSIONS_KEY:
+        out.write(b"\x00")  # no tagged fields in the header
+    _writer(type(body))(out, body)
+    out.chunks[0] = _SIZE.pack(out.size)
+    return out.chunks
+
+
+@cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in fields(cls))
+
+
+def build(cls: type, **values: Any) -> Any:
+    """Instantiate a kio entity from the values its version has fields for.
+
+    Handlers describe a response once, with every field any version uses;
+    each version's schema keeps the fields it knows.
+    """
+    names = _field_names(cls)
+    return cls(**{k: v for k, v in values.items() if k in names})

@@ -1,0 +1,173 @@
+"""Gateway settings: one table, read from a properties file and from flags.
+
+Each setting has a Kafka-style property name (usable in a ``server.properties``
+style file passed with ``--config``) and a command-line flag derived from it.
+DescribeConfigs on the broker resource reports the same table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+
+def _hostport(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {value!r}")
+    return host or "127.0.0.1", int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    prop: str  # Kafka-style property name
+    attr: str  # GatewayConfig attribute
+    kind: type
+    help: str
+    choices: tuple[str, ...] = ()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.prop.replace(".", "-").removeprefix("gateway-")
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("auto.create.topics.enable", "auto_create_topics", bool,
+            "create a topic on first Metadata/Produce for it"),
+    Setting("num.partitions", "num_partitions", int, "partitions of auto-created topics"),
+    Setting("log.retention.ms", "retention_ms", int,
+            "default retention.ms of topics (-1: keep forever)"),
+    Setting("log.retention.bytes", "retention_bytes", int,
+            "default retention.bytes per partition (-1: no limit)"),
+    Setting("log.retention.check.interval.ms", "retention_check_interval_ms", int,
+            "how often retention runs"),
+    Setting("message.max.bytes", "message_max_bytes", int,
+            "default max.message.bytes of topics (largest batch accepted)"),
+    Setting("socket.request.max.bytes", "max_frame_bytes", int,
+            "largest request frame; a larger one closes the connection"),
+    Setting("gateway.fsync", "fsync", str,
+            "never: acked data is in the WAL (survives a process crash); "
+            "always: fsync each group commit (survives power loss)",
+            choices=("never", "always")),
+    Setting("gateway.tail.cache.bytes", "tail_cache_bytes", int,
+            "newest bytes per partition served from memory"),
+    Setting("gateway.admin.listen", "admin_listen", str,
+            "HOST:PORT of the HTTP admin/metrics endpoint, or 'off'"),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    listen: tuple[str, int] = ("127.0.0.1", 9092)
+    advertise: tuple[str, int] | None = None
+    data_dir: str = "./data"
+    node_id: int = 0
+    auto_create_topics: bool = True
+    num_partitions: int = 1
+    retention_ms: int = 604_800_000
+    retention_bytes: int = -1
+    retention_check_interval_ms: int = 300_000
+    message_max_bytes: int = 1_048_588
+    max_frame_bytes: int = 104_857_600
+    fsync: str = "never"
+    tail_cache_bytes: int = 8 << 20
+    admin_listen: str = "off"
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return self.advertise or self.listen
+
+    def properties(self) -> dict[str, str]:
+        """The broker configs as DescribeConfigs reports them."""
+        out = {
+            "broker.id": str(self.node_id),
+            "node.id": str(self.node_id),
+            "listeners": f"PLAINTEXT://{self.listen[0]}:{self.listen[1]}",
+            "advertised.listeners": f"PLAINTEXT://{self.advertised[0]}:{self.advertised[1]}",
+            "log.dirs": self.data_dir,
+            "default.replication.factor": "1",
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "min.insync.replicas": "1",
+        }
+        for setting in SETTINGS:
+            value = getattr(self, setting.attr)
+            out[setting.prop] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+    def topic_defaults(self) -> dict[str, str]:
+        """Node settings that are the defaults of topic configs."""
+        return {
+            "retention.ms": str(self.retention_ms),
+            "retention.bytes": str(self.retention_bytes),
+            "max.message.bytes": str(self.message_max_bytes),
+        }
+
+
+def _parse_value(setting: Setting, raw: str) -> object:
+    if setting.kind is bool:
+        if raw.lower() not in ("true", "false"):
+            raise ValueError(f"{setting.prop} must be true or false, got {raw!r}")
+        return raw.lower() == "true"
+    value = setting.kind(raw)
+    if setting.choices and value not in setting.choices:
+        raise ValueError(f"{setting.prop} must be one of {', '.join(setting.choices)}")
+    return value
+
+
+def read_properties(path: str) -> dict[str, str]:
+    """A Java-style properties file: ``key=value`` lines, ``#`` comments."""
+    props: dict[str, str] = {}
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, sep, value = line.partition("=")
+        if not sep:
+            raise ValueError(f"{path}:{number}: expected key=value")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--listen", type=_hostport, default=None,
+                        help="HOST:PORT to accept Kafka clients on (default 127.0.0.1:9092)")
+    parser.add_argument("--advertise", type=_hostport, default=None,
+                        help="HOST:PORT clients are told to connect to (default: --listen)")
+    parser.add_argument("--data-dir", default=None, help="where the RocksDB store lives (./data)")
+    parser.add_argument("--node-id", type=int, default=None, help="broker id (0)")
+    parser.add_argument("--config", default=None,
+                        help="a properties file with the settings below (flags win)")
+    for setting in SETTINGS:
+        parser.add_argument(setting.flag, dest=setting.attr, default=None, metavar="VALUE",
+                            help=f"{setting.help} [{setting.prop}]")
+
+
+def from_arguments(args: argparse.Namespace) -> GatewayConfig:
+    values: dict[str, object] = {}
+    if args.config:
+        props = read_properties(args.config)
+        by_prop = {s.prop: s for s in SETTINGS}
+        for key, raw in props.items():
+            if key in by_prop:
+                values[by_prop[key].attr] = _parse_value(by_prop[key], raw)
+            elif key in ("listeners", "advertised.listeners"):
+                target = "listen" if key == "listeners" else "advertise"
+                values[target] = _hostport(raw.split("://")[-1])
+            elif key in ("log.dirs", "log.dir"):
+                values["data_dir"] = raw
+            elif key in ("node.id", "broker.id"):
+                values["node_id"] = int(raw)
+            else:
+                raise ValueError(f"{args.config}: unknown setting {key!r}")
+    for setting in SETTINGS:
+        raw = getattr(args, setting.attr, None)
+        if raw is not None:
+            values[setting.attr] = _parse_value(setting, raw)
+    for name in ("listen", "advertise", "data_dir", "node_id"):
+        if getattr(args, name, None) is not None:
+            values[name] = getattr(args, name)
+    known = {f.name for f in fields(GatewayConfig)}
+    return GatewayConfig(**{k: v for k, v in values.items() if k in known})

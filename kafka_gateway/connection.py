@@ -1,0 +1,188 @@
+"""One client connection: framing, dispatch and in-order responses.
+
+Requests are read as they arrive (clients pipeline) and each runs as its own
+task, so a long-polling Fetch does not hold up a Produce behind it; answers
+are written strictly in request order, as the protocol requires. A handler
+takes its offsets before its first ``await`` and tasks start in creation
+order, so produce requests on one connection append in the order sent.
+
+Backpressure: at most ``MAX_IN_FLIGHT`` requests per connection, and no
+reading while the socket's send buffer is full, so a slow or stalled client
+only ever stalls itself.
+
+A malformed or oversized frame, or a request for an API or version this
+gateway does not implement, closes this connection only (Kafka does the same,
+except that ApiVersions is always answered), and is logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import struct
+import time
+from collections import deque
+
+from kio.schema.errors import ErrorCode
+
+from .apis import APIS, api_versions
+from .broker import Broker
+from .codec import (
+    API_VERSIONS_KEY,
+    MalformedRequest,
+    Request,
+    decode_request,
+    encode_response,
+    read_header,
+)
+
+log = logging.getLogger(__name__)
+
+MAX_IN_FLIGHT = 64
+_SIZE = struct.Struct(">i")
+
+
+class KafkaConnection(asyncio.Protocol):
+    def __init__(self, broker: Broker, connections: set[KafkaConnection]) -> None:
+        self.broker = broker
+        self.connections = connections
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self._buffer = bytearray()
+        self._pending: deque[asyncio.Task[list[bytes] | None]] = deque()
+        self._reading_paused = False
+        self._writing_paused = False
+        self._closing = False
+
+    # ------------------------------------------------------------ transport
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.connections.add(self)
+        self.broker.metrics.connections += 1
+        self.broker.metrics.connections_total += 1
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.connections.discard(self)
+        self.broker.metrics.connections -= 1
+        self._closing = True
+        for task in self._pending:
+            task.cancel()
+        self._pending.clear()
+
+    def pause_writing(self) -> None:
+        self._writing_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._writing_paused = False
+        self._update_reading()
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self._buffer
+        buffer += data
+        self.broker.metrics.bytes_in += len(data)
+        pos = 0
+        limit = self.broker.config.max_frame_bytes
+        while len(buffer) - pos >= 4 and not self._closing:
+            (size,) = _SIZE.unpack_from(buffer, pos)
+            if size < 0 or size > limit:
+                self._reject(f"frame of {size} bytes (limit {limit})")
+                return
+            if len(buffer) - pos - 4 < size:
+                break
+            frame = bytes(buffer[pos + 4 : pos + 4 + size])
+            pos += 4 + size
+            self._dispatch(frame)
+        if pos:
+            del buffer[:pos]
+
+    # ------------------------------------------------------------- requests
+    def _dispatch(self, frame: bytes) -> None:
+        try:
+            header, body_pos = read_header(frame)
+            api = APIS.get(header.api_key)
+            if api is None or not api.min_version <= header.api_version <= api.max_version:
+                if header.api_key == API_VERSIONS_KEY:
+                    # Answer in v0 so the client can retry at a version we know.
+                    response = api_versions.response(0, ErrorCode.unsupported_version)
+                    self._queue_ready(encode_response(header.api_key, header.correlation_id,
+                                                      response))
+                    return
+                name = api.name if api else f"unknown API key {header.api_key}"
+                self._reject(f"{name} v{header.api_version} is not supported")
+                return
+            request = decode_request(frame, header, body_pos)
+        except MalformedRequest as exc:
+            self._reject(str(exc))
+            return
+        task = asyncio.get_running_loop().create_task(self._serve(request, api.name))
+        self._pending.append(task)
+        task.add_done_callback(self._flush)
+        self._update_reading()
+
+    async def _serve(self, request: Request, name: str) -> list[bytes] | None:
+        metrics = self.broker.metrics
+        started = time.perf_counter()
+        metrics.requests[name] += 1
+        try:
+            body = await APIS[request.header.api_key].handle(self.broker, request)
+        except Exception:
+            metrics.request_errors[name] += 1
+            raise
+        finally:
+            metrics.latency[name].observe(time.perf_counter() - started)
+        if body is None:
+            return None
+        return encode_response(request.header.api_key, request.header.correlation_id, body)
+
+    def _queue_ready(self, chunks: list[bytes]) -> None:
+        future: asyncio.Future[list[bytes] | None] = asyncio.get_running_loop().create_future()
+        future.set_result(chunks)
+        self._pending.append(future)  # type: ignore[arg-type]
+        self._flush()
+
+    def _flush(self, _task: object = None) -> None:
+        pending = self._pending
+        while pending and pending[0].done():
+            task = pending.popleft()
+            if task.cancelled():
+                continue
+            error = task.exception()
+            if error is not None:
+                log.error("closing %s: request failed", self.peer, exc_info=error)
+                self._close()
+                return
+            chunks = task.result()
+            if chunks and self.transport is not None and not self._closing:
+                self.transport.writelines(chunks)
+                self.broker.metrics.bytes_out += sum(map(len, chunks))
+        self._update_reading()
+
+    def _update_reading(self) -> None:
+        if self.transport is None or self._closing:
+            return
+        should_pause = self._writing_paused or len(self._pending) >= MAX_IN_FLIGHT
+        if should_pause and not self._reading_paused:
+            self.transport.pause_reading()
+            self._reading_paused = True
+        elif not should_pause and self._reading_paused:
+            self.transport.resume_reading()
+            self._reading_paused = False
+
+    def _reject(self, reason: str) -> None:
+        log.warning("closing connection from %s: %s", self.peer, reason)
+        self.broker.metrics.bad_frames += 1
+        self._close()
+
+    def _close(self) -> None:
+        self._closing = True
+        if self.transport is not None:
+            self.transport.close()
+
+    async def drain(self, timeout: float) -> None:
+        """Let the requests already read finish and be answered (shutdown)."""
+        if self._pending:
+            await asyncio.wait(list(self._pending), timeout=timeout)
+        self._close()

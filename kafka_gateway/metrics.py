@@ -1,0 +1,68 @@
+"""Counters and latency histograms, exposed in Prometheus text format."""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+# Seconds; an operator alarms when simple requests land in the top buckets.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass(slots=True)
+class Histogram:
+    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
+    total: float = 0.0
+    n: int = 0
+
+    def observe(self, seconds: float) -> None:
+        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
+        self.total += seconds
+        self.n += 1
+
+
+@dataclass(slots=True)
+class Metrics:
+    requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    request_errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    latency: dict[str, Histogram] = field(default_factory=lambda: defaultdict(Histogram))
+    bytes_in: int = 0
+    bytes_out: int = 0
+    produced_bytes: int = 0
+    fetched_bytes: int = 0
+    connections: int = 0
+    connections_total: int = 0
+    bad_frames: int = 0
+
+    def render(self, extra: dict[str, float]) -> str:
+        lines = [
+            "# TYPE kafka_gateway_requests_total counter",
+            *(f'kafka_gateway_requests_total{{api="{a}"}} {n}' for a, n in self.requests.items()),
+            "# TYPE kafka_gateway_request_errors_total counter",
+            *(
+                f'kafka_gateway_request_errors_total{{api="{a}"}} {n}'
+                for a, n in self.request_errors.items()
+            ),
+            "# TYPE kafka_gateway_request_seconds histogram",
+        ]
+        for api, hist in self.latency.items():
+            running = 0
+            for bound, count in zip((*LATENCY_BUCKETS, "+Inf"), hist.counts, strict=True):
+                running += count
+                lines.append(f'kafka_gateway_request_seconds_bucket{{api="{api}",le="{bound}"}} '
+                             f"{running}")
+            lines.append(f'kafka_gateway_request_seconds_sum{{api="{api}"}} {hist.total}')
+            lines.append(f'kafka_gateway_request_seconds_count{{api="{api}"}} {hist.n}')
+        scalars = {
+            "bytes_in_total": self.bytes_in,
+            "bytes_out_total": self.bytes_out,
+            "produced_bytes_total": self.produced_bytes,
+            "fetched_bytes_total": self.fetched_bytes,
+            "connections": self.connections,
+            "connections_total": self.connections_total,
+            "bad_frames_total": self.bad_frames,
+            **extra,
+        }
+        lines.extend(f"kafka_gateway_{name} {value}" for name, value in scalars.items())
+        return "\n".join(lines) + "\n"

@@ -1,0 +1,13 @@
+"""Partition tablets: the storage layer. Knows nothing of the wire protocol."""
+
+from .engine import EngineSettings, StorageEngine, Topic
+from .tablet import AppendResult, PartitionTablet, ReadResult
+
+__all__ = [
+    "AppendResult",
+    "EngineSettings",
+    "PartitionTablet",
+    "ReadResult",
+    "StorageEngine",
+    "Topic",
+]

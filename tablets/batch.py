@@ -1,0 +1,205 @@
+"""Kafka v2 record batch headers: parse, validate and patch, never the records.
+
+The gateway treats record batches as opaque bytes. Only the 61-byte header is
+read: it carries everything storage needs (offset delta, timestamps, producer
+id, epoch and sequence, the transactional flag). Offsets are assigned by
+patching ``baseOffset``, which lies outside the CRC, so compressed batches pass
+through untouched.
+
+Layout (all big-endian)::
+
+    0  baseOffset            int64     <- patched on append
+    8  batchLength           int32        (bytes after this field)
+    12 partitionLeaderEpoch  int32     <- patched on append
+    16 magic                 int8         (must be 2)
+    17 crc                   uint32       CRC-32C of bytes 21..end
+    21 attributes            int16
+    23 lastOffsetDelta       int32
+    27 baseTimestamp         int64
+    35 maxTimestamp          int64
+    43 producerId            int64
+    51 producerEpoch         int16
+    53 baseSequence          int32
+    57 recordCount           int32
+    61 records...
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from crc32c import crc32c
+
+HEADER_SIZE = 61
+LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
+CRC_START = 21
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+
+ATTR_COMPRESSION_MASK = 0x07
+ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime
+ATTR_TRANSACTIONAL = 0x10
+ATTR_CONTROL = 0x20
+
+COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+class InvalidRecordBatch(ValueError):
+    """The bytes are not a valid v2 record batch (maps to CORRUPT_MESSAGE)."""
+
+
+class UnsupportedMagic(InvalidRecordBatch):
+    """A v0/v1 message set: Produce v3+ requires magic 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The fields of one batch header, plus where it sits in its buffer."""
+
+    start: int  # position of the batch in the buffer it was parsed from
+    size: int  # whole batch size in bytes, header included
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def compression(self) -> int:
+        return self.attributes & ATTR_COMPRESSION_MASK
+
+    @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & ATTR_CONTROL)
+
+    @property
+    def last_sequence(self) -> int:
+        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
+
+
+def parse_batches(data: bytes | memoryview, verify_crc: bool = True) -> list[BatchHeader]:
+    """Parse and validate every batch in a Produce request's record set.
+
+    Raises InvalidRecordBatch on a truncated, malformed or corrupt batch: the
+    caller rejects the whole record set, so nothing of it is stored.
+    """
+    view = memoryview(data)
+    end = len(view)
+    if end == 0:
+        raise InvalidRecordBatch("empty record set")
+    headers: list[BatchHeader] = []
+    pos = 0
+    while pos < end:
+        if end - pos < HEADER_SIZE:
+            # A v0/v1 message set has a shorter header; report it as such.
+            if end - pos >= 17 and view[pos + 16] in (0, 1):
+                raise UnsupportedMagic(f"message format v{view[pos + 16]} is not supported")
+            raise InvalidRecordBatch(f"truncated batch header at byte {pos}")
+        (
+            _base_offset,
+            batch_length,
+            _leader_epoch,
+            magic,
+            crc,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            record_count,
+        ) = _HEADER.unpack_from(view, pos)
+        if magic != 2:
+            if magic in (0, 1):
+                raise UnsupportedMagic(f"message format v{magic} is not supported")
+            raise InvalidRecordBatch(f"unknown magic byte {magic}")
+        size = batch_length + LOG_OVERHEAD
+        if batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
+            raise InvalidRecordBatch(f"batch length {batch_length} does not fit the record set")
+        if record_count <= 0 or last_offset_delta != record_count - 1:
+            raise InvalidRecordBatch(
+                f"record count {record_count} does not match last offset delta {last_offset_delta}"
+            )
+        if attributes & ATTR_COMPRESSION_MASK > 4:
+            raise InvalidRecordBatch(f"unknown compression codec {attributes & 7}")
+        if verify_crc and crc32c(view[pos + CRC_START : pos + size]) != crc:
+            raise InvalidRecordBatch("CRC-32C mismatch")
+        headers.append(
+            BatchHeader(
+                pos,
+                size,
+                attributes,
+                last_offset_delta,
+                base_timestamp,
+                max_timestamp,
+                producer_id,
+                producer_epoch,
+                base_sequence,
+                record_count,
+            )
+        )
+        pos += size
+    return headers
+
+
+def read_header(batch: bytes | memoryview) -> BatchHeader:
+    """Header of one stored (already validated) batch, without a CRC check."""
+    return parse_batches(memoryview(batch)[: _batch_size(batch)], verify_crc=False)[0]
+
+
+def _batch_size(batch: bytes | memoryview) -> int:
+    return _INT32.unpack_from(batch, 8)[0] + LOG_OVERHEAD
+
+
+def stamp(view: memoryview, header: BatchHeader, base_offset: int, leader_epoch: int) -> bytes:
+    """Copy one batch out of a request with its offset and leader epoch set.
+
+    One copy, no per-record work: both fields lie before the CRC'd range.
+    """
+    start = header.start
+    return b"".join(
+        (
+            _INT64.pack(base_offset),
+            view[start + 8 : start + 12],
+            _INT32.pack(leader_epoch),
+            view[start + 16 : start + header.size],
+        )
+    )
+
+
+def set_log_append_time(batch: bytes, timestamp_ms: int) -> bytes:
+    """Rewrite a batch for a LogAppendTime topic: flag and max timestamp, new CRC."""
+    buf = bytearray(batch)
+    attributes = struct.unpack_from(">h", buf, 21)[0] | ATTR_TIMESTAMP_TYPE
+    struct.pack_into(">h", buf, 21, attributes)
+    struct.pack_into(">q", buf, 35, timestamp_ms)
+    struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
+
+
+def with_base_offset(batch: bytes, base_offset: int) -> bytes:
+    """A stored batch with another base offset (8 bytes, outside the CRC)."""
+    return _INT64.pack(base_offset) + batch[8:]
+
+
+def base_offset_of(batch: bytes | memoryview) -> int:
+    return _INT64.unpack_from(batch, 0)[0]
+
+
+def last_offset_of(batch: bytes | memoryview) -> int:
+    return _INT64.unpack_from(batch, 0)[0] + _INT32.unpack_from(batch, 23)[0]
+
+
+def max_timestamp_of(batch: bytes | memoryview) -> int:
+    return _INT64.unpack_from(batch, 35)[0]

@@ -1,0 +1,265 @@
+"""The storage engine: topics and their partition tablets on one RocksDB store.
+
+This is the narrow interface the wire protocol meets (in Kafka's terms:
+topics, partitions, configs, appends, reads, offsets). Another backend would
+implement the same methods; nothing here knows about the Kafka protocol.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from uuid import UUID
+
+from . import keys
+from .errors import (
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    InvalidTopicName,
+    TopicAlreadyExists,
+    UnknownPartition,
+    UnknownTopic,
+)
+from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
+from .tablet import PartitionTablet, TabletSettings, now_ms
+from .topic_config import TOPIC_CONFIGS, effective, validate
+
+log = logging.getLogger(__name__)
+
+_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
+MAX_TOPIC_NAME = 249
+MAX_PARTITIONS = 10_000
+
+
+def check_topic_name(name: str) -> None:
+    """Kafka's topic name rules (Topic.validate)."""
+    if not name:
+        raise InvalidTopicName("Topic name is illegal, it can't be empty")
+    if name in (".", ".."):
+        raise InvalidTopicName("Topic name cannot be \".\" or \"..\"")
+    if len(name) > MAX_TOPIC_NAME:
+        raise InvalidTopicName(
+            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters"
+        )
+    if not _LEGAL_NAME.match(name):
+        raise InvalidTopicName(
+            f"Topic name {name!r} is illegal, it contains a character other than ASCII "
+            "alphanumerics, '.', '_' and '-'"
+        )
+
+
+@dataclass(slots=True)
+class Topic:
+    name: str
+    topic_id: UUID
+    configs: dict[str, str]  # overrides only; defaults come from the engine
+    partitions: list[PartitionTablet] = field(default_factory=list)
+    _settings: TabletSettings | None = None
+
+    def record(self) -> bytes:
+        return json.dumps(
+            {"id": str(self.topic_id), "partitions": len(self.partitions), "configs": self.configs}
+        ).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class EngineSettings:
+    fsync: FsyncPolicy = "never"
+    tail_cache_bytes: int = 8 << 20
+    # Node-wide defaults for topic configs (log.retention.ms and friends).
+    topic_defaults: dict[str, str] = field(default_factory=dict)
+
+
+class StorageEngine:
+    def __init__(self, data_dir: str, settings: EngineSettings | None = None) -> None:
+        self.settings = settings or EngineSettings()
+        os.makedirs(data_dir, exist_ok=True)
+        self.store = RocksStore(os.path.join(data_dir, "rocksdb"), self.settings.fsync)
+        self.topics: dict[str, Topic] = {}
+        self.topics_by_id: dict[UUID, Topic] = {}
+        self.writer: GroupCommitWriter | None = None
+        self.cluster_id = self._load_cluster_id()
+
+    # ---------------------------------------------------------- lifecycle
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Load every topic and its tablets, and start the writer thread."""
+        self.writer = GroupCommitWriter(self.store, loop)
+        for key, value in self.store.scan(keys.TOPIC, keys.TOPIC + b"\xff"):
+            name = key[1:].decode()
+            record = json.loads(value)
+            topic = Topic(name, UUID(record["id"]), record["configs"])
+            self._add_partitions(topic, record["partitions"])
+            for tablet in topic.partitions:
+                tablet.load()
+            self._register(topic)
+        log.info("loaded %d topics", len(self.topics))
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.store.close()
+
+    def _load_cluster_id(self) -> str:
+        key = keys.COUNTER + b"cluster.id"
+        value = self.store.get(key)
+        if value is None:
+            value = uuid.uuid4().hex[:22].encode()
+            ops = Ops()
+            ops.put(key, value)
+            self.store.write_now(ops)
+        return value.decode()
+
+    # --------------------------------------------------------- topics
+    def topic(self, name: str) -> Topic:
+        topic = self.topics.get(name)
+        if topic is None:
+            raise UnknownTopic(f"topic {name!r} does not exist")
+        return topic
+
+    def partition(self, name: str, index: int) -> PartitionTablet:
+        topic = self.topic(name)
+        if not 0 <= index < len(topic.partitions):
+            raise UnknownPartition(f"partition {name}-{index} does not exist")
+        return topic.partitions[index]
+
+    def topic_configs(self, topic: Topic) -> dict[str, str]:
+        """Every config of a topic with its effective value."""
+        return effective(topic.configs, self.settings.topic_defaults)
+
+    def check_new_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str | None]
+    ) -> None:
+        check_topic_name(name)
+        if name in self.topics:
+            raise TopicAlreadyExists(f"Topic '{name}' already exists.")
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            raise InvalidPartitions(
+                f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
+            )
+        if replication_factor not in (-1, 1):
+            raise InvalidReplicationFactor(
+                f"Replication factor {replication_factor} is larger than the 1 available broker"
+            )
+        for config, value in configs.items():
+            validate(config, value)
+
+    async def create_topic(
+        self, name: str, partitions: int, configs: dict[str, str]
+    ) -> Topic:
+        self.check_new_topic(name, partitions, 1, dict(configs))
+        topic = Topic(name, uuid.uuid4(), dict(configs))
+        self._add_partitions(topic, partitions)
+        # Registered before the write lands so a concurrent create sees it.
+        self._register(topic)
+        ops = Ops()
+        ops.put(keys.topic_key(name), topic.record())
+        for tablet in topic.partitions:
+            tablet.initial_ops(ops)
+        try:
+            await self._write(ops)
+        except BaseException:
+            self._unregister(topic)
+            raise
+        log.info("created topic %s (%d partitions, id %s)", name, partitions, topic.topic_id)
+        return topic
+
+    async def delete_topic(self, name: str) -> Topic:
+        topic = self.topic(name)
+        self._unregister(topic)
+        for tablet in topic.partitions:
+            tablet.deleted = True
+            tablet.wake_waiters()
+        ops = Ops()
+        ops.delete(keys.topic_key(name))
+        for kind in (keys.META, keys.LOG, keys.TIME_INDEX, keys.PRODUCER):
+            ops.delete_range(*keys.topic_range(kind, topic.topic_id))
+        await self._write(ops)
+        log.info("deleted topic %s", name)
+        return topic
+
+    def check_new_partitions(self, name: str, count: int) -> Topic:
+        topic = self.topic(name)
+        if count <= len(topic.partitions):
+            raise InvalidPartitions(
+                f"Topic currently has {len(topic.partitions)} partitions, which is higher than "
+                f"or equal to the requested {count}."
+            )
+        if count > MAX_PARTITIONS:
+            raise InvalidPartitions(f"Number of partitions must be at most {MAX_PARTITIONS}")
+        return topic
+
+    async def create_partitions(self, name: str, count: int) -> None:
+        topic = self.check_new_partitions(name, count)
+        before = len(topic.partitions)
+        self._add_partitions(topic, count - before)
+        ops = Ops()
+        ops.put(keys.topic_key(name), topic.record())
+        for tablet in topic.partitions[before:]:
+            tablet.initial_ops(ops)
+        await self._write(ops)
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        """Replace a topic's config overrides (already validated by the caller)."""
+        topic = self.topic(name)
+        for config, value in configs.items():
+            validate(config, value)
+        topic.configs = dict(configs)
+        topic._settings = None
+        ops = Ops()
+        ops.put(keys.topic_key(name), topic.record())
+        await self._write(ops)
+
+    async def enforce_retention(self) -> None:
+        now = now_ms()
+        for topic in list(self.topics.values()):
+            for tablet in topic.partitions:
+                if not tablet.deleted:
+                    await tablet.enforce_retention(now)
+
+    # --------------------------------------------------------- internals
+    def _write(self, ops: Ops) -> asyncio.Future[None]:
+        assert self.writer is not None, "engine not started"
+        return self.writer.submit(ops)
+
+    def _register(self, topic: Topic) -> None:
+        self.topics[topic.name] = topic
+        self.topics_by_id[topic.topic_id] = topic
+
+    def _unregister(self, topic: Topic) -> None:
+        self.topics.pop(topic.name, None)
+        self.topics_by_id.pop(topic.topic_id, None)
+
+    def _add_partitions(self, topic: Topic, count: int) -> None:
+        assert self.writer is not None, "engine not started"
+        start = len(topic.partitions)
+        for index in range(start, start + count):
+            topic.partitions.append(
+                PartitionTablet(
+                    self.store,
+                    self.writer,
+                    topic.topic_id,
+                    index,
+                    lambda t=topic: self._tablet_settings(t),
+                    self.settings.tail_cache_bytes,
+                )
+            )
+
+    def _tablet_settings(self, topic: Topic) -> TabletSettings:
+        if topic._settings is None:
+            values = self.topic_configs(topic)
+            topic._settings = TabletSettings(
+                max_message_bytes=int(values["max.message.bytes"]),
+                log_append_time=values["message.timestamp.type"] == "LogAppendTime",
+                timestamp_difference_max_ms=int(values["message.timestamp.difference.max.ms"]),
+                retention_ms=int(values["retention.ms"]),
+                retention_bytes=int(values["retention.bytes"]),
+            )
+        return topic._settings
+
+
+__all__ = ["TOPIC_CONFIGS", "EngineSettings", "StorageEngine", "Topic", "check_topic_name"]

@@ -1,0 +1,60 @@
+"""The key layout of the one RocksDB database a gateway node keeps.
+
+Every key starts with a one-byte kind. Partition keys continue with the
+topic's id (16 bytes) and the partition (4 bytes, big-endian), so one
+partition's keys are contiguous and a topic's are one range (deleted with one
+range tombstone). Offsets are big-endian so keys sort by offset.
+
+=====  =========================================  ===============================
+kind   rest of the key                            value
+=====  =========================================  ===============================
+``T``  topic name (utf-8)                         topic record (JSON)
+``M``  topic id, partition                        partition meta (PartitionMeta)
+``L``  topic id, partition, base offset           log entry: a record batch
+``X``  topic id, partition, base offset           time index: running max timestamp
+``P``  topic id, partition, producer id           idempotent producer state
+``C``  group, 0x00, topic name, 0x00, partition   committed consumer offset
+``B``  producer id, epoch, sequence, ...          transactional blob
+``N``  counter name                               counters (producer ids, ...)
+=====  =========================================  ===============================
+"""
+
+from __future__ import annotations
+
+import struct
+from uuid import UUID
+
+TOPIC = b"T"
+META = b"M"
+LOG = b"L"
+TIME_INDEX = b"X"
+PRODUCER = b"P"
+CONSUMER_OFFSET = b"C"
+TXN_BLOB = b"B"
+COUNTER = b"N"
+
+_PARTITION = struct.Struct(">16si")
+_OFFSET = struct.Struct(">q")
+
+
+def topic_key(name: str) -> bytes:
+    return TOPIC + name.encode()
+
+
+def partition_prefix(topic_id: UUID, partition: int) -> bytes:
+    """The 20 bytes naming one partition inside a key."""
+    return _PARTITION.pack(topic_id.bytes, partition)
+
+
+def topic_range(kind: bytes, topic_id: UUID) -> tuple[bytes, bytes]:
+    """[start, end) covering every key of one kind for a whole topic."""
+    start = kind + topic_id.bytes
+    return start, start + b"\xff" * 13  # above any partition (4) + offset (8) suffix
+
+
+def offset_key(kind: bytes, prefix: bytes, offset: int) -> bytes:
+    return kind + prefix + _OFFSET.pack(offset)
+
+
+def offset_of_key(key: bytes) -> int:
+    return _OFFSET.unpack_from(key, 21)[0]

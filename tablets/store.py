@@ -1,0 +1,202 @@
+"""The RocksDB database and its single writer thread (group commit).
+
+The event loop never waits on the disk. Every change that must be atomic is
+one ``WriteBatch``; callers hand their operations to ``GroupCommitWriter``,
+which runs in one thread, merges everything queued since its last write into
+one RocksDB write (one WAL append, one fsync when the policy asks for it) and
+then resolves every caller's future on the event loop, in submission order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+
+log = logging.getLogger(__name__)
+
+FsyncPolicy = Literal["never", "always"]
+
+
+@dataclass(slots=True)
+class Ops:
+    """The operations of one atomic change, in order."""
+
+    puts: list[tuple[bytes, bytes]] = field(default_factory=list)
+    deletes: list[bytes] = field(default_factory=list)
+    delete_ranges: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.puts.append((key, value))
+
+    def delete(self, key: bytes) -> None:
+        self.deletes.append(key)
+
+    def delete_range(self, start: bytes, end: bytes) -> None:
+        self.delete_ranges.append((start, end))
+
+    def nbytes(self) -> int:
+        return sum(len(k) + len(v) for k, v in self.puts)
+
+
+@dataclass(slots=True)
+class WriterStats:
+    """Counters exported as metrics (and read by the benchmarks)."""
+
+    writes: int = 0  # RocksDB write calls (one per group)
+    changes: int = 0  # atomic changes submitted
+    fsyncs: int = 0
+    bytes: int = 0
+    write_seconds: float = 0.0
+
+
+class StorageError(RuntimeError):
+    """A write to the store failed: nothing of that change is acknowledged."""
+
+
+class RocksStore:
+    """One RocksDB database per gateway node, opened in raw (bytes) mode."""
+
+    def __init__(self, path: str, fsync: FsyncPolicy = "never") -> None:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.set_max_background_jobs(2)
+        options.set_write_buffer_size(64 << 20)
+        self.path = path
+        self.db = Rdict(path, options)
+        self.fsync = fsync
+        self._write_options = WriteOptions()
+        self._write_options.sync = fsync == "always"
+        self.stats = WriterStats()
+        # Reads of cold data (older than a tablet's in-memory tail) run here.
+        self.readers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rocks-read")
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.db.get(key)
+
+    def scan(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Keys in [start, end), in order."""
+        it = self.db.iter(ReadOptions())
+        it.seek(start)
+        while it.valid():
+            key = it.key()
+            if key >= end:
+                return
+            yield key, it.value()
+            it.next()
+
+    def scan_back(self, start: bytes, floor: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Keys at or before ``start`` and at or after ``floor``, newest first."""
+        it = self.db.iter(ReadOptions())
+        it.seek_for_prev(start)
+        while it.valid():
+            key = it.key()
+            if key < floor:
+                return
+            yield key, it.value()
+            it.prev()
+
+    def write_now(self, ops: Ops) -> None:
+        """Apply one change synchronously (start-up and tests only)."""
+        self._apply([ops])
+
+    def _apply(self, changes: list[Ops]) -> None:
+        batch = WriteBatch(raw_mode=True)
+        size = 0
+        for ops in changes:
+            for start, end in ops.delete_ranges:
+                batch.delete_range(start, end)
+            for key in ops.deletes:
+                batch.delete(key)
+            for key, value in ops.puts:
+                batch.put(key, value)
+                size += len(key) + len(value)
+        started = time.perf_counter()
+        self.db.write(batch, self._write_options)
+        stats = self.stats
+        stats.write_seconds += time.perf_counter() - started
+        stats.writes += 1
+        stats.changes += len(changes)
+        stats.fsyncs += self._write_options.sync
+        stats.bytes += size
+
+    def close(self) -> None:
+        self.readers.shutdown(wait=True)
+        self.db.close()
+
+
+_STOP = object()
+
+
+class GroupCommitWriter:
+    """One thread that turns concurrent changes into as few writes as possible."""
+
+    def __init__(self, store: RocksStore, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
+        self.loop = loop
+        self.failed: BaseException | None = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="rocks-writer", daemon=True)
+        self._thread.start()
+
+    def submit(self, ops: Ops) -> asyncio.Future[None]:
+        """Queue one atomic change; the future resolves once it is in the WAL."""
+        future = self.loop.create_future()
+        if self.failed is not None:
+            future.set_exception(StorageError(f"store failed earlier: {self.failed}"))
+            return future
+        self._queue.put((ops, future))
+        return future
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            group = [item]
+            stop = False
+            # Everything queued while the last write ran joins this one.
+            while True:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                group.append(nxt)
+            error: BaseException | None = None
+            try:
+                self.store._apply([ops for ops, _ in group])
+            except BaseException as exc:  # the store is unusable: fail loudly, ack nothing
+                log.exception("RocksDB write failed; the gateway stops accepting writes")
+                self.failed = error = exc
+            # RuntimeError: the loop closed under us during shutdown.
+            with contextlib.suppress(RuntimeError):
+                self.loop.call_soon_threadsafe(_resolve, [f for _, f in group], error)
+            if stop:
+                return
+
+    def close(self) -> None:
+        """Finish every queued change, then stop the thread."""
+        self._queue.put(_STOP)
+        self._thread.join()
+
+
+def _resolve(futures: list[asyncio.Future[None]], error: BaseException | None) -> None:
+    for future in futures:
+        if future.done():
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(StorageError(str(error)))

@@ -1,0 +1,427 @@
+"""PartitionTablet: one topic partition's log, kept as keys in RocksDB.
+
+State in memory (rebuilt from the store at start-up):
+
+- ``log_start_offset``  first offset still readable (retention, DeleteRecords);
+- ``log_end_offset``    next offset to assign; appends take offsets from here
+  synchronously, on the event loop, so concurrent produce requests are
+  ordered by arrival;
+- ``high_watermark``    end of what is in the WAL; readers see nothing above
+  it. Writes complete in submission order, so it only moves forward;
+- the *tail*: the newest batches as bytes, so consumers at the head of the log
+  are served without touching RocksDB;
+- the time index: (base offset, running max timestamp) each time the running
+  max grows, for ListOffsets by timestamp and time-based retention.
+
+Nothing here parses records on the produce or fetch path: a batch is bytes
+plus the 61-byte header.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import batch as rb
+from . import keys
+from .errors import (
+    InvalidTimestamp,
+    OffsetOutOfRange,
+    RecordTooLarge,
+    UnsupportedRecordKind,
+)
+from .records import record_timestamps
+from .store import GroupCommitWriter, Ops, RocksStore
+
+if TYPE_CHECKING:
+    from uuid import UUID
+
+_META = struct.Struct(">qqq")  # log start offset, log end offset, bytes stored
+_TIMESTAMP = struct.Struct(">q")
+
+LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+
+
+@dataclass(slots=True)
+class ReadResult:
+    batches: list[bytes]
+    high_watermark: int
+    log_start_offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+
+@dataclass(frozen=True, slots=True)
+class TabletSettings:
+    """The effective configs a tablet enforces (read from the topic each time)."""
+
+    max_message_bytes: int
+    log_append_time: bool
+    timestamp_difference_max_ms: int
+    retention_ms: int
+    retention_bytes: int
+
+
+class PartitionTablet:
+    def __init__(
+        self,
+        store: RocksStore,
+        writer: GroupCommitWriter,
+        topic_id: UUID,
+        partition: int,
+        settings: Callable[[], TabletSettings],
+        tail_cache_bytes: int,
+    ) -> None:
+        self.store = store
+        self.writer = writer
+        self.topic_id = topic_id
+        self.partition = partition
+        self.settings = settings
+        self.prefix = keys.partition_prefix(topic_id, partition)
+        self.meta_key = keys.META + self.prefix
+        self.log_start_offset = 0
+        self.log_end_offset = 0
+        self.high_watermark = 0
+        self.size_bytes = 0
+        self.deleted = False
+        self._tail_cache_bytes = tail_cache_bytes
+        self._tail_offsets: list[int] = []
+        self._tail_batches: list[bytes] = []
+        self._tail_size = 0
+        self._ts_offsets = array("q")
+        self._ts_values = array("q")
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    # ------------------------------------------------------------------ load
+    def load(self) -> None:
+        """Rebuild the in-memory state from the store (start-up)."""
+        raw = self.store.get(self.meta_key)
+        if raw is not None:
+            self.log_start_offset, self.log_end_offset, self.size_bytes = _META.unpack(raw)
+        self.high_watermark = self.log_end_offset
+        start, end = keys.TIME_INDEX + self.prefix, keys.TIME_INDEX + self.prefix + b"\xff" * 8
+        for key, value in self.store.scan(start, end):
+            self._ts_offsets.append(keys.offset_of_key(key))
+            self._ts_values.append(_TIMESTAMP.unpack(value)[0])
+
+    def initial_ops(self, ops: Ops) -> None:
+        ops.put(self.meta_key, self._meta())
+
+    def _meta(self) -> bytes:
+        return _META.pack(self.log_start_offset, self.log_end_offset, self.size_bytes)
+
+    # ---------------------------------------------------------------- append
+    def append(self, records: bytes | memoryview, now_ms: int) -> asyncio.Future[AppendResult]:
+        """Validate, assign offsets and queue one atomic write of a record set.
+
+        Raises (before anything is stored) InvalidRecordBatch, RecordTooLarge,
+        InvalidTimestamp or UnsupportedRecordKind. The returned future
+        resolves once the batches are in the WAL.
+        """
+        headers = rb.parse_batches(records)
+        settings = self.settings()
+        for header in headers:
+            if header.size > settings.max_message_bytes:
+                raise RecordTooLarge(
+                    f"batch of {header.size} bytes exceeds max.message.bytes="
+                    f"{settings.max_message_bytes}"
+                )
+            if header.is_control or header.is_transactional:
+                raise UnsupportedRecordKind("transactional and control batches need a transaction")
+            if settings.timestamp_difference_max_ms < 2**63 - 1 and not settings.log_append_time:
+                limit = settings.timestamp_difference_max_ms
+                for ts in (header.base_timestamp, header.max_timestamp):
+                    if abs(now_ms - ts) > limit:
+                        raise InvalidTimestamp(
+                            f"timestamp {ts} is out of range (message.timestamp.difference.max.ms"
+                            f"={limit})"
+                        )
+        view = memoryview(records)
+        ops = Ops()
+        base_offset = self.log_end_offset
+        offset = base_offset
+        for header in headers:
+            data = rb.stamp(view, header, offset, LEADER_EPOCH)
+            max_timestamp = header.max_timestamp
+            if settings.log_append_time:
+                data = rb.set_log_append_time(data, now_ms)
+                max_timestamp = now_ms
+            ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
+            if not self._ts_values or max_timestamp > self._ts_values[-1]:
+                self._ts_offsets.append(offset)
+                self._ts_values.append(max_timestamp)
+                ops.put(
+                    keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
+                    _TIMESTAMP.pack(max_timestamp),
+                )
+            self._cache(offset, data)
+            self.size_bytes += len(data)
+            offset += header.record_count
+        self.log_end_offset = offset
+        ops.put(self.meta_key, self._meta())
+        result = AppendResult(
+            base_offset, now_ms if settings.log_append_time else -1, self.log_start_offset
+        )
+        done = self.writer.submit(ops)
+        appended: asyncio.Future[AppendResult] = done.get_loop().create_future()
+
+        def on_written(fut: asyncio.Future[None]) -> None:
+            if appended.cancelled():
+                pass
+            elif fut.exception() is not None:
+                appended.set_exception(fut.exception())  # type: ignore[arg-type]
+            else:
+                appended.set_result(result)
+            if fut.exception() is None:
+                self._advance_high_watermark(offset)
+
+        done.add_done_callback(on_written)
+        return appended
+
+    def _advance_high_watermark(self, offset: int) -> None:
+        if offset > self.high_watermark:
+            self.high_watermark = offset
+            self.wake_waiters()
+
+    def _cache(self, offset: int, data: bytes) -> None:
+        self._tail_offsets.append(offset)
+        self._tail_batches.append(data)
+        self._tail_size += len(data)
+        # Keep at least the newest batch so the head of the log never hits disk.
+        while self._tail_size > self._tail_cache_bytes and len(self._tail_batches) > 1:
+            self._tail_size -= len(self._tail_batches[0])
+            del self._tail_offsets[0]
+            del self._tail_batches[0]
+
+    @property
+    def _tail_start(self) -> int:
+        return self._tail_offsets[0] if self._tail_offsets else self.log_end_offset
+
+    # ------------------------------------------------------------------ read
+    @property
+    def last_stable_offset(self) -> int:
+        # Transactional data reaches the log only when committed.
+        return self.high_watermark
+
+    async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        """Batches from the one containing ``offset``, up to ``max_bytes``.
+
+        With ``min_one`` the first batch is returned whole even when larger
+        (KIP-74). Reads at or past the high watermark return nothing; reads
+        outside [log start, log end] raise OffsetOutOfRange.
+        """
+        hw = self.high_watermark
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
+            )
+        if offset >= hw:  # at the end, or in a write not yet in the WAL
+            return ReadResult([], hw, self.log_start_offset)
+        if offset >= self._tail_start:
+            batches = self._read_tail(offset, hw, max_bytes, min_one)
+        else:
+            loop = asyncio.get_running_loop()
+            batches = await loop.run_in_executor(
+                self.store.readers, self._read_disk, offset, hw, max_bytes, min_one
+            )
+        return ReadResult(batches, hw, self.log_start_offset)
+
+    def _read_tail(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
+        offsets, batches = self._tail_offsets, self._tail_batches
+        index = bisect_right(offsets, offset) - 1
+        out: list[bytes] = []
+        total = 0
+        while index < len(offsets) and offsets[index] < hw:
+            data = batches[index]
+            if total + len(data) > max_bytes and (out or not min_one):
+                break
+            out.append(data)
+            total += len(data)
+            index += 1
+        return out
+
+    def _read_disk(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
+        out: list[bytes] = []
+        total = 0
+        floor = keys.LOG + self.prefix
+        start = keys.offset_key(keys.LOG, self.prefix, offset)
+        first = next(self.store.scan_back(start, floor), None)
+        begin = first[0] if first is not None else floor
+        for key, data in self.store.scan(begin, floor + b"\xff" * 8):
+            base = keys.offset_of_key(key)
+            if base >= hw:
+                break
+            if rb.last_offset_of(data) < offset:
+                continue
+            if total + len(data) > max_bytes and (out or not min_one):
+                break
+            out.append(data)
+            total += len(data)
+        return out
+
+    # ------------------------------------------------------------- long-poll
+    def waiter(self) -> asyncio.Future[None]:
+        """A future resolved the next time the high watermark moves."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.add(future)
+        return future
+
+    def forget_waiter(self, future: asyncio.Future[None]) -> None:
+        """Drop a waiter whose fetch stopped waiting (timeout, other partition)."""
+        self._waiters.discard(future)
+
+    def wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    # ------------------------------------------------------ offsets by time
+    def _batch_at(self, offset: int) -> bytes | None:
+        """The stored batch containing ``offset`` (a blocking read)."""
+        batches = self._read_disk(offset, self.high_watermark, 1, True)
+        return batches[0] if batches else None
+
+    def _first_record_at_or_after(self, target: int) -> tuple[int, int] | None:
+        index = bisect_left(self._ts_values, target)
+        if index == len(self._ts_values):
+            return None
+        offset = max(self._ts_offsets[index - 1] if index else 0, self.log_start_offset)
+        hw = self.high_watermark
+        # The first batch whose max timestamp reaches the target is at
+        # _ts_offsets[index]; scanning from the previous entry keeps the
+        # answer exact after retention trimmed the index.
+        while offset < hw:
+            data = self._batch_at(offset)
+            if data is None:
+                return None
+            if rb.max_timestamp_of(data) >= target:
+                for record_offset, timestamp in record_timestamps(data):
+                    if timestamp >= target and record_offset >= self.log_start_offset:
+                        return record_offset, timestamp
+            offset = rb.last_offset_of(data) + 1
+        return None
+
+    async def offset_for_timestamp(self, target: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped at or after ``target``."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self.store.readers, self._first_record_at_or_after, target
+        )
+
+    async def max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp."""
+        if not self._ts_values or self.high_watermark == self.log_start_offset:
+            return None
+        return await self.offset_for_timestamp(self._ts_values[-1])
+
+    # ----------------------------------------------------- deleting records
+    async def delete_records(self, before: int) -> int:
+        """Advance the log start offset to ``before`` (DeleteRecords); returns it.
+
+        ``-1`` means the high watermark, as in Kafka.
+        """
+        if before == -1:
+            before = self.high_watermark
+        if before < 0 or before > self.high_watermark:
+            raise OffsetOutOfRange(
+                f"offset {before} is outside [{self.log_start_offset}, {self.high_watermark}]"
+            )
+        if before > self.log_start_offset:
+            await self._truncate_front(before)
+        return self.log_start_offset
+
+    async def enforce_retention(self, now_ms: int) -> None:
+        """Drop the oldest batches past retention.ms or retention.bytes."""
+        settings = self.settings()
+        new_start = self.log_start_offset
+        if settings.retention_ms >= 0 and self._ts_values:
+            cutoff = now_ms - settings.retention_ms
+            # Entries before `index` have running max < cutoff: every batch
+            # before the next entry's base offset is older than retention.
+            index = bisect_left(self._ts_values, cutoff)
+            if index > 0:
+                hw = self.high_watermark
+                expired_until = self._ts_offsets[index] if index < len(self._ts_offsets) else hw
+                new_start = max(new_start, min(expired_until, self.high_watermark))
+        if settings.retention_bytes >= 0 and self.size_bytes > settings.retention_bytes:
+            loop = asyncio.get_running_loop()
+            by_size = await loop.run_in_executor(
+                self.store.readers, self._start_for_size, settings.retention_bytes
+            )
+            new_start = max(new_start, by_size)
+        if new_start > self.log_start_offset:
+            await self._truncate_front(new_start)
+
+    def _start_for_size(self, retention_bytes: int) -> int:
+        """First batch base offset that brings the stored size under the limit."""
+        excess = self.size_bytes - retention_bytes
+        floor = keys.LOG + self.prefix
+        for key, data in self.store.scan(floor, floor + b"\xff" * 8):
+            base = keys.offset_of_key(key)
+            if excess <= 0 or base >= self.high_watermark:
+                return base
+            excess -= len(data)
+        return self.high_watermark
+
+    async def _truncate_front(self, new_start: int) -> None:
+        """Make ``new_start`` the log start offset; delete batches wholly below it."""
+        loop = asyncio.get_running_loop()
+        floor = keys.LOG + self.prefix
+        start_key = keys.offset_key(keys.LOG, self.prefix, new_start)
+
+        def doomed() -> tuple[bytes, int]:
+            # Batches below the one containing new_start go; that one stays.
+            cut = floor
+            freed = 0
+            for key, data in self.store.scan(floor, start_key + b"\x00"):
+                if rb.last_offset_of(data) >= new_start:
+                    break
+                cut = keys.offset_key(keys.LOG, self.prefix, keys.offset_of_key(key) + 1)
+                freed += len(data)
+            return cut, freed
+
+        cut, freed = await loop.run_in_executor(self.store.readers, doomed)
+        if new_start <= self.log_start_offset:
+            return  # another truncation got there first
+        self.log_start_offset = new_start
+        self.size_bytes = max(0, self.size_bytes - freed)
+        ops = Ops()
+        ops.delete_range(floor, cut)
+        # Keep the index entry that covers new_start, clamped to it.
+        index = bisect_right(self._ts_offsets, new_start) - 1
+        if index > 0:
+            ops.delete_range(
+                keys.offset_key(keys.TIME_INDEX, self.prefix, 0),
+                keys.offset_key(keys.TIME_INDEX, self.prefix, self._ts_offsets[index]),
+            )
+            del self._ts_offsets[:index]
+            del self._ts_values[:index]
+        while self._tail_offsets and len(self._tail_offsets) > 1 and (
+            self._tail_offsets[1] <= new_start
+        ):
+            self._tail_size -= len(self._tail_batches[0])
+            del self._tail_offsets[0]
+            del self._tail_batches[0]
+        ops.put(self.meta_key, self._meta())
+        await self.writer.submit(ops)
+        self.wake_waiters()
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
