@@ -100,12 +100,12 @@ class GatewayServer:
 async def serve(config: GatewayConfig) -> None:
     """Run until SIGTERM or SIGINT, then stop cleanly."""
     server = GatewayServer(config)
-    await server.start()
-    print(server.ready_line(), flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    await server.start()
+    print(server.ready_line(), flush=True)
     await stop.wait()
     log.info("signal received, stopping")
     await server.stop()

@@ -1,0 +1,117 @@
+"""Run a gateway as a subprocess on a free port: for tests and benchmarks.
+
+    with GatewayProcess(tmp_path) as gw:
+        producer = Producer({"bootstrap.servers": gw.bootstrap})
+        gw.kill()       # kill -9
+        gw.start()      # same data dir, same port
+
+The port is chosen by the OS at the first start (``--listen 127.0.0.1:0``)
+and kept across restarts so clients can reconnect.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+_READY = re.compile(r"kafka-gateway ready: listening on ([\d.]+):(\d+)")
+
+
+class GatewayProcess:
+    def __init__(self, data_dir: str | os.PathLike[str], *extra_args: str,
+                 port: int = 0, startup_timeout: float = 30.0) -> None:
+        self.data_dir = Path(data_dir)
+        self.extra_args = list(extra_args)
+        self.port = port
+        self.startup_timeout = startup_timeout
+        self.process: subprocess.Popen[str] | None = None
+        self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
+        self._log_lines: list[str] = []
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def host_port(self) -> tuple[str, int]:
+        return "127.0.0.1", self.port
+
+    def start(self) -> GatewayProcess:
+        assert self.process is None or self.process.poll() is not None, "already running"
+        command = [
+            sys.executable, "-m", "kafka_gateway", "serve",
+            "--listen", f"127.0.0.1:{self.port}",
+            "--data-dir", str(self.data_dir),
+            *self.extra_args,
+        ]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        )
+        deadline = time.monotonic() + self.startup_timeout
+        assert self.process.stdout is not None
+        while True:
+            line = self.process.stdout.readline()
+            if line:
+                self._log(line)
+                match = _READY.search(line)
+                if match:
+                    self.port = int(match.group(2))
+                    break
+            elif self.process.poll() is not None:
+                raise RuntimeError(f"gateway exited at start-up:\n{self.output()}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise TimeoutError(
+                    f"gateway not ready in {self.startup_timeout}s:\n{self.output()}"
+                )
+        threading.Thread(target=self._drain, args=(self.process,), daemon=True).start()
+        return self
+
+    def _drain(self, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self._log(line)
+
+    def _log(self, line: str) -> None:
+        self._log_lines.append(line)
+        with open(self.log_path, "a") as log:
+            log.write(line)
+
+    def output(self) -> str:
+        return "".join(self._log_lines)
+
+    def kill(self) -> None:
+        """kill -9: no clean shutdown, no flush."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM and wait: the gateway answers in-flight requests and closes the store."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def restart(self, hard: bool = True) -> GatewayProcess:
+        self.kill() if hard else self.stop()
+        return self.start()
+
+    def __enter__(self) -> GatewayProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.stop()
+        finally:
+            self.kill()
