@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import uuid
+from collections.abc import Callable
 
 import pytest
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch
+from kio.static.primitive import i32Timedelta
 
+from kafka_gateway.client import KafkaClient
 from kafka_gateway.testing import GatewayProcess
+from tablets.batch import parse_batches
+
+# Stored batch headers as a raw Fetch returns them: [(base offset, codec, records)].
+StoredBatches = Callable[[str, int], list[tuple[int, int, int]]]
 
 
 @pytest.fixture(scope="module")
@@ -21,3 +32,47 @@ def gateway(tmp_path_factory):
 def topic_name():
     """A unique topic name per test, so tests sharing a gateway stay apart."""
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def stored_batches(gateway) -> StoredBatches:
+    """Read a partition's batches over the wire, bypassing any client library.
+
+    Returns (base offset, compression codec, record count) per batch, so a
+    test can check what a client really sent (e.g. that it compressed).
+    Synchronous: call it outside any running event loop.
+    """
+
+    async def read(topic: str, partition: int) -> list[tuple[int, int, int]]:
+        client = await KafkaClient.connect(*gateway.host_port)
+        try:
+            out: list[tuple[int, int, int]] = []
+            offset, high_watermark = 0, 1
+            while offset < high_watermark:
+                response = await client.request(fetch.FetchRequest(
+                    cluster_id=None, replica_id=-1,
+                    max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=1,
+                    max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                    topics=(fetch.FetchTopic(topic=topic, partitions=(fetch.FetchPartition(
+                        partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+                        last_fetched_epoch=-1, log_start_offset=-1,
+                        partition_max_bytes=64 << 20),)),),
+                    forgotten_topics_data=(), rack_id=""))
+                data = response.responses[0].partitions[0]
+                if data.error_code is ErrorCode.offset_out_of_range and not out:
+                    offset = data.log_start_offset  # records were deleted: start there
+                    continue
+                assert data.error_code is ErrorCode.none, data.error_code
+                high_watermark = data.high_watermark
+                if not data.records:
+                    break
+                for header in parse_batches(bytes(data.records)):
+                    base = int.from_bytes(
+                        bytes(data.records)[header.start:header.start + 8], "big", signed=True)
+                    out.append((base, header.compression, header.record_count))
+                    offset = base + header.record_count
+            return out
+        finally:
+            await client.close()
+
+    return lambda topic, partition: asyncio.run(asyncio.wait_for(read(topic, partition), 30))

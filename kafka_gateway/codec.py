@@ -115,17 +115,15 @@ def decode_request(frame: bytes, header: RequestHeader, pos: int) -> Request:
     try:
         if cls.__flexible__:
             pos = _skip_tagged_fields(frame, pos)
-        body, size = _reader(cls)(frame, pos)
+        body, _size = _reader(cls)(frame, pos)
     except MalformedRequest:
         raise
     except Exception as exc:  # kio raises several types for bad bytes
         raise MalformedRequest(
             f"cannot decode {cls.__name__} v{header.api_version}: {exc}"
         ) from exc
-    if pos + size != len(frame):
-        raise MalformedRequest(
-            f"{cls.__name__} v{header.api_version} left {len(frame) - pos - size} bytes unread"
-        )
+    # Bytes after the body are ignored, as Kafka's own parser does: some
+    # clients (librdkafka's Metadata v12) send a few more than the schema has.
     return Request(header, body, len(frame))
 
 

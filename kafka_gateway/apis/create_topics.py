@@ -74,7 +74,13 @@ def _plan(broker, topic) -> tuple[int, dict[str, str]]:
 
 
 def _result(schema, broker, name, topic_id, partitions, configs):
-    entries = topic_entries(configs, broker.config.topic_defaults())
+    described = None
+    if hasattr(schema, "CreatableTopicConfigs"):  # v5+; older versions have no configs
+        described = tuple(
+            build(schema.CreatableTopicConfigs, name=e.name, value=e.value,
+                  read_only=e.read_only, config_source=e.source, is_sensitive=e.sensitive)
+            for e in topic_entries(configs, broker.config.topic_defaults())
+        )
     return build(
         schema.CreatableTopicResult,
         name=name,
@@ -83,9 +89,5 @@ def _result(schema, broker, name, topic_id, partitions, configs):
         error_message=None,
         num_partitions=partitions,
         replication_factor=1,
-        configs=tuple(
-            build(schema.CreatableTopicConfigs, name=e.name, value=e.value,
-                  read_only=e.read_only, config_source=e.source, is_sensitive=e.sensitive)
-            for e in entries
-        ),
+        configs=described,
     )
