@@ -369,12 +369,13 @@ class PartitionTablet:
             await self._truncate_front(new_start)
 
     def _start_for_size(self, retention_bytes: int) -> int:
-        """First batch base offset that brings the stored size under the limit."""
+        """The first batch to keep: as in Kafka, the oldest data goes only while
+        what remains is still at least retention.bytes."""
         excess = self.size_bytes - retention_bytes
         floor = keys.LOG + self.prefix
         for key, data in self.store.scan(floor, floor + b"\xff" * 8):
             base = keys.offset_of_key(key)
-            if excess <= 0 or base >= self.high_watermark:
+            if excess - len(data) < 0 or base >= self.high_watermark:
                 return base
             excess -= len(data)
         return self.high_watermark

@@ -1,0 +1,74 @@
+"""Record batch headers: validation, offset stamping, LogAppendTime rewrite."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from crc32c import crc32c
+
+from kafka_gateway.testing import make_batch
+from tablets import batch as rb
+from tablets.records import record_timestamps
+
+
+def test_parse_valid_batches_back_to_back():
+    data = make_batch([b"a", b"b"], base_timestamp=5) + make_batch([b"c"], base_timestamp=9)
+    first, second = rb.parse_batches(data)
+    assert (first.start, first.record_count, first.max_timestamp) == (0, 2, 5)
+    assert (second.start, second.record_count) == (first.size, 1)
+    assert second.start + second.size == len(data)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda b: b[:-1], "does not fit"),
+        (lambda b: b[:40], "truncated"),
+        (lambda b: b[:16] + b"\x05" + b[17:], "magic"),
+        (lambda b: b[:-1] + bytes([b[-1] ^ 1]), "CRC"),
+        (lambda b: b"", "empty"),
+    ],
+)
+def test_invalid_batches_are_rejected(mutate, message):
+    with pytest.raises(rb.InvalidRecordBatch, match=message):
+        rb.parse_batches(mutate(make_batch([b"x", b"y"])))
+
+
+def test_record_count_must_match_offset_delta():
+    data = bytearray(make_batch([b"x", b"y"]))
+    struct.pack_into(">i", data, 57, 3)  # claims 3 records, delta says 2
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    with pytest.raises(rb.InvalidRecordBatch, match="record count"):
+        rb.parse_batches(bytes(data))
+
+
+def test_old_message_format_is_reported_as_such():
+    legacy = struct.pack(">qiIbb", 0, 14, 0, 1, 0) + b"\x00" * 30
+    with pytest.raises(rb.UnsupportedMagic):
+        rb.parse_batches(legacy)
+
+
+def test_stamp_sets_offset_and_epoch_and_keeps_crc_valid():
+    data = make_batch([b"a", b"b", b"c"])
+    [header] = rb.parse_batches(data)
+    stamped = rb.stamp(memoryview(data), header, 1234, 7)
+    assert rb.base_offset_of(stamped) == 1234
+    assert rb.last_offset_of(stamped) == 1236
+    assert struct.unpack_from(">i", stamped, 12)[0] == 7
+    rb.parse_batches(stamped)  # CRC still valid: both fields lie before it
+    assert stamped[16:] == data[16:]
+
+
+def test_log_append_time_rewrites_timestamp_and_crc():
+    data = make_batch([b"a", b"b"], base_timestamp=100)
+    rewritten = rb.set_log_append_time(data, 999)
+    [header] = rb.parse_batches(rewritten)
+    assert header.attributes & rb.ATTR_TIMESTAMP_TYPE
+    assert header.max_timestamp == 999
+    assert list(record_timestamps(rewritten)) == [(0, 999), (1, 999)]
+
+
+def test_record_timestamps_walk_every_record():
+    data = rb.with_base_offset(make_batch([b"a", None, b"ccc"], base_timestamp=50), 10)
+    assert list(record_timestamps(data)) == [(10, 50), (11, 50), (12, 50)]

@@ -1,0 +1,62 @@
+"""Gateway settings from flags and a properties file; topic config validation."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from kafka_gateway import config
+from tablets.topic_config import InvalidConfig, validate
+
+
+def parse(*argv: str) -> config.GatewayConfig:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    return config.from_arguments(parser.parse_args(argv))
+
+
+def test_defaults_match_kafka():
+    cfg = parse()
+    assert cfg.listen == ("127.0.0.1", 9092)
+    assert cfg.auto_create_topics is True
+    assert cfg.message_max_bytes == 1048588
+    assert cfg.max_frame_bytes == 104857600
+    assert cfg.fsync == "never"
+
+
+def test_properties_file_and_flags(tmp_path):
+    props = tmp_path / "gateway.properties"
+    props.write_text("# comment\nnum.partitions=6\nauto.create.topics.enable=false\n"
+                     "log.dirs=/tmp/x\ngateway.fsync=always\n")
+    cfg = parse("--config", str(props), "--num-partitions", "3")
+    assert cfg.num_partitions == 3  # the flag wins over the file
+    assert cfg.auto_create_topics is False
+    assert cfg.data_dir == "/tmp/x"
+    assert cfg.fsync == "always"
+    assert cfg.properties()["num.partitions"] == "3"
+
+
+def test_bad_settings_are_refused(tmp_path):
+    props = tmp_path / "bad.properties"
+    props.write_text("no.such.setting=1\n")
+    with pytest.raises(ValueError, match="unknown setting"):
+        parse("--config", str(props))
+    with pytest.raises(ValueError, match="never, always"):
+        parse("--fsync", "sometimes")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("retention.ms", "abc"), ("retention.ms", "-5"), ("cleanup.policy", "compact"),
+     ("no.such.config", "1"), ("preallocate", "maybe"), ("compression.type", "brotli")],
+)
+def test_invalid_topic_configs(name, value):
+    with pytest.raises(InvalidConfig):
+        validate(name, value)
+
+
+def test_valid_topic_configs():
+    for name, value in [("retention.ms", "-1"), ("cleanup.policy", "delete"),
+                        ("message.timestamp.type", "LogAppendTime"), ("retention.bytes", "-1")]:
+        validate(name, value)
