@@ -20,6 +20,11 @@ from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
 
 API_VERSIONS_KEY = 18
+# kio is generated from Kafka 4's schemas, which dropped Produce v0-2. Kafka 3.4
+# advertises Produce from v0, and librdkafka before 2.11.1 compresses (gzip,
+# snappy, lz4) only for a broker that does, so the gateway reads them too.
+PRODUCE_KEY = 0
+_NULL_STRING = b"\xff\xff"
 _HEADER = struct.Struct(">hhih")
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
@@ -48,6 +53,14 @@ class Request:
     @property
     def version(self) -> int:
         return self.header.api_version
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedBody:
+    """A response body its handler encoded itself, as chunks (see apis/fetch.py)."""
+
+    chunks: list[bytes]
+    flexible: bool  # whether the response header carries tagged fields
 
 
 class ChunkWriter:
@@ -111,7 +124,11 @@ def read_header(frame: bytes) -> tuple[RequestHeader, int]:
 
 def decode_request(frame: bytes, header: RequestHeader, pos: int) -> Request:
     """Read the body of a request whose (api_key, version) is supported."""
-    cls = _request_class(header.api_key, header.api_version)
+    version = header.api_version
+    if header.api_key == PRODUCE_KEY and version < 3:
+        # v0-2 are v3 less its first field, the transactional id: read as v3 with a null one.
+        frame, version = frame[:pos] + _NULL_STRING + frame[pos:], 3
+    cls = _request_class(header.api_key, version)
     try:
         if cls.__flexible__:
             pos = _skip_tagged_fields(frame, pos)
@@ -156,10 +173,18 @@ def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]
     out = ChunkWriter()
     out.write(b"")  # placeholder for the size
     out.write(_CORRELATION.pack(correlation_id))
-    # ApiVersions always answers with header v0 so any client can read it.
-    if type(body).__flexible__ and api_key != API_VERSIONS_KEY:
-        out.write(b"\x00")  # no tagged fields in the header
-    _writer(type(body))(out, body)
+    if isinstance(body, bytes):  # encoded by its handler: a version kio has no schema for
+        out.write(body)
+    elif isinstance(body, EncodedBody):  # a hot path encoded by its handler
+        if body.flexible:
+            out.write(b"\x00")
+        for chunk in body.chunks:
+            out.write(chunk)
+    else:
+        # ApiVersions always answers with header v0 so any client can read it.
+        if type(body).__flexible__ and api_key != API_VERSIONS_KEY:
+            out.write(b"\x00")  # no tagged fields in the header
+        _writer(type(body))(out, body)
     out.chunks[0] = _SIZE.pack(out.size)
     return out.chunks
 

@@ -20,7 +20,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rocksdict import Options, Rdict, ReadOptions, WriteBatch, WriteOptions
+from rocksdict import (
+    BlockBasedOptions,
+    DBCompressionType,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBatch,
+    WriteOptions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +79,18 @@ class RocksStore:
         options.create_if_missing(True)
         options.set_max_background_jobs(2)
         options.set_write_buffer_size(64 << 20)
+        # Record batches arrive compressed by the client, or are incompressible
+        # payloads: compressing them again costs CPU on every flush and read.
+        options.set_compression_type(DBCompressionType.none())
+        # Batches (usually KBs to MBs) live in blob files, so compactions move
+        # only the small keys instead of rewriting the log again and again.
+        options.set_enable_blob_files(True)
+        options.set_min_blob_size(4096)
+        options.set_blob_compression_type(DBCompressionType.none())
+        options.set_enable_blob_gc(True)
+        table = BlockBasedOptions()
+        table.set_block_size(64 << 10)
+        options.set_block_based_table_factory(table)
         self.path = path
         self.db = Rdict(path, options)
         self.fsync = fsync

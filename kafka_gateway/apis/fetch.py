@@ -20,13 +20,13 @@ import time
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
-from kio.static.primitive import Records
 
 from tablets.tablet import PartitionTablet
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import EncodedBody
 from ..errors import error_code
 from ..leader_epoch import leader_epoch_error
+from .fetch_response import PartitionResult, encode
 
 API_KEY = 1
 VERSIONS = (4, 13)
@@ -131,32 +131,8 @@ async def _wait_for_data(tablets: list[PartitionTablet], timeout: float) -> None
                 tablet.forget_waiter(waiter)
 
 
-def _response(version: int, wanted: list[_Wanted], parts):
-    schema = response_schema(API_KEY, version)
-    topics: dict[str | UUID, list] = {}
+def _response(version: int, wanted: list[_Wanted], parts) -> EncodedBody:
+    topics: dict[str | UUID, list[PartitionResult]] = {}
     for want, (code, hw, log_start, batches) in zip(wanted, parts, strict=True):
-        topics.setdefault(want.key, []).append(
-            build(
-                schema.PartitionData,
-                partition_index=want.index,
-                error_code=code,
-                high_watermark=hw,
-                last_stable_offset=hw,
-                log_start_offset=log_start,
-                aborted_transactions=(),
-                preferred_read_replica=-1,
-                records=Records(b"".join(batches)),
-            )
-        )
-    key_field = "topic_id" if version >= 13 else "topic"
-    return build(
-        schema.FetchResponse,
-        throttle_time=NO_THROTTLE,
-        error_code=ErrorCode.none,
-        session_id=0,
-        responses=tuple(
-            build(schema.FetchableTopicResponse, **{key_field: key}, partitions=tuple(p))
-            for key, p in topics.items()
-        ),
-    )
-
+        topics.setdefault(want.key, []).append((want.index, code.value, hw, log_start, batches))
+    return encode(version, topics)

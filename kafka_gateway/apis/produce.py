@@ -1,4 +1,4 @@
-"""Produce (key 0), v3-9: append record batches to partition tablets.
+"""Produce (key 0), v0-9: append record batches to partition tablets.
 
 Each partition's record set is validated whole (magic 2, lengths, CRC-32C,
 record counts, max.message.bytes) before anything of it is stored; offsets
@@ -6,12 +6,19 @@ are assigned in arrival order and the answer waits until the batches are in
 the WAL, for acks 1 and -1 alike (one copy: there is no ISR to wait for).
 acks=0 gets no answer at all, as in Kafka. A topic is not auto-created here
 (Kafka creates topics on Metadata, which clients send first).
+
+v0-2 are answered too, as by Kafka 3.4: librdkafka before 2.11.1 compresses
+(gzip, snappy, lz4) only for a broker that advertises Produce v0. kio has no
+schemas for them (codec.py reads them as v3), so their answer is encoded
+here; a message set in the old formats (magic 0 or 1) gets
+UNSUPPORTED_FOR_MESSAGE_FORMAT, like any other.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import struct
 
 from kio.schema.errors import ErrorCode
 
@@ -21,12 +28,12 @@ from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import KafkaError, error_code, error_message
 
 API_KEY = 0
-VERSIONS = (3, 9)
+VERSIONS = (0, 9)
 
 
 async def handle(broker, request):
     body = request.body
-    schema = response_schema(API_KEY, request.version)
+    schema = response_schema(API_KEY, max(request.version, 3))
     acks = body.acks
     now = now_ms()
     # Offsets are taken synchronously, in request order, before any await.
@@ -77,6 +84,8 @@ async def handle(broker, request):
         results.setdefault(name, []).append(part)
     if acks == 0:
         return None
+    if request.version < 3:
+        return _legacy_response(request.version, results)
     return build(
         schema.ProduceResponse,
         responses=tuple(
@@ -85,6 +94,23 @@ async def handle(broker, request):
         ),
         throttle_time=NO_THROTTLE,
     )
+
+
+def _legacy_response(version: int, results: dict[str, list]) -> bytes:
+    """The v0-2 body: v3's, less log_append_time (v0-1) and throttle_time (v0)."""
+    out = [struct.pack(">i", len(results))]
+    for name, parts in results.items():
+        raw = name.encode()
+        out.append(struct.pack(">h", len(raw)) + raw + struct.pack(">i", len(parts)))
+        for part in parts:
+            out.append(struct.pack(">ihq", part.index, part.error_code.value, part.base_offset))
+            if version >= 2:
+                stamp = part.log_append_time
+                out.append(struct.pack(">q", -1 if stamp is None else round(
+                    stamp.timestamp() * 1000)))
+    if version >= 1:
+        out.append(struct.pack(">i", 0))  # throttle time
+    return b"".join(out)
 
 
 def _timestamp(ms: int) -> datetime.datetime | None:
