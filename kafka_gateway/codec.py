@@ -107,7 +107,7 @@ def _writer(cls: type) -> Any:
     return entity_writer(cls)
 
 
-def read_header(frame: bytes) -> tuple[RequestHeader, int]:
+def read_header(frame: bytes | memoryview) -> tuple[RequestHeader, int]:
     """The fixed part of any request header, and where the rest begins."""
     if len(frame) < _HEADER.size:
         raise MalformedRequest(f"frame of {len(frame)} bytes is shorter than a request header")
@@ -117,17 +117,17 @@ def read_header(frame: bytes) -> tuple[RequestHeader, int]:
     if client_len >= 0:
         if pos + client_len > len(frame):
             raise MalformedRequest("client id runs past the end of the frame")
-        client_id = frame[pos : pos + client_len].decode("utf-8", "replace")
+        client_id = bytes(frame[pos : pos + client_len]).decode("utf-8", "replace")
         pos += client_len
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
-def decode_request(frame: bytes, header: RequestHeader, pos: int) -> Request:
+def decode_request(frame: bytes | memoryview, header: RequestHeader, pos: int) -> Request:
     """Read the body of a request whose (api_key, version) is supported."""
     version = header.api_version
     if header.api_key == PRODUCE_KEY and version < 3:
         # v0-2 are v3 less its first field, the transactional id: read as v3 with a null one.
-        frame, version = frame[:pos] + _NULL_STRING + frame[pos:], 3
+        frame, version = bytes(frame[:pos]) + _NULL_STRING + bytes(frame[pos:]), 3
     cls = _request_class(header.api_key, version)
     try:
         if cls.__flexible__:
@@ -144,7 +144,7 @@ def decode_request(frame: bytes, header: RequestHeader, pos: int) -> Request:
     return Request(header, body, len(frame))
 
 
-def _skip_tagged_fields(frame: bytes, pos: int) -> int:
+def _skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
     count, pos = _uvarint(frame, pos)
     for _ in range(count):
         _tag, pos = _uvarint(frame, pos)
@@ -155,7 +155,7 @@ def _skip_tagged_fields(frame: bytes, pos: int) -> int:
     return pos
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
     value = shift = 0
     while True:
         if pos >= len(buf) or shift > 28:

@@ -80,26 +80,32 @@ class KafkaConnection(asyncio.Protocol):
         self._update_reading()
 
     def data_received(self, data: bytes) -> None:
-        buffer = self._buffer
-        buffer += data
         self.broker.metrics.bytes_in += len(data)
+        if self._buffer:  # the rest of a frame that began in an earlier read
+            self._buffer += data
+            view = memoryview(self._buffer).toreadonly()
+        else:
+            view = memoryview(data)
+        # Frames are handed on as views of what was read: no copy here. A
+        # buffer with views on it is never grown again; a new one takes the rest.
         pos = 0
+        end = len(view)
         limit = self.broker.config.max_frame_bytes
-        while len(buffer) - pos >= 4 and not self._closing:
-            (size,) = _SIZE.unpack_from(buffer, pos)
+        while end - pos >= 4 and not self._closing:
+            (size,) = _SIZE.unpack_from(view, pos)
             if size < 0 or size > limit:
                 self._reject(f"frame of {size} bytes (limit {limit})")
                 return
-            if len(buffer) - pos - 4 < size:
+            if end - pos - 4 < size:
                 break
-            frame = bytes(buffer[pos + 4 : pos + 4 + size])
+            self._dispatch(view[pos + 4 : pos + 4 + size])
             pos += 4 + size
-            self._dispatch(frame)
-        if pos:
-            del buffer[:pos]
+        if pos == 0 and view.obj is self._buffer:
+            return  # nothing taken: keep growing the same buffer
+        self._buffer = bytearray(view[pos:])
 
     # ------------------------------------------------------------- requests
-    def _dispatch(self, frame: bytes) -> None:
+    def _dispatch(self, frame: memoryview) -> None:
         try:
             header, body_pos = read_header(frame)
             api = APIS.get(header.api_key)
