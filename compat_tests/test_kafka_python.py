@@ -120,6 +120,11 @@ def test_admin_creates_topic_with_partitions_and_configs(gateway, topic_name):
         (described,) = admin.describe_topics([topic_name])
         assert len(described["partitions"]) == 5
 
+        doomed = topic_name + "-doomed"
+        create_topic(admin, doomed)
+        admin.delete_topics([doomed])
+        assert doomed not in admin.list_topics()
+
     with producer(gateway) as prod:
         sent = [prod.send(topic_name, value=f"p{p}".encode(), partition=p) for p in range(5)]
         assert [f.get(TIMEOUT_S).partition for f in sent] == list(range(5))
@@ -204,6 +209,12 @@ def test_one_mib_record_and_message_too_large(gateway, topic_name):
     assert by_tp[big].key == b"big" and by_tp[big].value == value
     assert by_tp[topic_name].value == b"small"
 
+    # Default fetch limits (1 MiB per partition) still get the whole batch (KIP-74).
+    with consumer(gateway) as cons:
+        cons.assign([tp])
+        (record,) = read_to_end(cons, {tp: 1})
+    assert record.value == value
+
 
 def test_consume_from_earliest_and_from_latest(gateway, topic_name):
     """auto_offset_reset=earliest reads everything; latest sees only records produced after."""
@@ -242,18 +253,26 @@ def test_consume_from_earliest_and_from_latest(gateway, topic_name):
             assert latest.position(tp) == 8
 
 
-def test_offsets_for_times(gateway, topic_name):
-    """offsets_for_times returns the first offset at or after a timestamp, None past the end."""
+def test_offsets_for_times(gateway, topic_name, stored_batches):
+    """offsets_for_times returns the first offset at or after a timestamp, None past the end.
+
+    One batch of four records per codec, so lookups land inside and across
+    batches and the gateway reads timestamps out of every kind of batch.
+    """
     with admin_client(gateway) as admin:
         create_topic(admin, topic_name)
     base = int(time.time() * 1000) - 60_000
-    stamps = [base + 10 * i for i in range(12)]
-    with producer(gateway, linger_ms=20) as prod:
-        # Three batches of four records, so lookups land inside and across batches.
-        for chunk in range(3):
+    stamps = [base + 10 * i for i in range(4 * len(CODECS))]
+    for chunk, codec in enumerate(CODECS):
+        with producer(gateway, linger_ms=20, compression_type=codec) as prod:
             for i in range(chunk * 4, chunk * 4 + 4):
-                prod.send(topic_name, value=str(i).encode(), partition=0, timestamp_ms=stamps[i])
+                # Compressible: the client sends a batch uncompressed if that is smaller.
+                prod.send(topic_name, value=f"{i}:".encode() + b"payload " * 32, partition=0,
+                          timestamp_ms=stamps[i])
             prod.flush(TIMEOUT_S)
+    assert [(codec, count) for _, codec, count in stored_batches(topic_name, 0)] == [
+        (codec, 4) for codec in CODECS.values()
+    ]
     tp = TopicPartition(topic_name, 0)
     with consumer(gateway) as cons:
         def lookup(ts: int):
@@ -271,7 +290,7 @@ def test_offsets_for_times(gateway, topic_name):
         # Seeking to the offset found reads from that record on.
         cons.assign([tp])
         cons.seek(tp, lookup(stamps[7]).offset)
-        got = read_to_end(cons, {tp: 12})
+        got = read_to_end(cons, {tp: len(stamps)})
     assert [(r.offset, r.timestamp) for r in got] == list(enumerate(stamps))[7:]
 
 
@@ -307,7 +326,7 @@ def test_long_poll_is_woken_by_a_new_record(gateway, topic_name):
     assert elapsed < 5.0, f"poll took {elapsed:.1f}s: not woken by the append (max wait 10 s)"
 
 
-def test_watermarks_and_delete_records(gateway, topic_name):
+def test_watermarks_and_delete_records(gateway, topic_name, stored_batches):
     """end/beginning offsets are exact; delete_records moves the beginning offset."""
     with admin_client(gateway) as admin:
         create_topic(admin, topic_name, 2)
@@ -320,15 +339,21 @@ def test_watermarks_and_delete_records(gateway, topic_name):
             for i in range(4):
                 prod.send(topic_name, value=f"b{i}".encode(), partition=1)
             prod.flush(TIMEOUT_S)
+        assert [count for _, _, count in stored_batches(topic_name, 0)] == [5, 2]
         with consumer(gateway) as cons:
             assert cons.end_offsets([tp0, tp1]) == {tp0: 7, tp1: 4}
             assert cons.beginning_offsets([tp0, tp1]) == {tp0: 0, tp1: 0}
+        with consumer(gateway, isolation_level="read_committed") as committed:
+            assert committed.end_offsets([tp0, tp1]) == {tp0: 7, tp1: 4}
+        with consumer(gateway) as cons:
 
             # Offset 3 lies inside the first batch: the batch stays, offsets 0-2 go.
             result = admin.delete_records({tp0: 3})
             assert result[tp0]["low_watermark"] == 3 and result[tp0]["error_code"] == 0
             assert cons.beginning_offsets([tp0, tp1]) == {tp0: 3, tp1: 0}
             assert cons.end_offsets([tp0, tp1]) == {tp0: 7, tp1: 4}
+            # A time before the log start finds the first record still there.
+            assert cons.offsets_for_times({tp0: 0})[tp0].offset == 3
 
             cons.assign([tp0, tp1])
             cons.seek_to_beginning()
@@ -337,6 +362,7 @@ def test_watermarks_and_delete_records(gateway, topic_name):
                 [(0, i, f"a{i}".encode()) for i in range(3, 7)]
                 + [(1, i, f"b{i}".encode()) for i in range(4)]
             )
+            assert (cons.highwater(tp0), cons.highwater(tp1)) == (7, 4)
 
             # Up to the high watermark (-1): the partition reads as empty.
             result = admin.delete_records({tp1: -1})
@@ -373,10 +399,57 @@ def test_kill_9_keeps_every_acknowledged_record(gateway, topic_name):
     with consumer(gateway) as cons:
         ends = cons.end_offsets(tps)
         assert ends == {tps[0]: 101, tps[1]: 100, tps[2]: 100}
+        # The time index survived too.
+        assert {tp: found.offset for tp, found in cons.offsets_for_times(
+            dict.fromkeys(tps, 0)).items()} == dict.fromkeys(tps, 0)
         cons.assign(tps)
         got = read_to_end(cons, ends)
     assert len(got) == len(expected) == 301
     assert {(r.partition, r.offset): (r.key, r.value) for r in got} == expected
+
+
+def test_kill_9_mid_stream_loses_no_acknowledged_record(gateway, topic_name):
+    """kill -9 while a producer streams: every ack names a stored record, none is lost.
+
+    Without idempotence a retried batch may be stored twice (as with Kafka),
+    so keys may repeat; offsets must still be gapless and every acknowledged
+    (partition, offset) must hold exactly the record that was acknowledged.
+    """
+    with admin_client(gateway) as admin:
+        create_topic(admin, topic_name, 3)
+    total, kill_at, restart_at = 3000, 1000, 1500
+    futures = []
+    acked_before_kill = 0
+    with producer(gateway, linger_ms=2) as prod:
+        for i in range(total):
+            futures.append(prod.send(topic_name, key=str(i).encode(), value=b"v%d" % i,
+                                     partition=i % 3))
+            if i == kill_at:
+                futures[0].get(TIMEOUT_S)
+                acked_before_kill = sum(f.succeeded() for f in futures)
+                gateway.kill()
+            elif i == restart_at:
+                gateway.start()
+            time.sleep(0.0002)
+        prod.flush(TIMEOUT_S * 2)
+        acked = {}
+        for i, future in enumerate(futures):
+            meta = future.get(0)  # the client retried through the outage
+            acked[(meta.partition, meta.offset)] = i
+    assert 0 < acked_before_kill < total
+
+    tps = [TopicPartition(topic_name, p) for p in range(3)]
+    with consumer(gateway) as cons:
+        ends = cons.end_offsets(tps)
+        cons.assign(tps)
+        got = read_to_end(cons, ends)
+    stored = {(r.partition, r.offset): (r.key, r.value) for r in got}
+    assert len(stored) == len(got) == sum(ends.values())
+    assert sorted(stored) == [(tp.partition, o) for tp in tps for o in range(ends[tp])]
+    for (partition, offset), i in acked.items():
+        assert stored[(partition, offset)] == (str(i).encode(), b"v%d" % i)
+        assert partition == i % 3
+    assert {int(key) for key, _ in stored.values()} == set(range(total))
 
 
 def test_describe_and_alter_configs_round_trip(gateway, topic_name):
