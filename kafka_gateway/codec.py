@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import datetime
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
 from types import ModuleType
 from typing import Any
 
-from kio.index import load_payload_module
+from kio.index import UnknownEntity, load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
 
 API_VERSIONS_KEY = 18
-# kio is generated from Kafka 4's schemas, which dropped Produce v0-2. Kafka 3.4
-# advertises Produce from v0, and librdkafka before 2.11.1 compresses (gzip,
-# snappy, lz4) only for a broker that does, so the gateway reads them too.
-PRODUCE_KEY = 0
-_NULL_STRING = b"\xff\xff"
 _HEADER = struct.Struct(">hhih")
 _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
@@ -88,8 +84,12 @@ def response_schema(api_key: int, version: int) -> ModuleType:
 
 
 @cache
-def _request_class(api_key: int, version: int) -> type:
-    module = request_schema(api_key, version)
+def _request_class(api_key: int, version: int) -> type | None:
+    """kio's request class, or None for a version kio has no schema for."""
+    try:
+        module = request_schema(api_key, version)
+    except UnknownEntity:
+        return None
     return next(
         obj
         for obj in vars(module).values()
@@ -122,22 +122,33 @@ def read_header(frame: bytes | memoryview) -> tuple[RequestHeader, int]:
     return RequestHeader(api_key, api_version, correlation_id, client_id), pos
 
 
-def decode_request(frame: bytes | memoryview, header: RequestHeader, pos: int) -> Request:
-    """Read the body of a request whose (api_key, version) is supported."""
+def decode_request(
+    frame: bytes | memoryview,
+    header: RequestHeader,
+    pos: int,
+    decode: Callable[[Any, int, int], Any] | None = None,
+) -> Request:
+    """Read the body of a request whose (api_key, version) is supported.
+
+    ``decode`` is the API's own reader where it has one (a hot path, or
+    versions kio has no schema for); otherwise kio reads the body.
+    """
     version = header.api_version
-    if header.api_key == PRODUCE_KEY and version < 3:
-        # v0-2 are v3 less its first field, the transactional id: read as v3 with a null one.
-        frame, version = bytes(frame[:pos]) + _NULL_STRING + bytes(frame[pos:]), 3
     cls = _request_class(header.api_key, version)
     try:
-        if cls.__flexible__:
+        if cls is not None and cls.__flexible__:
             pos = _skip_tagged_fields(frame, pos)
-        body, _size = _reader(cls)(frame, pos)
+        if decode is not None:
+            body = decode(frame, pos, version)
+        elif cls is None:
+            raise MalformedRequest(f"no schema for API {header.api_key} v{version}")
+        else:
+            body, _size = _reader(cls)(frame, pos)
     except MalformedRequest:
         raise
     except Exception as exc:  # kio raises several types for bad bytes
         raise MalformedRequest(
-            f"cannot decode {cls.__name__} v{header.api_version}: {exc}"
+            f"cannot decode API {header.api_key} v{version}: {exc}"
         ) from exc
     # Bytes after the body are ignored, as Kafka's own parser does: some
     # clients (librdkafka's Metadata v12) send a few more than the schema has.

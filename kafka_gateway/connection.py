@@ -39,16 +39,22 @@ from .codec import (
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64
+READ_BUFFER_BYTES = 256 << 10
+MIN_READ_BYTES = 64 << 10
 _SIZE = struct.Struct(">i")
 
 
-class KafkaConnection(asyncio.Protocol):
+class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker, connections: set[KafkaConnection]) -> None:
         self.broker = broker
         self.connections = connections
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        # The socket reads straight into _buffer (BufferedProtocol): bytes in
+        # [_start, _end) are received but not yet a whole frame.
         self._buffer = bytearray()
+        self._start = 0
+        self._end = 0
         self._pending: deque[asyncio.Task[list[bytes] | None]] = deque()
         self._reading_paused = False
         self._writing_paused = False
@@ -79,17 +85,18 @@ class KafkaConnection(asyncio.Protocol):
         self._writing_paused = False
         self._update_reading()
 
-    def data_received(self, data: bytes) -> None:
-        self.broker.metrics.bytes_in += len(data)
-        if self._buffer:  # the rest of a frame that began in an earlier read
-            self._buffer += data
-            view = memoryview(self._buffer).toreadonly()
-        else:
-            view = memoryview(data)
-        # Frames are handed on as views of what was read: no copy here. A
-        # buffer with views on it is never grown again; a new one takes the rest.
-        pos = 0
-        end = len(view)
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if len(self._buffer) - self._end < MIN_READ_BYTES:
+            self._new_buffer(MIN_READ_BYTES)
+        return memoryview(self._buffer)[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.broker.metrics.bytes_in += nbytes
+        self._end += nbytes
+        # Frames are handed on as read-only views of the buffer: no copy. The
+        # socket only ever writes past _end, never under a frame handed out.
+        view = memoryview(self._buffer).toreadonly()
+        pos, end = self._start, self._end
         limit = self.broker.config.max_frame_bytes
         while end - pos >= 4 and not self._closing:
             (size,) = _SIZE.unpack_from(view, pos)
@@ -97,12 +104,24 @@ class KafkaConnection(asyncio.Protocol):
                 self._reject(f"frame of {size} bytes (limit {limit})")
                 return
             if end - pos - 4 < size:
+                if pos + 4 + size > len(self._buffer):
+                    self._start = pos
+                    self._new_buffer(4 + size)  # the whole frame will fit in one buffer
+                    return
                 break
             self._dispatch(view[pos + 4 : pos + 4 + size])
             pos += 4 + size
-        if pos == 0 and view.obj is self._buffer:
-            return  # nothing taken: keep growing the same buffer
-        self._buffer = bytearray(view[pos:])
+        self._start = pos
+
+    def _new_buffer(self, room: int) -> None:
+        """Move the unread bytes to a fresh buffer with ``room`` bytes free after them.
+
+        The old buffer is left as it is: frames handed out may still view it.
+        """
+        unread = self._end - self._start
+        buffer = bytearray(max(READ_BUFFER_BYTES, unread + room))
+        buffer[:unread] = self._buffer[self._start : self._end]
+        self._buffer, self._start, self._end = buffer, 0, unread
 
     # ------------------------------------------------------------- requests
     def _dispatch(self, frame: memoryview) -> None:
@@ -119,7 +138,7 @@ class KafkaConnection(asyncio.Protocol):
                 name = api.name if api else f"unknown API key {header.api_key}"
                 self._reject(f"{name} v{header.api_version} is not supported")
                 return
-            request = decode_request(frame, header, body_pos)
+            request = decode_request(frame, header, body_pos, api.decode)
         except MalformedRequest as exc:
             self._reject(str(exc))
             return

@@ -9,9 +9,9 @@ acks=0 gets no answer at all, as in Kafka. A topic is not auto-created here
 
 v0-2 are answered too, as by Kafka 3.4: librdkafka before 2.11.1 compresses
 (gzip, snappy, lz4) only for a broker that advertises Produce v0. kio has no
-schemas for them (codec.py reads them as v3), so their answer is encoded
-here; a message set in the old formats (magic 0 or 1) gets
-UNSUPPORTED_FOR_MESSAGE_FORMAT, like any other.
+schemas for them, so their answer is encoded here; a message set in the old
+formats (magic 0 or 1) gets UNSUPPORTED_FOR_MESSAGE_FORMAT, like any other.
+Requests of every version are read by ``produce_request.decode``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ from tablets.tablet import now_ms
 
 from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import KafkaError, error_code, error_message
+from .produce_request import decode
+
+__all__ = ["API_KEY", "VERSIONS", "decode", "handle"]
 
 API_KEY = 0
 VERSIONS = (0, 9)

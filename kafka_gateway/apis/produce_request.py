@@ -1,0 +1,120 @@
+"""The Produce request, decoded by hand: record sets stay views of the frame.
+
+Measured: kio's reader copies every record set into a new bytes object and
+builds a dataclass per partition; on the produce path that copy was the one
+the gateway could avoid (the batch is copied once anyway, when its offset is
+stamped). This reads v0-9 (Kafka 3.4's range: v0-2 have no transactional id,
+v9 is flexible) into plain tuples with the attribute names kio uses, so the
+handler reads either alike. A test checks it against kio on the same bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from ..codec import MalformedRequest
+
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class PartitionProduceData(NamedTuple):
+    index: int
+    records: memoryview | None
+
+
+class TopicProduceData(NamedTuple):
+    name: str
+    partition_data: list[PartitionProduceData]
+
+
+class ProduceRequest(NamedTuple):
+    transactional_id: str | None
+    acks: int
+    timeout_ms: int
+    topic_data: list[TopicProduceData]
+
+
+class _Reader:
+    __slots__ = ("buf", "flexible", "pos")
+
+    def __init__(self, buf: memoryview, pos: int, flexible: bool) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.flexible = flexible
+
+    def int16(self) -> int:
+        (value,) = _I16.unpack_from(self.buf, self.pos)
+        self.pos += 2
+        return value
+
+    def int32(self) -> int:
+        (value,) = _I32.unpack_from(self.buf, self.pos)
+        self.pos += 4
+        return value
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.buf[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 35:
+                raise MalformedRequest("varint too long")
+
+    def length(self) -> int:
+        """An array, string or bytes length; -1 for null."""
+        return self.uvarint() - 1 if self.flexible else self.int32()
+
+    def string_length(self) -> int:
+        return self.uvarint() - 1 if self.flexible else self.int16()
+
+    def take(self, size: int) -> memoryview:
+        end = self.pos + size
+        if size < 0 or end > len(self.buf):
+            raise MalformedRequest("field runs past the end of the frame")
+        view = self.buf[self.pos : end]
+        self.pos = end
+        return view
+
+    def string(self) -> str | None:
+        size = self.string_length()
+        return None if size < 0 else bytes(self.take(size)).decode()
+
+    def skip_tagged_fields(self) -> None:
+        if self.flexible:
+            for _ in range(self.uvarint()):
+                self.uvarint()
+                self.take(self.uvarint())
+
+
+def decode(frame: memoryview | bytes, pos: int, version: int) -> ProduceRequest:
+    """The body of a Produce request at ``version`` (0-9), starting at ``pos``."""
+    reader = _Reader(memoryview(frame), pos, flexible=version >= 9)
+    try:
+        transactional_id = reader.string() if version >= 3 else None
+        acks = reader.int16()
+        timeout_ms = reader.int32()
+        topics = []
+        for _ in range(max(reader.length(), 0)):
+            name = reader.string()
+            if name is None:
+                raise MalformedRequest("null topic name")
+            partitions = []
+            for _ in range(max(reader.length(), 0)):
+                index = reader.int32()
+                size = reader.length()
+                partitions.append(
+                    PartitionProduceData(index, None if size < 0 else reader.take(size))
+                )
+                reader.skip_tagged_fields()
+            topics.append(TopicProduceData(name, partitions))
+            reader.skip_tagged_fields()
+        reader.skip_tagged_fields()
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise MalformedRequest(f"cannot decode ProduceRequest v{version}: {exc}") from exc
+    return ProduceRequest(transactional_id, acks, timeout_ms, topics)
