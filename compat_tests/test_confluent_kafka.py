@@ -8,6 +8,7 @@ import socket
 import struct
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import (
@@ -364,3 +365,85 @@ def test_api_versions_fallback_for_newer_clients(gateway):
     assert (correlation, error) == (77, ErrorCode.unsupported_version.value)
     keys = {struct.unpack_from(">hhh", body, 10 + 6 * i) for i in range(count)}
     assert (18, 0, 3) in keys and (0, 0, 9) in keys and (1, 4, 13) in keys
+
+
+def test_log_append_time_topics_stamp_records(gateway, topic_name):
+    """message.timestamp.type=LogAppendTime replaces the producer's timestamps."""
+    from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME
+
+    create_topic(gateway, topic_name, **{"message.timestamp.type": "LogAppendTime"})
+    before = int(time.time() * 1000)
+    produce_all(producer(gateway), topic_name,
+                [{"value": b"v%d" % i, "timestamp": 1_000} for i in range(3)])
+    after = int(time.time() * 1000)
+    got = read_partition(gateway, topic_name, 0, 3)
+    for m in got:
+        kind, stamp = m.timestamp()
+        assert kind == TIMESTAMP_LOG_APPEND_TIME
+        assert before - 1000 <= stamp <= after + 1000
+
+
+def test_topics_are_auto_created_on_first_use(gateway, topic_name):
+    """Like Kafka: producing to an unknown topic creates it (num.partitions)."""
+    [(err, offset)] = produce_all(producer(gateway), topic_name, [{"value": b"first"}])
+    assert err is None and offset == 0
+    metadata = admin(gateway).list_topics(topic_name, timeout=TIMEOUT)
+    assert len(metadata.topics[topic_name].partitions) == 1
+
+
+def test_auto_creation_can_be_turned_off(tmp_path, topic_name):
+    from kafka_gateway.testing import GatewayProcess
+
+    with GatewayProcess(tmp_path / "data", "--auto-create-topics-enable", "false",
+                        "--num-partitions", "4") as off:
+        p = producer(off, **{"message.timeout.ms": 3000})
+        [(err, _)] = produce_all(p, topic_name, [{"value": b"nowhere"}])
+        assert err is not None and err.code() in (
+            KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC, KafkaError._MSG_TIMED_OUT)
+        assert topic_name not in admin(off).list_topics(timeout=TIMEOUT).topics
+        create_topic(off, topic_name)  # -1 partitions: the node's num.partitions
+        assert len(admin(off).list_topics(timeout=TIMEOUT).topics[topic_name].partitions) == 1
+
+
+def test_stalled_clients_do_not_stall_others(gateway, topic_name):
+    """A client that never reads its answers, and one that sends half a frame, stall alone."""
+    create_topic(gateway, topic_name, **{"max.message.bytes": "2097152"})
+    p = producer(gateway, **{"message.max.bytes": 4_000_000})
+    # More than the in-memory tail (8 MiB): answers are fresh reads from disk.
+    produce_all(p, topic_name, [{"value": bytes(1 << 20)} for _ in range(16)])
+
+    fetch_frame = _raw_fetch_frame(topic_name)
+    hogs = []
+    for _ in range(3):
+        hog = socket.create_connection(gateway.host_port)
+        hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        hog.sendall(fetch_frame * 200)  # ~1.6 GB of answers it will never read
+        hogs.append(hog)
+    half = socket.create_connection(gateway.host_port)
+    half.sendall(struct.pack(">i", 1000) + b"\x00" * 10)  # and then nothing
+    try:
+        started = time.monotonic()
+        [(err, offset)] = produce_all(p, topic_name, [{"value": b"still here"}])
+        assert err is None and offset == 16
+        [m] = read_partition(gateway, topic_name, 0, 1, start=16)
+        assert m.value() == b"still here"
+        assert time.monotonic() - started < 20
+        # What waits for the stalled readers is bounded (about one answer each).
+        status = Path(f"/proc/{gateway.process.pid}/status").read_text()
+        rss_kib = int(next(line.split()[1] for line in status.splitlines()
+                           if line.startswith("VmRSS")))
+        assert rss_kib < 1_000_000, rss_kib
+    finally:
+        for sock in (*hogs, half):
+            sock.close()
+
+
+def _raw_fetch_frame(topic: str) -> bytes:
+    """A Fetch v4 request frame for partition 0 from offset 0, 8 MiB limit."""
+    name = topic.encode()
+    # replica id, max wait, min bytes, max bytes, isolation level
+    body = struct.pack(">iiiib", -1, 0, 1, 64 << 20, 0)
+    body += struct.pack(">ih", 1, len(name)) + name
+    body += struct.pack(">iiqi", 1, 0, 0, 8 << 20)
+    header = struct.pack(">hhih", 1, 4, 1, -1)
+    return struct.pack(">i", len(header) + len(body)) + header + body

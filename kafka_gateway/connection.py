@@ -6,9 +6,12 @@ are written strictly in request order, as the protocol requires. A handler
 takes its offsets before its first ``await`` and tasks start in creation
 order, so produce requests on one connection append in the order sent.
 
-Backpressure: at most ``MAX_IN_FLIGHT`` requests per connection, and no
-reading while the socket's send buffer is full, so a slow or stalled client
-only ever stalls itself.
+Backpressure, so that a slow or stalled client only ever stalls itself: at
+most ``MAX_IN_FLIGHT`` requests per connection; no new request is taken while
+the socket's send buffer is full; and one Fetch at a time per connection, each
+started only while the client is reading its answers, so what waits in memory
+for a client that stopped reading is at most one Fetch answer (as with
+Kafka, which serves one request per connection at a time).
 
 A malformed or oversized frame, or a request for an API or version this
 gateway does not implement, closes this connection only (Kafka does the same,
@@ -39,6 +42,7 @@ from .codec import (
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64
+FETCH_KEY = 1
 READ_BUFFER_BYTES = 256 << 10
 MIN_READ_BYTES = 64 << 10
 _SIZE = struct.Struct(">i")
@@ -58,6 +62,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._pending: deque[asyncio.Task[list[bytes] | None]] = deque()
         self._reading_paused = False
         self._writing_paused = False
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._fetch_turn = asyncio.Lock()
         self._closing = False
 
     # ------------------------------------------------------------ transport
@@ -79,11 +86,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def pause_writing(self) -> None:
         self._writing_paused = True
+        self._writable.clear()
         self._update_reading()
 
     def resume_writing(self) -> None:
         self._writing_paused = False
-        self._update_reading()
+        self._writable.set()
+        self._take_frames()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if len(self._buffer) - self._end < MIN_READ_BYTES:
@@ -93,12 +102,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         self.broker.metrics.bytes_in += nbytes
         self._end += nbytes
+        self._take_frames()
+
+    def _take_frames(self) -> None:
+        """Dispatch the whole frames received, as long as backpressure allows."""
         # Frames are handed on as read-only views of the buffer: no copy. The
         # socket only ever writes past _end, never under a frame handed out.
         view = memoryview(self._buffer).toreadonly()
         pos, end = self._start, self._end
         limit = self.broker.config.max_frame_bytes
-        while end - pos >= 4 and not self._closing:
+        while end - pos >= 4 and not self._closing and not self._saturated:
             (size,) = _SIZE.unpack_from(view, pos)
             if size < 0 or size > limit:
                 self._reject(f"frame of {size} bytes (limit {limit})")
@@ -109,9 +122,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
                     self._new_buffer(4 + size)  # the whole frame will fit in one buffer
                     return
                 break
+            self._start = pos + 4 + size
             self._dispatch(view[pos + 4 : pos + 4 + size])
-            pos += 4 + size
+            pos = self._start
         self._start = pos
+        self._update_reading()
+
+    @property
+    def _saturated(self) -> bool:
+        return self._writing_paused or len(self._pending) >= MAX_IN_FLIGHT
 
     def _new_buffer(self, room: int) -> None:
         """Move the unread bytes to a fresh buffer with ``room`` bytes free after them.
@@ -145,14 +164,19 @@ class KafkaConnection(asyncio.BufferedProtocol):
         task = asyncio.get_running_loop().create_task(self._serve(request, api.name))
         self._pending.append(task)
         task.add_done_callback(self._flush)
-        self._update_reading()
 
     async def _serve(self, request: Request, name: str) -> list[bytes] | None:
         metrics = self.broker.metrics
         started = time.perf_counter()
         metrics.requests[name] += 1
+        handle = APIS[request.header.api_key].handle
         try:
-            body = await APIS[request.header.api_key].handle(self.broker, request)
+            if request.header.api_key == FETCH_KEY:
+                async with self._fetch_turn:
+                    await self._writable.wait()
+                    body = await handle(self.broker, request)
+            else:
+                body = await handle(self.broker, request)
         except Exception:
             metrics.request_errors[name] += 1
             raise
@@ -166,7 +190,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         future: asyncio.Future[list[bytes] | None] = asyncio.get_running_loop().create_future()
         future.set_result(chunks)
         self._pending.append(future)  # type: ignore[arg-type]
-        self._flush()
+        # Not flushed from here: this runs inside _take_frames' loop.
+        asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self, _task: object = None) -> None:
         pending = self._pending
@@ -183,12 +208,12 @@ class KafkaConnection(asyncio.BufferedProtocol):
             if chunks and self.transport is not None and not self._closing:
                 self.transport.writelines(chunks)
                 self.broker.metrics.bytes_out += sum(map(len, chunks))
-        self._update_reading()
+        self._take_frames()
 
     def _update_reading(self) -> None:
         if self.transport is None or self._closing:
             return
-        should_pause = self._writing_paused or len(self._pending) >= MAX_IN_FLIGHT
+        should_pause = self._saturated
         if should_pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
