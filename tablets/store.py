@@ -87,7 +87,9 @@ class RocksStore:
         options.set_enable_blob_files(True)
         options.set_min_blob_size(4096)
         options.set_blob_compression_type(DBCompressionType.none())
-        options.set_enable_blob_gc(True)
+        # No blob GC: retention deletes from the front, so blob files empty out
+        # whole and are dropped without rewriting live batches.
+        options.set_enable_blob_gc(False)
         table = BlockBasedOptions()
         table.set_block_size(64 << 10)
         options.set_block_based_table_factory(table)
