@@ -9,6 +9,7 @@ from tablets import StorageEngine, Topic
 from tablets.errors import TopicAlreadyExists, UnknownTopic
 
 from .config import GatewayConfig
+from .groups import GroupCoordinator
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -19,6 +20,7 @@ class Broker:
     config: GatewayConfig
     engine: StorageEngine
     metrics: Metrics = field(default_factory=Metrics)
+    groups: GroupCoordinator | None = None  # set once the engine has loaded offsets
     stopping: bool = False  # set at shutdown: long-polls answer at once
 
     @property

@@ -2,8 +2,9 @@
 
     kafka-gateway serve [--listen HOST:PORT] [--data-dir DIR] [...]
     kafka-gateway topics list|describe|create|delete|alter [...]
+    kafka-gateway groups list|describe GROUP
 
-The ``topics`` commands speak the Kafka protocol to the gateway (or to any
+The ``topics`` and ``groups`` commands speak the Kafka protocol to the gateway (or to any
 Kafka broker), like ``kafka-topics.sh``.
 """
 
@@ -27,6 +28,7 @@ from kio.static.primitive import i32Timedelta
 
 from . import config as settings
 from .client import KafkaClient
+from .groups_cli import add_groups_parser, run_groups
 
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 
@@ -59,9 +61,13 @@ def main(argv: list[str] | None = None) -> None:
     alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     alter.add_argument("--delete", action="append", default=[], metavar="KEY")
 
+    add_groups_parser(commands)
+
     args = parser.parse_args(argv)
     if args.command == "serve":
         _serve(args)
+    elif args.command == "groups":
+        sys.exit(asyncio.run(run_groups(args)))
     else:
         sys.exit(asyncio.run(_topics(args)))
 

@@ -54,6 +54,19 @@ SETTINGS: tuple[Setting, ...] = (
             "newest bytes per partition served from memory"),
     Setting("gateway.admin.listen", "admin_listen", str,
             "HOST:PORT of the HTTP admin/metrics endpoint, or 'off'"),
+    Setting("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", int,
+            "how long a new (empty) group waits for more members before its first rebalance"),
+    Setting("group.min.session.timeout.ms", "group_min_session_timeout_ms", int,
+            "smallest session timeout a group member may ask for"),
+    Setting("group.max.session.timeout.ms", "group_max_session_timeout_ms", int,
+            "largest session timeout a group member may ask for"),
+    Setting("offsets.retention.minutes", "offsets_retention_minutes", int,
+            "committed offsets of a group without members are deleted this long after the "
+            "group emptied (or, for assign()-only groups, after the commit)"),
+    Setting("offsets.retention.check.interval.ms", "offsets_retention_check_interval_ms", int,
+            "how often expired committed offsets are looked for"),
+    Setting("offset.metadata.max.bytes", "offset_metadata_max_bytes", int,
+            "largest metadata string an offset commit may carry"),
 )
 
 
@@ -73,6 +86,12 @@ class GatewayConfig:
     fsync: str = "never"
     tail_cache_bytes: int = 8 << 20
     admin_listen: str = "off"
+    group_initial_rebalance_delay_ms: int = 3000
+    group_min_session_timeout_ms: int = 6000
+    group_max_session_timeout_ms: int = 1_800_000
+    offsets_retention_minutes: int = 10_080
+    offsets_retention_check_interval_ms: int = 600_000
+    offset_metadata_max_bytes: int = 4096
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -13,6 +13,7 @@ from .admin_http import AdminHttp
 from .broker import Broker
 from .config import GatewayConfig
 from .connection import KafkaConnection
+from .groups import GroupCoordinator
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,9 @@ class GatewayServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.engine.start(loop)
+        assert self.engine.consumer_offsets is not None
+        self.broker.groups = GroupCoordinator(self.config, self.engine.consumer_offsets)
+        self.broker.groups.start()
         host, port = self.config.listen
         self._server = await loop.create_server(
             lambda: KafkaConnection(self.broker, self.connections), host, port,
@@ -83,6 +87,8 @@ class GatewayServer:
         for topic in self.engine.topics.values():
             for tablet in topic.partitions:
                 tablet.wake_waiters()
+        if self.broker.groups is not None:
+            self.broker.groups.stop()  # answers waiting JoinGroup/SyncGroup
         if self.connections:
             await asyncio.wait(
                 [asyncio.ensure_future(c.drain(SHUTDOWN_GRACE_SECONDS))

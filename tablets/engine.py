@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from . import keys
+from .consumer_offsets import ConsumerOffsets
 from .errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
@@ -83,6 +84,7 @@ class StorageEngine:
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[UUID, Topic] = {}
         self.writer: GroupCommitWriter | None = None
+        self.consumer_offsets: ConsumerOffsets | None = None  # set by start()
         self.cluster_id = self._load_cluster_id()
 
     # ---------------------------------------------------------- lifecycle
@@ -97,7 +99,10 @@ class StorageEngine:
             for tablet in topic.partitions:
                 tablet.load()
             self._register(topic)
-        log.info("loaded %d topics", len(self.topics))
+        self.consumer_offsets = ConsumerOffsets(self.store, self.writer)
+        self.consumer_offsets.load()
+        log.info("loaded %d topics, committed offsets of %d groups", len(self.topics),
+                 len(self.consumer_offsets.groups()))
 
     def close(self) -> None:
         if self.writer is not None:
@@ -126,6 +131,10 @@ class StorageEngine:
         if not 0 <= index < len(topic.partitions):
             raise UnknownPartition(f"partition {name}-{index} does not exist")
         return topic.partitions[index]
+
+    def has_partition(self, name: str, index: int) -> bool:
+        topic = self.topics.get(name)
+        return topic is not None and 0 <= index < len(topic.partitions)
 
     def topic_configs(self, topic: Topic) -> dict[str, str]:
         """Every config of a topic with its effective value."""
@@ -178,6 +187,8 @@ class StorageEngine:
         ops.delete(keys.topic_key(name))
         for kind in (keys.META, keys.LOG, keys.TIME_INDEX, keys.PRODUCER):
             ops.delete_range(*keys.topic_range(kind, topic.topic_id))
+        if self.consumer_offsets is not None:
+            self.consumer_offsets.drop_topic(name, ops)
         await self._write(ops)
         log.info("deleted topic %s", name)
         return topic

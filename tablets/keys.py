@@ -58,3 +58,26 @@ def offset_key(kind: bytes, prefix: bytes, offset: int) -> bytes:
 
 def offset_of_key(key: bytes) -> int:
     return _OFFSET.unpack_from(key, 21)[0]
+
+
+_CONSUMER_PARTITION = struct.Struct(">i")
+
+
+def consumer_group_prefix(group: str) -> bytes:
+    """Every committed offset of one group starts with these bytes.
+
+    Group ids must not contain NUL (the separator); the coordinator rejects them.
+    """
+    return CONSUMER_OFFSET + group.encode() + b"\x00"
+
+
+def consumer_offset_key(group: str, topic: str, partition: int) -> bytes:
+    return consumer_group_prefix(group) + topic.encode() + b"\x00" + (
+        _CONSUMER_PARTITION.pack(partition)
+    )
+
+
+def parse_consumer_offset_key(key: bytes) -> tuple[str, str, int]:
+    """(group, topic, partition) of a ``C`` key (topic names never contain NUL)."""
+    group, topic = key[1:-5].split(b"\x00", 1)
+    return group.decode(), topic.decode(), _CONSUMER_PARTITION.unpack_from(key, len(key) - 4)[0]

@@ -1,0 +1,50 @@
+"""FindCoordinator (key 10), v0-4: this node coordinates every group and
+every transactional id (one node; the scale path places them by hash).
+
+v0 asks for a group; v1-3 add the key type (0 group, 1 transaction); v4
+batches keys and answers one coordinator per key. An unknown key type gets
+INVALID_REQUEST. A group id containing NUL (which the offset store cannot
+key) gets INVALID_GROUP_ID.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+
+API_KEY = 10
+VERSIONS = (0, 4)
+
+GROUP_KEY = 0
+TRANSACTION_KEY = 1
+
+
+def _error_for(key_type: int, key: str) -> ErrorCode:
+    if key_type not in (GROUP_KEY, TRANSACTION_KEY):
+        return ErrorCode.invalid_request
+    if key_type == GROUP_KEY and "\x00" in key:
+        return ErrorCode.invalid_group_id
+    return ErrorCode.none
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    body = request.body
+    key_type = getattr(body, "key_type", GROUP_KEY)
+    host, port = broker.config.advertised
+    node = broker.node_id
+
+    def answer(cls, code: ErrorCode, **key):
+        ok = code is ErrorCode.none
+        return build(cls, **key, throttle_time=NO_THROTTLE, error_code=code,
+                     error_message=None if ok else code.name.upper(),
+                     node_id=node if ok else -1, host=host if ok else "",
+                     port=port if ok else -1)
+
+    if request.version >= 4:
+        return build(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(
+            answer(schema.Coordinator, _error_for(key_type, key), key=key)
+            for key in body.coordinator_keys
+        ))
+    return answer(schema.FindCoordinatorResponse, _error_for(key_type, body.key))

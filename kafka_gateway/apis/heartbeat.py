@@ -1,0 +1,23 @@
+"""Heartbeat (key 12), v0-4: keeps a member's session alive.
+
+Answers REBALANCE_IN_PROGRESS while the group prepares a rebalance (the
+member's cue to rejoin), ILLEGAL_GENERATION for an old generation,
+UNKNOWN_MEMBER_ID for a member the group does not have (e.g. after its
+session expired or the gateway restarted), FENCED_INSTANCE_ID when another
+process took over its group.instance.id.
+"""
+
+from __future__ import annotations
+
+from ..codec import NO_THROTTLE, build, response_schema
+
+API_KEY = 12
+VERSIONS = (0, 4)
+
+
+async def handle(broker, request):
+    body = request.body
+    code = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
+                                   getattr(body, "group_instance_id", None))
+    schema = response_schema(API_KEY, request.version)
+    return build(schema.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -1,0 +1,70 @@
+"""JoinGroup (key 11), v0-9: a member joins (or rejoins) a group and waits
+for the generation to form.
+
+- v4+ without a member id: answered at once with MEMBER_ID_REQUIRED and a new
+  id, which the client sends back (KIP-394). Older versions join directly.
+- A group.instance.id (v5+) makes a static member: a restart within its
+  session timeout takes the old slot and assignment without a rebalance.
+- The group picks the protocol (assignor) every member supports that most
+  members prefer; the leader gets every member's metadata for it and sends
+  the assignment in SyncGroup.
+- A new group's first generation waits ``group.initial.rebalance.delay.ms``
+  for more members; later rebalances wait until every member has rejoined or
+  the rebalance timeout (v0: the session timeout) has passed.
+- Session timeouts outside group.min/max.session.timeout.ms get
+  INVALID_SESSION_TIMEOUT; protocols the group cannot share,
+  INCONSISTENT_GROUP_PROTOCOL.
+"""
+
+from __future__ import annotations
+
+import datetime
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..groups import JoinRequest
+
+API_KEY = 11
+VERSIONS = (0, 9)
+
+_MS = datetime.timedelta(milliseconds=1)
+
+
+async def handle(broker, request):
+    body = request.body
+    version = request.version
+    session_timeout_ms = body.session_timeout // _MS
+    result = await broker.groups.join_group(JoinRequest(
+        group_id=body.group_id,
+        member_id=body.member_id,
+        group_instance_id=getattr(body, "group_instance_id", None),
+        client_id=request.header.client_id or "",
+        client_host="",  # the connection's peer is not passed to handlers
+        protocol_type=body.protocol_type,
+        protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],  # not views of the frame
+        session_timeout_ms=session_timeout_ms,
+        rebalance_timeout_ms=body.rebalance_timeout // _MS if version >= 1 else session_timeout_ms,
+        require_known_member_id=version >= 4,
+        reason=getattr(body, "reason", None),
+    ))
+    schema = response_schema(API_KEY, version)
+    protocol_name = result.protocol_name
+    if protocol_name is None and version < 7:
+        protocol_name = ""  # nullable only from v7
+    return build(
+        schema.JoinGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type if result.error is ErrorCode.none else None,
+        protocol_name=protocol_name,
+        leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=tuple(
+            build(schema.JoinGroupResponseMember, member_id=m.member_id,
+                  group_instance_id=m.group_instance_id, metadata=m.metadata)
+            for m in result.members
+        ),
+    )

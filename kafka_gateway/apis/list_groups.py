@@ -1,0 +1,30 @@
+"""ListGroups (key 16), v0-4: every group this coordinator knows.
+
+Groups with members, and groups known only by their committed offsets
+(listed as Empty with protocol type "", e.g. after a restart or for
+``assign()`` consumers). v4 filters by state names, case-insensitively.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+
+API_KEY = 16
+VERSIONS = (0, 4)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    states = getattr(request.body, "states_filter", ())
+    return build(
+        schema.ListGroupsResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=ErrorCode.none,
+        groups=tuple(
+            build(schema.ListedGroup, group_id=group_id, protocol_type=protocol_type,
+                  group_state=state)
+            for group_id, protocol_type, state in broker.groups.list_groups(states)
+        ),
+    )

@@ -1,0 +1,68 @@
+"""OffsetCommit (key 8), v2-8: store a group's consumed positions, durably.
+
+- Members of a group commit with their generation and member id: an old
+  generation gets ILLEGAL_GENERATION, an unknown member UNKNOWN_MEMBER_ID,
+  a fenced static member FENCED_INSTANCE_ID, and a commit between JoinGroup
+  and SyncGroup REBALANCE_IN_PROGRESS (the fences of Kafka's coordinator).
+- Generation -1 without a member id is the commit of a consumer that assigns
+  partitions itself (``assign()``); accepted while the group has no members.
+- Offset, leader epoch (v6+) and the metadata string are stored in the
+  storage layer in one write, answered once it is in the WAL; OffsetFetch
+  returns them as committed (a null metadata reads back as "", as in Kafka).
+- Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not
+  exist, OFFSET_METADATA_TOO_LARGE beyond ``offset.metadata.max.bytes``.
+- v2-4's retention_time is ignored: retention is the node's setting.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from tablets.consumer_offsets import OffsetCommit
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import error_code
+
+API_KEY = 8
+VERSIONS = (2, 8)
+
+
+async def handle(broker, request):
+    body = request.body
+    max_metadata = broker.config.offset_metadata_max_bytes
+    codes: dict[tuple[str, int], ErrorCode] = {}
+    commits: dict[tuple[str, int], OffsetCommit] = {}
+    for topic in body.topics:
+        for part in topic.partitions:
+            tp = (topic.name, part.partition_index)
+            metadata = part.committed_metadata or ""
+            if not broker.engine.has_partition(*tp):
+                codes[tp] = ErrorCode.unknown_topic_or_partition
+            elif len(metadata.encode()) > max_metadata:
+                codes[tp] = ErrorCode.offset_metadata_too_large
+            else:
+                commits[tp] = OffsetCommit(part.committed_offset,
+                                           getattr(part, "committed_leader_epoch", -1), metadata)
+    if commits:
+        try:
+            group_code = await broker.groups.commit_offsets(
+                body.group_id, body.generation_id_or_member_epoch, body.member_id,
+                getattr(body, "group_instance_id", None), commits)
+        except Exception as exc:  # the store refused the write
+            group_code = error_code(exc)
+        codes.update(dict.fromkeys(commits, group_code))
+
+    schema = response_schema(API_KEY, request.version)
+    return build(
+        schema.OffsetCommitResponse,
+        throttle_time=NO_THROTTLE,
+        topics=tuple(
+            build(schema.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
+                build(schema.OffsetCommitResponsePartition, partition_index=p.partition_index,
+                      error_code=codes[(topic.name, p.partition_index)])
+                for p in topic.partitions
+            ))
+            for topic in body.topics
+        ),
+    )
+

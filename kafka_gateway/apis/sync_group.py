@@ -1,0 +1,38 @@
+"""SyncGroup (key 14), v0-5: the leader hands in the assignment; every member
+gets its own share.
+
+Members wait until the leader's SyncGroup arrives; once the group is Stable
+a SyncGroup answers at once with the member's current assignment (a static
+member back from a restart gets its old one). REBALANCE_IN_PROGRESS when a
+new rebalance started meanwhile, ILLEGAL_GENERATION for an old generation,
+INCONSISTENT_GROUP_PROTOCOL (v5) when the protocol type or name differs.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+
+API_KEY = 14
+VERSIONS = (0, 5)
+
+
+async def handle(broker, request):
+    body = request.body
+    result = await broker.groups.sync_group(
+        body.group_id, body.generation_id, body.member_id,
+        getattr(body, "group_instance_id", None),
+        getattr(body, "protocol_type", None), getattr(body, "protocol_name", None),
+        {a.member_id: bytes(a.assignment) for a in body.assignments},  # kept: copy out of the frame
+    )
+    ok = result.error is ErrorCode.none
+    schema = response_schema(API_KEY, request.version)
+    return build(
+        schema.SyncGroupResponse,
+        throttle_time=NO_THROTTLE,
+        error_code=result.error,
+        protocol_type=result.protocol_type if ok else None,
+        protocol_name=result.protocol_name if ok else None,
+        assignment=result.assignment,
+    )

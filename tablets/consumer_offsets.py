@@ -1,0 +1,200 @@
+"""Committed consumer offsets, kept in the store beside the partition tablets.
+
+One key per (group, topic, partition) (``keys.consumer_offset_key``; YDB's
+``c_<consumer>``) holding the committed offset, its leader epoch, the
+client's metadata string, the commit timestamp and a *version*.
+
+Versions come from one node-wide counter that every commit advances and
+persists in the same write, so a (group, partition)'s version changes with
+every commit to it and is never reused, not even after its offset was
+deleted and the gateway restarted. The transaction coordinator compares
+versions for its optimistic conflict checks.
+
+Every offset is loaded into memory at start-up; reads never touch the disk.
+A commit becomes visible to readers once it is in the WAL (the same moment
+it is acknowledged), so nobody resumes from an offset a crash could lose.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from . import keys
+from .store import GroupCommitWriter, Ops, RocksStore
+
+_VALUE = struct.Struct(">qiqq")  # offset, leader epoch, commit timestamp, version
+_VERSION_COUNTER = keys.COUNTER + b"consumer.offsets.version"
+_COUNTER = struct.Struct(">q")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    """What a client asks to commit for one partition."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    offset: int
+    leader_epoch: int
+    metadata: str
+    commit_timestamp: int  # ms since the epoch
+    version: int
+
+    def encode(self) -> bytes:
+        return _VALUE.pack(self.offset, self.leader_epoch, self.commit_timestamp,
+                           self.version) + self.metadata.encode()
+
+    @classmethod
+    def decode(cls, value: bytes) -> CommittedOffset:
+        offset, epoch, timestamp, version = _VALUE.unpack_from(value)
+        return cls(offset, epoch, value[_VALUE.size:].decode(), timestamp, version)
+
+
+class ConsumerOffsets:
+    def __init__(self, store: RocksStore, writer: GroupCommitWriter) -> None:
+        self.store = store
+        self.writer = writer
+        # Visible (durable) offsets: group -> (topic, partition) -> offset.
+        self._groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        self._last_version = 0
+        # Offsets a transaction has staged but not yet committed, per group:
+        # OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them.
+        self._pending: dict[str, Counter[TopicPartition]] = {}
+
+    def load(self) -> None:
+        """Read every committed offset (start-up: small, sequential reads)."""
+        raw = self.store.get(_VERSION_COUNTER)
+        self._last_version = _COUNTER.unpack(raw)[0] if raw else 0
+        start = keys.CONSUMER_OFFSET
+        for key, value in self.store.scan(start, start + b"\xff"):
+            group, topic, partition = keys.parse_consumer_offset_key(key)
+            self._groups.setdefault(group, {})[(topic, partition)] = CommittedOffset.decode(value)
+
+    # ------------------------------------------------------------ reading
+    def groups(self) -> list[str]:
+        """Groups with at least one committed offset."""
+        return list(self._groups)
+
+    def has_offsets(self, group: str) -> bool:
+        return bool(self._groups.get(group))
+
+    def committed(self, group: str, topic: str, partition: int) -> CommittedOffset | None:
+        return self._groups.get(group, {}).get((topic, partition))
+
+    def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        """A copy of every committed offset of a group."""
+        return dict(self._groups.get(group, {}))
+
+    def version(self, group: str, topic: str, partition: int) -> int:
+        """The version of a partition's committed offset; 0 when there is none."""
+        committed = self.committed(group, topic, partition)
+        return committed.version if committed else 0
+
+    # ------------------------------------------------------------ writing
+    def stage(
+        self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int, ops: Ops
+    ) -> dict[TopicPartition, CommittedOffset]:
+        """Add a commit to ``ops`` (which may carry other changes, e.g. a
+        transaction's); call ``publish`` with the result once ``ops`` is durable.
+
+        Versions are taken now, in call order, so two commits staged one after
+        the other get increasing versions whatever order they land in.
+        """
+        staged: dict[TopicPartition, CommittedOffset] = {}
+        for (topic, partition), commit in commits.items():
+            self._last_version += 1
+            record = CommittedOffset(commit.offset, commit.leader_epoch, commit.metadata, now_ms,
+                                     self._last_version)
+            ops.put(keys.consumer_offset_key(group, topic, partition), record.encode())
+            staged[(topic, partition)] = record
+        ops.put(_VERSION_COUNTER, _COUNTER.pack(self._last_version))
+        return staged
+
+    def publish(self, group: str, staged: Mapping[TopicPartition, CommittedOffset]) -> None:
+        """Make durable commits visible. A staged record older than what is
+        visible (a later commit landed first) is dropped, so the newest wins."""
+        offsets = self._groups.setdefault(group, {})
+        for tp, record in staged.items():
+            current = offsets.get(tp)
+            if current is None or current.version < record.version:
+                offsets[tp] = record
+
+    async def commit(
+        self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int
+    ) -> None:
+        """Store offsets in one atomic write; visible once it is in the WAL."""
+        if not commits:
+            return
+        ops = Ops()
+        staged = self.stage(group, commits, now_ms, ops)
+        await self.writer.submit(ops)
+        self.publish(group, staged)
+
+    async def delete(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> int:
+        """Delete some (or, with None, all) offsets of a group; returns how many.
+
+        They leave memory when the deletion is in the WAL. Writes land in
+        submission order, so a commit staged before this deletion is published
+        (and then removed) first, and one staged after it survives it.
+        """
+        offsets = self._groups.get(group, {})
+        doomed = list(offsets) if partitions is None else [tp for tp in partitions
+                                                            if tp in offsets]
+        if not doomed:
+            return 0
+        ops = Ops()
+        if partitions is None:
+            prefix = keys.consumer_group_prefix(group)
+            ops.delete_range(prefix, prefix + b"\xff")
+        else:
+            for topic, partition in doomed:
+                ops.delete(keys.consumer_offset_key(group, topic, partition))
+        newest_deleted = self._last_version
+        await self.writer.submit(ops)
+        offsets = self._groups.get(group, {})
+        for tp in doomed:
+            record = offsets.get(tp)
+            if record is not None and record.version <= newest_deleted:
+                del offsets[tp]
+        if not offsets:
+            self._groups.pop(group, None)
+        return len(doomed)
+
+    def drop_topic(self, topic: str, ops: Ops) -> None:
+        """Add the deletion of every group's offsets of a deleted topic to ``ops``
+        (a topic re-created under the same name starts without them, as in Kafka)."""
+        for group, offsets in list(self._groups.items()):
+            for tp in [tp for tp in offsets if tp[0] == topic]:
+                del offsets[tp]
+                ops.delete(keys.consumer_offset_key(group, *tp))
+            if not offsets:
+                del self._groups[group]
+
+    # ------------------------------------------- transactional (pending) offsets
+    def hold_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
+        """Mark offsets an open transaction has staged for this group."""
+        self._pending.setdefault(group, Counter()).update(partitions)
+
+    def release_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
+        """The transaction holding these offsets committed or aborted."""
+        pending = self._pending.get(group)
+        if pending is None:
+            return
+        pending.subtract(partitions)
+        for tp in [tp for tp, n in pending.items() if n <= 0]:
+            del pending[tp]
+        if not pending:
+            del self._pending[group]
+
+    def is_pending(self, group: str, topic: str, partition: int) -> bool:
+        return self._pending.get(group, {}).get((topic, partition), 0) > 0
+
