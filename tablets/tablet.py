@@ -260,12 +260,8 @@ class PartitionTablet:
         total = 0
         floor = keys.LOG + self.prefix
         start = keys.offset_key(keys.LOG, self.prefix, offset)
-        first = next(self.store.scan_back(start, floor), None)
-        begin = first[0] if first is not None else floor
-        for key, data in self.store.scan(begin, floor + b"\xff" * 8):
-            base = keys.offset_of_key(key)
-            if base >= hw:
-                break
+        end = keys.offset_key(keys.LOG, self.prefix, hw)
+        for _key, data in self.store.scan_from_containing(start, floor, end):
             if rb.last_offset_of(data) < offset:
                 continue
             if total + len(data) > max_bytes and (out or not min_one):
