@@ -1,0 +1,1 @@
+"""Side-by-side benchmark of the gateway against the Tansu peer: `python -m bench --help`."""

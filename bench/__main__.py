@@ -1,0 +1,191 @@
+"""python -m bench: the gateway against the Tansu peer, side by side, on this machine.
+
+Examples:
+  python -m bench                         # everything, ~5 min on 2 cores -> bench/results/
+  python -m bench --smoke                 # every workload, tiny counts, no timing asserted
+  python -m bench --only produce --partitions 8 --seconds 10
+  python -m bench --only latency,e2e --servers gateway --repeat 1
+  python -m bench --only produce --py-spy /tmp/gateway.svg   # profile the gateway meanwhile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.runner import REPO, run_all
+from bench.servers import GATEWAY, PEER, PeerMissingError, ServerSet
+from bench.workloads import WORKLOAD_GROUPS, Settings, build
+
+RESULTS_DIR = REPO / "bench" / "results"
+SCRATCH_DIR = RESULTS_DIR / "scratch"  # partial and smoke runs: never the published numbers
+DOCS = REPO / "docs" / "performance.md"
+
+GROUP_HELP = """workload groups (for --only):
+  ceiling     the Python client's own produce() rate with nothing listening
+  produce     1. produce MB/s, 1 KiB records, acks=all, linger 5 ms, 1 MiB batches,
+              once per --partitions value
+  consume     2. consume MB/s from earliest over a dataset of --consume-mb
+  latency     3. produce latency p50/p99/p99.9 at --rates of the peer's max rate
+              (partitions: the largest --partitions value)
+  e2e         4. end-to-end latency, producer process to a tail consumer process
+  partitions  5. produce over 100 partitions with small batches (per-request overhead)
+  efficiency  6. server CPU s per GB and peak RSS, derived from produce + consume runs
+"""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=GROUP_HELP)
+    parser.add_argument("--only", default=",".join(WORKLOAD_GROUPS),
+                        help="comma-separated workload groups (default: all, see below)")
+    parser.add_argument("--servers", default=f"{GATEWAY},{PEER}",
+                        help=f"comma-separated servers to measure (default: {GATEWAY},{PEER})."
+                        " Without the peer, latency rates are fractions of the gateway's max")
+    parser.add_argument("--seconds", type=float, help="length of each measured run (default 5)")
+    parser.add_argument("--repeat", type=int, help="runs per workload and server, best one "
+                        "reported (default 3)")
+    parser.add_argument("--partitions", help="partition counts for produce/consume "
+                        "(default 1,8)")
+    parser.add_argument("--consume-mb", type=float, help="MiB read by each consume run "
+                        "(default 512)")
+    parser.add_argument("--rates", help="latency rates in %% of the peer's max (default 25,50,80)")
+    parser.add_argument("--e2e-rate", type=float, help="records/s of the e2e run (default 2000)")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI smoke mode: every workload, both servers, tiny counts, "
+                        "one run each; proves the runner works, the numbers mean nothing")
+    parser.add_argument("--out", type=Path, help="results directory (default: bench/results "
+                        "for a full run, bench/results/scratch for --only/--smoke/other sizes)")
+    parser.add_argument("--gateway-arg", action="append", default=[], metavar="ARG",
+                        help="extra argument for `kafka_gateway serve`, repeatable, e.g. "
+                        "--gateway-arg=--fsync=always")
+    parser.add_argument("--py-spy", type=Path, metavar="FILE",
+                        help="record the gateway with py-spy during the workloads "
+                        "(.svg flamegraph, .json speedscope, else raw); slows it a little")
+    parser.add_argument("--update-docs", action="store_true",
+                        help=f"rewrite the results block of {DOCS.relative_to(REPO)}")
+    parser.add_argument("--work-dir", type=Path,
+                        help="keep the servers' data and logs here (default: a temp dir)")
+    return parser.parse_args(argv)
+
+
+def _csv(value: str) -> list[str]:
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    settings = Settings()
+    if args.smoke:
+        # Small enough for CI (< 90 s); big enough for many batches, 1000+ latency samples
+        # and server CPU times well above the 10 ms tick of /proc/PID/stat.
+        settings = Settings(seconds=0.5, repeat=1, consume_mb=128, e2e_rate=2000,
+                            ceiling_seconds=0.5)
+    overrides: dict[str, Any] = {
+        "seconds": args.seconds, "repeat": args.repeat, "consume_mb": args.consume_mb,
+        "e2e_rate": args.e2e_rate,
+        "partitions": tuple(int(p) for p in _csv(args.partitions)) if args.partitions else None,
+        "rates": tuple(float(r) / 100 for r in _csv(args.rates)) if args.rates else None,
+    }
+    for key, value in overrides.items():
+        if value is not None:
+            setattr(settings, key, value)
+    return settings
+
+
+def _groups(args: argparse.Namespace) -> set[str]:
+    groups = set(_csv(args.only))
+    unknown = groups - set(WORKLOAD_GROUPS)
+    if unknown:
+        raise SystemExit(f"unknown workload group(s) {sorted(unknown)}; "
+                         f"choose from {', '.join(WORKLOAD_GROUPS)}")
+    if "efficiency" in groups:
+        groups |= {"produce", "consume"}  # it is derived from their runs
+    return groups
+
+
+def _is_full_run(args: argparse.Namespace, groups: set[str], servers: list[str]) -> bool:
+    sized = any(getattr(args, k) is not None for k in
+                ("seconds", "repeat", "partitions", "consume_mb", "rates", "e2e_rate"))
+    return (not args.smoke and not sized and not args.gateway_arg and not args.py_spy
+            and groups == set(WORKLOAD_GROUPS) and servers == [GATEWAY, PEER])
+
+
+@contextmanager
+def py_spy(pid: int, output: Path | None) -> Iterator[None]:
+    """py-spy record of one process for the duration of the block (root or ptrace needed)."""
+    if output is None:
+        yield
+        return
+    fmt = {".svg": "flamegraph", ".json": "speedscope"}.get(output.suffix, "raw")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    spy = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--output", str(output),
+                            "--format", fmt, "--rate", "100", "--nonblocking"])
+    time.sleep(0.5)  # let it attach before the first measured run
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        try:
+            spy.wait(30)
+        except subprocess.TimeoutExpired:
+            spy.kill()
+        print(f"py-spy profile of the gateway: {output}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    groups = _groups(args)
+    servers = _csv(args.servers)
+    if set(servers) - {GATEWAY, PEER} or not servers:
+        raise SystemExit(f"--servers takes {GATEWAY} and/or {PEER}")
+    settings = settings_from(args)
+    out_dir = args.out or (RESULTS_DIR if _is_full_run(args, groups, servers) else SCRATCH_DIR)
+    workloads = build(settings, groups)
+    print(f"workloads: {', '.join(w.id for w in workloads) or '-'}; servers: "
+          f"{', '.join(servers)}; best of {settings.repeat} x {settings.seconds:g} s")
+    try:
+        with ServerSet(servers, args.gateway_arg, keep_dir=args.work_dir) as server_set:
+            for server in server_set.servers.values():
+                print(f"{server.name}: {server.version} on {server.bootstrap}, pid {server.pid}")
+            gateway_pid = server_set.servers[GATEWAY].pid if GATEWAY in servers else 0
+            with py_spy(gateway_pid, args.py_spy if gateway_pid else None):
+                results = run_all(settings, server_set.servers, workloads,
+                                  with_ceiling="ceiling" in groups,
+                                  with_efficiency="efficiency" in groups)
+    except PeerMissingError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    results["meta"]["mode"] = "smoke" if args.smoke else (
+        "full" if out_dir == RESULTS_DIR else "partial")
+    report.write_all(results, out_dir)
+    print()
+    print("\n".join(report.summary_lines(results)))
+    print()
+    print(report.terminal_table(results))
+    charts = [str(out_dir / report.CHARTS[c]) for c, ok in results["_charts"].items() if ok]
+    print(f"\nresults: {out_dir / report.JSON_NAME}, {out_dir / report.MARKDOWN_NAME}; "
+          f"charts: {', '.join(charts) or '-'}")
+    if args.update_docs:
+        chart_dir = Path("..") / out_dir.resolve().relative_to(REPO)
+        report.update_docs(results, DOCS, chart_dir.as_posix())
+        print(f"updated {DOCS}")
+    if results["failures"]:
+        print(f"{len(results['failures'])} run(s) FAILED", file=sys.stderr)
+        print(json.dumps([f["workload"] + "/" + f["server"] for f in results["failures"]]),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

