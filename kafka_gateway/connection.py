@@ -7,7 +7,9 @@ takes its offsets before its first ``await`` and tasks start in creation
 order, so produce requests on one connection append in the order sent.
 
 Backpressure, so that a slow or stalled client only ever stalls itself: at
-most ``MAX_IN_FLIGHT`` requests per connection; no new request is taken while
+most ``MAX_IN_FLIGHT`` requests and ``MAX_IN_FLIGHT_BYTES`` of request frames
+per connection (a producer pipelining large batches keeps the writer busy
+without holding hundreds of MiB of frames); no new request is taken while
 the socket's send buffer is full; and one Fetch at a time per connection, each
 started only while the client is reading its answers, so what waits in memory
 for a client that stopped reading is at most one Fetch answer (as with
@@ -42,6 +44,7 @@ from .codec import (
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64
+MAX_IN_FLIGHT_BYTES = 32 << 20
 FETCH_KEY = 1
 READ_BUFFER_BYTES = 256 << 10
 MIN_READ_BYTES = 64 << 10
@@ -59,7 +62,9 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._buffer = bytearray()
         self._start = 0
         self._end = 0
-        self._pending: deque[asyncio.Task[list[bytes] | None]] = deque()
+        # Requests being served, in arrival order, with their frame sizes.
+        self._pending: deque[tuple[asyncio.Future[list[bytes] | None], int]] = deque()
+        self._pending_bytes = 0
         self._reading_paused = False
         self._writing_paused = False
         self._writable = asyncio.Event()
@@ -80,7 +85,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.connections.discard(self)
         self.broker.metrics.connections -= 1
         self._closing = True
-        for task in self._pending:
+        for task, _size in self._pending:
             task.cancel()
         self._pending.clear()
 
@@ -130,7 +135,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     @property
     def _saturated(self) -> bool:
-        return self._writing_paused or len(self._pending) >= MAX_IN_FLIGHT
+        return (
+            self._writing_paused
+            or len(self._pending) >= MAX_IN_FLIGHT
+            or self._pending_bytes >= MAX_IN_FLIGHT_BYTES
+        )
 
     def _new_buffer(self, room: int) -> None:
         """Move the unread bytes to a fresh buffer with ``room`` bytes free after them.
@@ -162,7 +171,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._reject(str(exc))
             return
         task = asyncio.get_running_loop().create_task(self._serve(request, api.name))
-        self._pending.append(task)
+        self._pending_bytes += len(frame)
+        self._pending.append((task, len(frame)))
         task.add_done_callback(self._flush)
 
     async def _serve(self, request: Request, name: str) -> list[bytes] | None:
@@ -189,14 +199,15 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _queue_ready(self, chunks: list[bytes]) -> None:
         future: asyncio.Future[list[bytes] | None] = asyncio.get_running_loop().create_future()
         future.set_result(chunks)
-        self._pending.append(future)  # type: ignore[arg-type]
+        self._pending.append((future, 0))
         # Not flushed from here: this runs inside _take_frames' loop.
         asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self, _task: object = None) -> None:
         pending = self._pending
-        while pending and pending[0].done():
-            task = pending.popleft()
+        while pending and pending[0][0].done():
+            task, size = pending.popleft()
+            self._pending_bytes -= size
             if task.cancelled():
                 continue
             error = task.exception()
@@ -234,5 +245,5 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def drain(self, timeout: float) -> None:
         """Let the requests already read finish and be answered (shutdown)."""
         if self._pending:
-            await asyncio.wait(list(self._pending), timeout=timeout)
+            await asyncio.wait([task for task, _size in self._pending], timeout=timeout)
         self._close()

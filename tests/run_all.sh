@@ -5,8 +5,7 @@
 #
 # Installs: the gateway with its test extras (pip), Debian's kcat (apt-get),
 # kafkajs (npm), the Tansu peer for the benchmark smoke test (pip, in the
-# test extras). Fails
-# loudly at the first step that goes wrong.
+# test extras). Fails loudly at the first step that goes wrong.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
