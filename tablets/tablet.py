@@ -46,6 +46,7 @@ _META = struct.Struct(">qqq")  # log start offset, log end offset, bytes stored
 _TIMESTAMP = struct.Struct(">q")
 
 LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
+READAHEAD_BYTES = 4 << 20  # read past a fetch below the tail, for the next ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +104,10 @@ class PartitionTablet:
         self._tail_offsets: list[int] = []
         self._tail_batches: list[bytes] = []
         self._tail_size = 0
+        # Batches read ahead of a consumer below the tail: [offsets, end).
+        self._ahead_offsets: list[int] = []
+        self._ahead_batches: list[bytes] = []
+        self._ahead_end = 0
         self._ts_offsets = array("q")
         self._ts_values = array("q")
         self._waiters: set[asyncio.Future[None]] = set()
@@ -233,28 +238,24 @@ class PartitionTablet:
         if offset >= hw:  # at the end, or in a write not yet in the WAL
             return ReadResult([], hw, self.log_start_offset)
         if offset >= self._tail_start:
-            batches = self._read_tail(offset, hw, max_bytes, min_one)
+            batches = _slice(self._tail_offsets, self._tail_batches, offset, hw, max_bytes, min_one)
+        elif self._ahead_offsets and self._ahead_offsets[0] <= offset < self._ahead_end:
+            batches = _slice(self._ahead_offsets, self._ahead_batches, offset, hw, max_bytes,
+                             min_one)
         else:
+            # A consumer behind the tail reads the log in order: read ahead of
+            # it, so its next fetches are served from memory without a trip
+            # to a reader thread (what bounds a one-partition consumer).
             loop = asyncio.get_running_loop()
-            batches = await loop.run_in_executor(
-                self.store.readers, self._read_disk, offset, hw, max_bytes, min_one
+            loaded = await loop.run_in_executor(
+                self.store.readers, self._read_disk, offset, hw, max_bytes + READAHEAD_BYTES,
+                min_one,
             )
+            self._ahead_offsets = [rb.base_offset_of(b) for b in loaded]
+            self._ahead_batches = loaded
+            self._ahead_end = rb.last_offset_of(loaded[-1]) + 1 if loaded else 0
+            batches = _slice(self._ahead_offsets, loaded, offset, hw, max_bytes, min_one)
         return ReadResult(batches, hw, self.log_start_offset)
-
-    def _read_tail(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
-        offsets, batches = self._tail_offsets, self._tail_batches
-        index = bisect_right(offsets, offset) - 1
-        out: list[bytes] = []
-        total = 0
-        while index < len(offsets) and offsets[index] < hw:
-            data = batches[index]
-            if total + len(data) > max_bytes and (out or not min_one):
-                break
-            out.append(data)
-            total += len(data)
-            index += 1
-        return out
-
     def _read_disk(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
         out: list[bytes] = []
         total = 0
@@ -418,6 +419,24 @@ class PartitionTablet:
         ops.put(self.meta_key, self._meta())
         await self.writer.submit(ops)
         self.wake_waiters()
+
+
+def _slice(
+    offsets: list[int], batches: list[bytes], offset: int, hw: int, max_bytes: int, min_one: bool
+) -> list[bytes]:
+    """From in-memory batches (sorted by base offset): the one containing
+    ``offset`` and those after it, below ``hw``, within ``max_bytes``."""
+    index = max(bisect_right(offsets, offset) - 1, 0)
+    out: list[bytes] = []
+    total = 0
+    while index < len(offsets) and offsets[index] < hw:
+        data = batches[index]
+        if total + len(data) > max_bytes and (out or not min_one):
+            break
+        out.append(data)
+        total += len(data)
+        index += 1
+    return out
 
 
 def now_ms() -> int:

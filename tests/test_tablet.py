@@ -181,3 +181,25 @@ def test_topic_lifecycle(tmp_path):
         assert len(engine.topic("t").partitions) == 1
 
     run(reopened, tmp_path)
+
+
+def test_consumers_below_the_tail_are_read_ahead(tmp_path):
+    async def scenario(engine):
+        await engine.create_topic("t", 1, {})
+        tablet = engine.partition("t", 0)
+        for _ in range(40):
+            await tablet.append(make_batch([b"z" * 1000] * 4), 0)
+        disk_reads = []
+        read_disk = tablet._read_disk
+        tablet._read_disk = lambda *args: disk_reads.append(args) or read_disk(*args)
+        offset, seen = 0, []
+        while offset < 100:  # all below the tiny tail: on disk
+            result = await tablet.read(offset, 4500)
+            got = offsets_of(result.batches)
+            assert got[0] == offset
+            seen += got
+            offset = got[-1] + 1
+        assert seen == list(range(100))
+        assert len(disk_reads) == 1  # the first read brought the rest ahead
+
+    run(scenario, tmp_path, tail_cache_bytes=2000)
