@@ -14,6 +14,7 @@ from ..configs import (
     RESOURCE_BROKER,
     RESOURCE_BROKER_LOGGER,
     RESOURCE_TOPIC,
+    SOURCE_DEFAULT,
     broker_entries,
     topic_entries,
 )
@@ -74,7 +75,7 @@ def _entry(schema, entry, include_synonyms: bool):
         value=entry.value,
         read_only=entry.read_only,
         config_source=entry.source,
-        is_default=entry.source == 5,
+        is_default=entry.source == SOURCE_DEFAULT,
         is_sensitive=entry.sensitive,
         synonyms=tuple(
             build(schema.DescribeConfigsSynonym, name=n, value=v, source=s)

@@ -92,19 +92,17 @@ async def _read_all(wanted: list[_Wanted], max_bytes: int):
         tablet = want.tablet
         if tablet is None or tablet.deleted:
             code = want.error if tablet is None else ErrorCode.unknown_topic_or_partition
-            parts.append((code, -1, -1, ()))
+            parts.append((code, -1, -1, []))
             failed = True
             continue
         room = max_bytes - total
-        try:
-            if room <= 0:
-                raise _NoRoom
-            result = await tablet.read(want.fetch_offset, min(want.max_bytes, room))
-        except _NoRoom:
-            parts.append((ErrorCode.none, tablet.high_watermark, tablet.log_start_offset, ()))
+        if room <= 0:  # the response is full: this partition's data comes next time
+            parts.append((ErrorCode.none, tablet.high_watermark, tablet.log_start_offset, []))
             continue
+        try:
+            result = await tablet.read(want.fetch_offset, min(want.max_bytes, room))
         except Exception as exc:
-            parts.append((error_code(exc), tablet.high_watermark, tablet.log_start_offset, ()))
+            parts.append((error_code(exc), tablet.high_watermark, tablet.log_start_offset, []))
             failed = True
             continue
         if result.batches and total and result.nbytes > room:
@@ -114,10 +112,6 @@ async def _read_all(wanted: list[_Wanted], max_bytes: int):
         parts.append((ErrorCode.none, result.high_watermark, result.log_start_offset,
                       result.batches))
     return parts, total, failed
-
-
-class _NoRoom(Exception):
-    pass
 
 
 async def _wait_for_data(tablets: list[PartitionTablet], timeout: float) -> None:
