@@ -364,6 +364,7 @@ def test_admin_client_group_apis(gateway, topic_name):
         assert description.partition_assignor == "range"
         assert [{(tp.topic, tp.partition) for tp in m.assignment.topic_partitions}
                 for m in description.members] == [{(topic_name, 0), (topic_name, 1)}]
+        assert [m.host for m in description.members] == ["/127.0.0.1"]  # as Kafka shows it
 
         request = ConsumerGroupTopicPartitions(standalone, [TopicPartition(topic_name, 0)])
         fetched = admin.list_consumer_group_offsets([request])[standalone].result()

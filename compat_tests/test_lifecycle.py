@@ -11,6 +11,7 @@ import urllib.request
 from confluent_kafka import Producer
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch
+from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.static.primitive import i32Timedelta
 
 from kafka_gateway.client import KafkaClient
@@ -100,6 +101,23 @@ def test_admin_http_with_fsync_always(tmp_path):
         writes = int(values["kafka_gateway_store_writes_total"])
         assert fsyncs == writes > 0  # every group commit was fsynced
         assert 'kafka_gateway_request_seconds_bucket{api="metadata",le="+Inf"}' in values
+
+        async def commit(offset: int) -> None:
+            client = await KafkaClient.connect(*gateway.host_port)
+            try:
+                await client.request(offset_commit.OffsetCommitRequest(
+                    group_id="watchers", generation_id_or_member_epoch=-1, member_id="",
+                    group_instance_id=None, topics=(offset_commit.OffsetCommitRequestTopic(
+                        name="watched", partitions=(offset_commit.OffsetCommitRequestPartition(
+                            partition_index=0, committed_offset=offset,
+                            committed_leader_epoch=-1, committed_metadata=None),)),)))
+            finally:
+                await client.close()
+
+        asyncio.run(commit(15))
+        _, metrics = get("/metrics")
+        assert 'kafka_gateway_consumer_lag{group="watchers",topic="watched",partition="0"} 5' \
+            in metrics.splitlines()
 
         _, topics = get("/topics")
         [partition] = json.loads(topics)["watched"]["partitions"]

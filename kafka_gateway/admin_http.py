@@ -2,7 +2,8 @@
 
 - ``GET /health``   200 while the store accepts writes, 503 after a storage failure
 - ``GET /metrics``  Prometheus text: requests and latency per API, bytes in and
-  out, connections, store writes and fsyncs, per-partition watermarks
+  out, connections, store writes and fsyncs, per-partition watermarks, and
+  consumer lag per group and partition (high watermark - committed offset)
 - ``GET /topics``   topics, partitions and watermarks as JSON
 """
 
@@ -61,7 +62,24 @@ class AdminHttp:
                 lines.append(f"kafka_gateway_log_start_offset{{{labels}}} "
                              f"{tablet.log_start_offset}\n")
                 lines.append(f"kafka_gateway_partition_bytes{{{labels}}} {tablet.size_bytes}\n")
+        lines.extend(self._consumer_lag())
         return web.Response(text="".join(lines), content_type="text/plain")
+
+    def _consumer_lag(self) -> list[str]:
+        """Per group and partition: high watermark minus the committed offset."""
+        offsets = self.broker.engine.consumer_offsets
+        if offsets is None:
+            return []
+        lines = []
+        for group in offsets.groups():
+            for (topic, partition), committed in offsets.group_offsets(group).items():
+                if not self.broker.engine.has_partition(topic, partition):
+                    continue
+                tablet = self.broker.engine.partition(topic, partition)
+                lag = max(tablet.high_watermark - max(committed.offset, tablet.log_start_offset), 0)
+                lines.append(f'kafka_gateway_consumer_lag{{group="{group}",topic="{topic}",'
+                             f'partition="{partition}"}} {lag}\n')
+        return lines
 
     async def topics(self, _request: web.Request) -> web.Response:
         return web.json_response({

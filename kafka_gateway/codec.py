@@ -45,6 +45,7 @@ class Request:
     header: RequestHeader
     body: Any  # the kio request entity
     size: int  # frame size in bytes, for metrics
+    client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
 
     @property
     def version(self) -> int:
@@ -127,6 +128,7 @@ def decode_request(
     header: RequestHeader,
     pos: int,
     decode: Callable[[Any, int, int], Any] | None = None,
+    client_host: str = "",
 ) -> Request:
     """Read the body of a request whose (api_key, version) is supported.
 
@@ -152,7 +154,7 @@ def decode_request(
         ) from exc
     # Bytes after the body are ignored, as Kafka's own parser does: some
     # clients (librdkafka's Metadata v12) send a few more than the schema has.
-    return Request(header, body, len(frame))
+    return Request(header, body, len(frame), client_host)
 
 
 def _skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:

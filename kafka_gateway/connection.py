@@ -57,6 +57,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.connections = connections
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.client_host = ""
         # The socket reads straight into _buffer (BufferedProtocol): bytes in
         # [_start, _end) are received but not yet a whole frame.
         self._buffer = bytearray()
@@ -77,6 +78,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.client_host = f"/{peer[0]}" if peer else ""
         self.connections.add(self)
         self.broker.metrics.connections += 1
         self.broker.metrics.connections_total += 1
@@ -166,7 +168,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 name = api.name if api else f"unknown API key {header.api_key}"
                 self._reject(f"{name} v{header.api_version} is not supported")
                 return
-            request = decode_request(frame, header, body_pos, api.decode)
+            request = decode_request(frame, header, body_pos, api.decode, self.client_host)
         except MalformedRequest as exc:
             self._reject(str(exc))
             return

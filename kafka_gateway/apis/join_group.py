@@ -40,7 +40,7 @@ async def handle(broker, request):
         member_id=body.member_id,
         group_instance_id=getattr(body, "group_instance_id", None),
         client_id=request.header.client_id or "",
-        client_host="",  # the connection's peer is not passed to handlers
+        client_host=request.client_host,
         protocol_type=body.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],  # not views of the frame
         session_timeout_ms=session_timeout_ms,
