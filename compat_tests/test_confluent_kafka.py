@@ -405,11 +405,18 @@ def test_auto_creation_can_be_turned_off(tmp_path, topic_name):
         assert len(admin(off).list_topics(timeout=TIMEOUT).topics[topic_name].partitions) == 1
 
 
-def test_stalled_clients_do_not_stall_others(gateway, topic_name):
+def test_stalled_clients_do_not_stall_others(tmp_path, topic_name):
     """A client that never reads its answers, and one that sends half a frame, stall alone."""
+    from kafka_gateway.testing import GatewayProcess
+
+    # A 4 MiB in-memory tail: the answers below are fresh reads from disk.
+    with GatewayProcess(tmp_path / "data", "--tail-cache-bytes", str(4 << 20)) as gateway:
+        _stall_and_check(gateway, topic_name)
+
+
+def _stall_and_check(gateway, topic_name):
     create_topic(gateway, topic_name, **{"max.message.bytes": "2097152"})
     p = producer(gateway, **{"message.max.bytes": 4_000_000})
-    # More than the in-memory tail (8 MiB): answers are fresh reads from disk.
     produce_all(p, topic_name, [{"value": bytes(1 << 20)} for _ in range(16)])
 
     fetch_frame = _raw_fetch_frame(topic_name)

@@ -51,7 +51,8 @@ SETTINGS: tuple[Setting, ...] = (
             "always: fsync each group commit (survives power loss)",
             choices=("never", "always")),
     Setting("gateway.tail.cache.bytes", "tail_cache_bytes", int,
-            "newest bytes per partition served from memory"),
+            "memory for the newest batches of all partitions (shared evenly), "
+            "served to consumers at the head without reading the store"),
     Setting("gateway.admin.listen", "admin_listen", str,
             "HOST:PORT of the HTTP admin/metrics endpoint, or 'off'"),
     Setting("group.initial.rebalance.delay.ms", "group_initial_rebalance_delay_ms", int,
@@ -84,7 +85,7 @@ class GatewayConfig:
     message_max_bytes: int = 1_048_588
     max_frame_bytes: int = 104_857_600
     fsync: str = "never"
-    tail_cache_bytes: int = 8 << 20
+    tail_cache_bytes: int = 256 << 20
     admin_listen: str = "off"
     group_initial_rebalance_delay_ms: int = 3000
     group_min_session_timeout_ms: int = 6000

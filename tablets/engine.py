@@ -71,7 +71,8 @@ class Topic:
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
     fsync: FsyncPolicy = "never"
-    tail_cache_bytes: int = 8 << 20
+    # Node-wide budget for the partitions' in-memory tails, shared evenly.
+    tail_cache_bytes: int = 256 << 20
     # Node-wide defaults for topic configs (log.retention.ms and friends).
     topic_defaults: dict[str, str] = field(default_factory=dict)
 
@@ -99,6 +100,7 @@ class StorageEngine:
             for tablet in topic.partitions:
                 tablet.load()
             self._register(topic)
+        self._share_tail_budget()
         self.consumer_offsets = ConsumerOffsets(self.store, self.writer)
         self.consumer_offsets.load()
         log.info("loaded %d topics, committed offsets of %d groups", len(self.topics),
@@ -174,6 +176,7 @@ class StorageEngine:
         except BaseException:
             self._unregister(topic)
             raise
+        self._share_tail_budget()
         log.info("created topic %s (%d partitions, id %s)", name, partitions, topic.topic_id)
         return topic
 
@@ -190,6 +193,7 @@ class StorageEngine:
         if self.consumer_offsets is not None:
             self.consumer_offsets.drop_topic(name, ops)
         await self._write(ops)
+        self._share_tail_budget()
         log.info("deleted topic %s", name)
         return topic
 
@@ -213,6 +217,7 @@ class StorageEngine:
         for tablet in topic.partitions[before:]:
             tablet.initial_ops(ops)
         await self._write(ops)
+        self._share_tail_budget()
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         """Replace a topic's config overrides (already validated by the caller)."""
@@ -240,6 +245,14 @@ class StorageEngine:
     def _register(self, topic: Topic) -> None:
         self.topics[topic.name] = topic
         self.topics_by_id[topic.topic_id] = topic
+
+    def _share_tail_budget(self) -> None:
+        """Split the node's tail budget evenly over every partition: many
+        partitions get a short tail each, few get a long one."""
+        tablets = [t for topic in self.topics.values() for t in topic.partitions]
+        share = self.settings.tail_cache_bytes // max(len(tablets), 1)
+        for tablet in tablets:
+            tablet.set_tail_budget(share)
 
     def _unregister(self, topic: Topic) -> None:
         self.topics.pop(topic.name, None)

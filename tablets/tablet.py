@@ -207,6 +207,14 @@ class PartitionTablet:
         self._tail_offsets.append(offset)
         self._tail_batches.append(data)
         self._tail_size += len(data)
+        self._trim_tail()
+
+    def set_tail_budget(self, nbytes: int) -> None:
+        """This partition's share of the node's in-memory tail budget."""
+        self._tail_cache_bytes = nbytes
+        self._trim_tail()
+
+    def _trim_tail(self) -> None:
         # Keep at least the newest batch so the head of the log never hits disk.
         while self._tail_size > self._tail_cache_bytes and len(self._tail_batches) > 1:
             self._tail_size -= len(self._tail_batches[0])

@@ -203,3 +203,19 @@ def test_consumers_below_the_tail_are_read_ahead(tmp_path):
         assert len(disk_reads) == 1  # the first read brought the rest ahead
 
     run(scenario, tmp_path, tail_cache_bytes=2000)
+
+
+def test_the_tail_budget_is_shared_by_all_partitions(tmp_path):
+    async def scenario(engine):
+        await engine.create_topic("a", 2, {})
+        assert [t._tail_cache_bytes for t in engine.topic("a").partitions] == [5000, 5000]
+        tablet = engine.partition("a", 0)
+        for _ in range(8):
+            await tablet.append(make_batch([b"y" * 500] * 2), 0)
+        await engine.create_topic("b", 3, {})  # five partitions now share 10000 bytes
+        assert tablet._tail_cache_bytes == 2000
+        assert tablet._tail_size <= 2000 and len(tablet._tail_batches) >= 1
+        await engine.delete_topic("b")
+        assert tablet._tail_cache_bytes == 5000
+
+    run(scenario, tmp_path, tail_cache_bytes=10_000)
