@@ -184,8 +184,7 @@ class StorageEngine:
         topic = self.topic(name)
         self._unregister(topic)
         for tablet in topic.partitions:
-            tablet.deleted = True
-            tablet.wake_waiters()
+            tablet.release()
         ops = Ops()
         ops.delete(keys.topic_key(name))
         for kind in (keys.META, keys.LOG, keys.TIME_INDEX, keys.PRODUCER):
