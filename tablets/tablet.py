@@ -209,6 +209,16 @@ class PartitionTablet:
         self._tail_size += len(data)
         self._trim_tail()
 
+    def release(self) -> None:
+        """The partition is deleted: wake its fetchers and free its memory now
+        (a tablet and its topic reference each other, so only the cyclic
+        garbage collector would free them, and big buffers do not prompt it)."""
+        self.deleted = True
+        self.wake_waiters()
+        self._tail_offsets, self._tail_batches, self._tail_size = [], [], 0
+        self._ahead_offsets, self._ahead_batches, self._ahead_end = [], [], 0
+        self._ts_offsets, self._ts_values = array("q"), array("q")
+
     def set_tail_budget(self, nbytes: int) -> None:
         """This partition's share of the node's in-memory tail budget."""
         self._tail_cache_bytes = nbytes
