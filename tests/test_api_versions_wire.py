@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 from uuid import UUID
 
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
+from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.codec import build, request_schema
+from kafka_gateway.codec import request_schema
 from kafka_gateway.config import GatewayConfig
 from kafka_gateway.server import GatewayServer
 from kafka_gateway.testing import make_batch
@@ -36,25 +36,8 @@ STEPS = max(APIS[k].max_version - APIS[k].min_version for k in (
     FETCH, LIST_OFFSETS, METADATA, CREATE_TOPICS, DELETE_TOPICS)) + 1
 
 
-def ms(value: int) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=value)
-
-
-class Versions:
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def version(self, api_key: int) -> int:
-        api = APIS[api_key]
-        low = 3 if api_key == PRODUCE else api.min_version
-        return min(low + self.step, api.max_version)
-
-    def make(self, api_key: int, entity: str, /, **fields):
-        return build(getattr(request_schema(api_key, self.version(api_key)), entity), **fields)
-
-
 async def scenario(client: KafkaClient, step: int) -> None:
-    v = Versions(step)
+    v = Versions(step, floors={PRODUCE: 3})  # kio cannot encode Produce v0-2
     topic = f"wire-{step}"
     timestamp = 1_700_000_000_000
 

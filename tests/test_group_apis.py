@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import datetime
 
 from kio.schema.errors import ErrorCode
+from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.codec import build, request_schema
 from kafka_gateway.config import GatewayConfig
 from kafka_gateway.groups.consumer_protocol import encode_assignment, encode_subscription
 from kafka_gateway.server import GatewayServer
@@ -27,24 +26,6 @@ LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 1
 OFFSET_DELETE = 47
 GROUP_APIS = (FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP,
               SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS, OFFSET_DELETE)
-
-
-def ms(value: int) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=value)
-
-
-class Versions:
-    """Builds requests of one API at one version from every field any version has."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def version(self, api_key: int) -> int:
-        api = APIS[api_key]
-        return min(api.min_version + self.step, api.max_version)
-
-    def make(self, api_key: int, entity: str, /, **fields):
-        return build(getattr(request_schema(api_key, self.version(api_key)), entity), **fields)
 
 
 async def scenario(client: KafkaClient, step: int, topic: str) -> None:
