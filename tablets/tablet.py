@@ -36,6 +36,7 @@ from .errors import (
     RecordTooLarge,
     UnsupportedRecordKind,
 )
+from .memory_run import MemoryRun
 from .records import record_timestamps
 from .store import GroupCommitWriter, Ops, RocksStore
 
@@ -101,12 +102,9 @@ class PartitionTablet:
         self.size_bytes = 0
         self.deleted = False
         self._tail_cache_bytes = tail_cache_bytes
-        self._tail_offsets: list[int] = []
-        self._tail_batches: list[bytes] = []
-        self._tail_size = 0
-        # Batches read ahead of a consumer below the tail: [offsets, end).
-        self._ahead_offsets: list[int] = []
-        self._ahead_batches: list[bytes] = []
+        self._tail = MemoryRun()
+        # Batches read ahead of a consumer below the tail, up to _ahead_end.
+        self._ahead = MemoryRun()
         self._ahead_end = 0
         self._ts_offsets = array("q")
         self._ts_values = array("q")
@@ -204,10 +202,8 @@ class PartitionTablet:
             self.wake_waiters()
 
     def _cache(self, offset: int, data: bytes) -> None:
-        self._tail_offsets.append(offset)
-        self._tail_batches.append(data)
-        self._tail_size += len(data)
-        self._trim_tail()
+        self._tail.append(offset, data)
+        self._tail.trim(self._tail_cache_bytes)
 
     def release(self) -> None:
         """The partition is deleted: wake its fetchers and free its memory now
@@ -215,25 +211,17 @@ class PartitionTablet:
         garbage collector would free them, and big buffers do not prompt it)."""
         self.deleted = True
         self.wake_waiters()
-        self._tail_offsets, self._tail_batches, self._tail_size = [], [], 0
-        self._ahead_offsets, self._ahead_batches, self._ahead_end = [], [], 0
+        self._tail, self._ahead, self._ahead_end = MemoryRun(), MemoryRun(), 0
         self._ts_offsets, self._ts_values = array("q"), array("q")
 
     def set_tail_budget(self, nbytes: int) -> None:
         """This partition's share of the node's in-memory tail budget."""
         self._tail_cache_bytes = nbytes
-        self._trim_tail()
-
-    def _trim_tail(self) -> None:
-        # Keep at least the newest batch so the head of the log never hits disk.
-        while self._tail_size > self._tail_cache_bytes and len(self._tail_batches) > 1:
-            self._tail_size -= len(self._tail_batches[0])
-            del self._tail_offsets[0]
-            del self._tail_batches[0]
+        self._tail.trim(nbytes)
 
     @property
     def _tail_start(self) -> int:
-        return self._tail_offsets[0] if self._tail_offsets else self.log_end_offset
+        return self._tail.first_offset(default=self.log_end_offset)
 
     # ------------------------------------------------------------------ read
     @property
@@ -256,10 +244,9 @@ class PartitionTablet:
         if offset >= hw:  # at the end, or in a write not yet in the WAL
             return ReadResult([], hw, self.log_start_offset)
         if offset >= self._tail_start:
-            batches = _slice(self._tail_offsets, self._tail_batches, offset, hw, max_bytes, min_one)
-        elif self._ahead_offsets and self._ahead_offsets[0] <= offset < self._ahead_end:
-            batches = _slice(self._ahead_offsets, self._ahead_batches, offset, hw, max_bytes,
-                             min_one)
+            batches = self._tail.slice(offset, hw, max_bytes, min_one)
+        elif self._ahead.first_offset(default=self._ahead_end) <= offset < self._ahead_end:
+            batches = self._ahead.slice(offset, hw, max_bytes, min_one)
         else:
             # A consumer behind the tail reads the log in order: read ahead of
             # it, so its next fetches are served from memory without a trip
@@ -269,10 +256,9 @@ class PartitionTablet:
                 self.store.readers, self._read_disk, offset, hw, max_bytes + READAHEAD_BYTES,
                 min_one,
             )
-            self._ahead_offsets = [rb.base_offset_of(b) for b in loaded]
-            self._ahead_batches = loaded
+            self._ahead = MemoryRun([rb.base_offset_of(b) for b in loaded], loaded)
             self._ahead_end = rb.last_offset_of(loaded[-1]) + 1 if loaded else 0
-            batches = _slice(self._ahead_offsets, loaded, offset, hw, max_bytes, min_one)
+            batches = self._ahead.slice(offset, hw, max_bytes, min_one)
         return ReadResult(batches, hw, self.log_start_offset)
     def _read_disk(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
         out: list[bytes] = []
@@ -428,33 +414,10 @@ class PartitionTablet:
             )
             del self._ts_offsets[:index]
             del self._ts_values[:index]
-        while self._tail_offsets and len(self._tail_offsets) > 1 and (
-            self._tail_offsets[1] <= new_start
-        ):
-            self._tail_size -= len(self._tail_batches[0])
-            del self._tail_offsets[0]
-            del self._tail_batches[0]
+        self._tail.drop_below(new_start)
         ops.put(self.meta_key, self._meta())
         await self.writer.submit(ops)
         self.wake_waiters()
-
-
-def _slice(
-    offsets: list[int], batches: list[bytes], offset: int, hw: int, max_bytes: int, min_one: bool
-) -> list[bytes]:
-    """From in-memory batches (sorted by base offset): the one containing
-    ``offset`` and those after it, below ``hw``, within ``max_bytes``."""
-    index = max(bisect_right(offsets, offset) - 1, 0)
-    out: list[bytes] = []
-    total = 0
-    while index < len(offsets) and offsets[index] < hw:
-        data = batches[index]
-        if total + len(data) > max_bytes and (out or not min_one):
-            break
-        out.append(data)
-        total += len(data)
-        index += 1
-    return out
 
 
 def now_ms() -> int:

@@ -214,7 +214,7 @@ def test_the_tail_budget_is_shared_by_all_partitions(tmp_path):
             await tablet.append(make_batch([b"y" * 500] * 2), 0)
         await engine.create_topic("b", 3, {})  # five partitions now share 10000 bytes
         assert tablet._tail_cache_bytes == 2000
-        assert tablet._tail_size <= 2000 and len(tablet._tail_batches) >= 1
+        assert tablet._tail.nbytes <= 2000 and len(tablet._tail) >= 1
         await engine.delete_topic("b")
         assert tablet._tail_cache_bytes == 5000
 

@@ -1,0 +1,75 @@
+"""A run of consecutive batches held in memory, oldest first.
+
+A tablet keeps two: its tail (the newest batches, so consumers at the head of
+the log never touch RocksDB) and a read-ahead for a consumer below the tail.
+Batches leave from the front in O(1) (a head index, compacted now and then),
+so a tail of many small batches costs nothing per append to trim.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+_COMPACT_AT = 1024  # dropped entries before the lists are shortened
+
+
+class MemoryRun:
+    __slots__ = ("_batches", "_head", "_offsets", "nbytes")
+
+    def __init__(self, offsets: list[int] | None = None,
+                 batches: list[bytes] | None = None) -> None:
+        self._offsets: list[int] = offsets or []
+        self._batches: list[bytes] = batches or []
+        self._head = 0
+        self.nbytes = sum(map(len, self._batches))
+
+    def __len__(self) -> int:
+        return len(self._offsets) - self._head
+
+    def first_offset(self, default: int) -> int:
+        """Base offset of the oldest batch held, or ``default`` when empty."""
+        return self._offsets[self._head] if len(self) else default
+
+    def append(self, offset: int, batch: bytes) -> None:
+        self._offsets.append(offset)
+        self._batches.append(batch)
+        self.nbytes += len(batch)
+
+    def trim(self, budget: int) -> None:
+        """Drop the oldest batches while over ``budget``, keeping the newest one."""
+        while self.nbytes > budget and len(self) > 1:
+            self._drop_first()
+        self._compact()
+
+    def drop_below(self, offset: int) -> None:
+        """Drop batches that end before ``offset`` (the next one starts at or before it)."""
+        while len(self) > 1 and self._offsets[self._head + 1] <= offset:
+            self._drop_first()
+        self._compact()
+
+    def slice(self, offset: int, end: int, max_bytes: int, min_one: bool) -> list[bytes]:
+        """The batch containing ``offset`` and those after it that start below
+        ``end``, within ``max_bytes`` (the first one whole if ``min_one``)."""
+        offsets, batches = self._offsets, self._batches
+        index = max(bisect_right(offsets, offset, lo=self._head) - 1, self._head)
+        out: list[bytes] = []
+        total = 0
+        while index < len(offsets) and offsets[index] < end:
+            data = batches[index]
+            if total + len(data) > max_bytes and (out or not min_one):
+                break
+            out.append(data)
+            total += len(data)
+            index += 1
+        return out
+
+    def _drop_first(self) -> None:
+        self.nbytes -= len(self._batches[self._head])
+        self._batches[self._head] = b""  # free the bytes now, shorten the lists later
+        self._head += 1
+
+    def _compact(self) -> None:
+        if self._head >= _COMPACT_AT and self._head * 2 >= len(self._offsets):
+            del self._offsets[: self._head]
+            del self._batches[: self._head]
+            self._head = 0
