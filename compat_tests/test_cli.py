@@ -1,0 +1,75 @@
+"""The ``kafka-gateway topics`` and ``groups`` commands against a running gateway."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+TIMEOUT = 30
+
+
+def cli(gateway, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "kafka_gateway", args[0],
+               "--bootstrap-server", gateway.bootstrap, *args[1:]]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def test_topics_lifecycle(gateway, topic_name):
+    created = cli(gateway, "topics", "create", topic_name, "--partitions", "2",
+                  "--config", "retention.ms=3600000")
+    assert f"Created topic {topic_name} with 2 partitions" in created.stdout
+    assert topic_name in cli(gateway, "topics", "list").stdout.split()
+
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    for i in range(5):
+        producer.produce(topic_name, value=b"x", partition=i % 2)
+    assert producer.flush(TIMEOUT) == 0
+
+    described = cli(gateway, "topics", "describe", topic_name).stdout
+    assert "PartitionCount: 2" in described and "retention.ms=3600000" in described
+    assert "Partition: 0\tLeader: 0\tLogStartOffset: 0\tHighWatermark: 3" in described
+    assert "Partition: 1\tLeader: 0\tLogStartOffset: 0\tHighWatermark: 2" in described
+
+    cli(gateway, "topics", "alter", topic_name, "--partitions", "3",
+        "--set", "max.message.bytes=2000000", "--delete", "retention.ms")
+    described = cli(gateway, "topics", "describe", topic_name).stdout
+    assert "PartitionCount: 3" in described
+    assert "max.message.bytes=2000000" in described and "retention.ms" not in described
+
+    refused = cli(gateway, "topics", "alter", topic_name, "--set", "retention.ms=soon",
+                  check=False)
+    assert refused.returncode != 0 and "INVALID_CONFIG" in refused.stderr
+    again = cli(gateway, "topics", "create", topic_name, check=False)
+    assert again.returncode != 0 and "TOPIC_ALREADY_EXISTS" in again.stderr
+
+    cli(gateway, "topics", "delete", topic_name)
+    assert topic_name not in cli(gateway, "topics", "list").stdout.split()
+    missing = cli(gateway, "topics", "describe", topic_name, check=False)
+    assert missing.returncode != 0 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
+
+
+def test_groups_list_and_describe_show_offsets_and_lag(gateway, topic_name):
+    cli(gateway, "topics", "create", topic_name, "--partitions", "2")
+    producer = Producer({"bootstrap.servers": gateway.bootstrap})
+    for i in range(10):
+        producer.produce(topic_name, value=b"x", partition=i % 2)
+    assert producer.flush(TIMEOUT) == 0
+
+    group = f"{topic_name}-readers"
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    consumer.commit(offsets=[TopicPartition(topic_name, 0, 4), TopicPartition(topic_name, 1, 1)],
+                    asynchronous=False)
+    consumer.close()
+
+    assert group in cli(gateway, "groups", "list").stdout
+    described = cli(gateway, "groups", "describe", group).stdout
+    rows = {tuple(line.split()[:5]) for line in described.splitlines()}
+    # topic, partition, committed offset, log end offset, lag
+    assert (topic_name, "0", "4", "5", "1") in rows, described
+    assert (topic_name, "1", "1", "5", "4") in rows, described
