@@ -56,6 +56,22 @@ function producer(client) {
   return client.producer({ createPartitioner: Partitioners.DefaultPartitioner })
 }
 
+// Run fn({ admin, prod }) with an admin client and a producer, both connected,
+// and disconnect them afterwards whatever happens.
+async function withAdminAndProducer(bootstrap, fn) {
+  const client = kafka(bootstrap)
+  const admin = client.admin()
+  const prod = producer(client)
+  await admin.connect()
+  await prod.connect()
+  try {
+    return await fn({ admin, prod })
+  } finally {
+    await prod.disconnect()
+    await admin.disconnect()
+  }
+}
+
 // Buffers as UTF-8 strings (null stays null), header values likewise.
 function text(buffer) {
   return buffer == null ? null : buffer.toString('utf8')
@@ -143,4 +159,5 @@ module.exports = {
   sleep,
   text,
   until,
+  withAdminAndProducer,
 }

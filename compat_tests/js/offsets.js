@@ -3,19 +3,14 @@
 // deleteTopicRecords on a 2-partition topic it creates. Partition 0 gets 10
 // records stamped BASE + 1000 * i, partition 1 gets 3 stamped BASE + 1000 * (20 + i).
 // Prints BASE and every answer.
-const { errorInfo, kafka, main, producer } = require('./lib')
+const { errorInfo, main, withAdminAndProducer } = require('./lib')
 
 main(async ({ bootstrap, topic }) => {
-  const client = kafka(bootstrap)
-  const admin = client.admin()
-  const prod = producer(client)
-  await admin.connect()
-  await prod.connect()
-  const watermarks = async () => (await admin.fetchTopicOffsets(topic))
-    .sort((a, b) => a.partition - b.partition)
-  const byTimestamp = async ts => (await admin.fetchTopicOffsetsByTimestamp(topic, ts))
-    .sort((a, b) => a.partition - b.partition)
-  try {
+  return withAdminAndProducer(bootstrap, async ({ admin, prod }) => {
+    const watermarks = async () => (await admin.fetchTopicOffsets(topic))
+      .sort((a, b) => a.partition - b.partition)
+    const byTimestamp = async ts => (await admin.fetchTopicOffsetsByTimestamp(topic, ts))
+      .sort((a, b) => a.partition - b.partition)
     await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 2 }] })
     const empty = await watermarks()
     const base = Date.now() - 3600 * 1000
@@ -58,8 +53,5 @@ main(async ({ bootstrap, topic }) => {
     await del(0, '50') // past the high watermark: OFFSET_OUT_OF_RANGE
     const afterDelete = await byTimestamp(base + 1000)
     return { base, empty, produced, lookups, deleted, afterDelete }
-  } finally {
-    await prod.disconnect()
-    await admin.disconnect()
-  }
+  })
 })

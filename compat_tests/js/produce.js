@@ -4,16 +4,11 @@
 // (one repeated), a null value (tombstone), a null key and explicit timestamps,
 // spread over both partitions in one request. Prints what was sent, the send
 // results and the watermarks after (fetchTopicOffsets).
-const { CODECS, kafka, main, producer } = require('./lib')
+const { CODECS, main, withAdminAndProducer } = require('./lib')
 
 main(async ({ bootstrap, topic, args }) => {
   const codecs = args.length ? args : ['none']
-  const client = kafka(bootstrap)
-  const admin = client.admin()
-  const prod = producer(client)
-  await admin.connect()
-  await prod.connect()
-  try {
+  return withAdminAndProducer(bootstrap, async ({ admin, prod }) => {
     await admin.createTopics({ waitForLeaders: true, topics: [{ topic, numPartitions: 2 }] })
     const base = Date.now() - 60000 // explicit, distinct, and in the past
     const sent = []
@@ -45,8 +40,5 @@ main(async ({ bootstrap, topic, args }) => {
     const offsets = (await admin.fetchTopicOffsets(topic))
       .sort((a, b) => a.partition - b.partition)
     return { sends, sent, offsets }
-  } finally {
-    await prod.disconnect()
-    await admin.disconnect()
-  }
+  })
 })

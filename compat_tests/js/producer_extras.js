@@ -3,15 +3,10 @@
 // acks=0 (no answer) followed by acks=1 on the same connection, a 1 MiB
 // record, a record over max.message.bytes (MESSAGE_TOO_LARGE), and
 // createPartitions (seen by fetchTopicMetadata).
-const { errorInfo, kafka, main, producer } = require('./lib')
+const { errorInfo, main, withAdminAndProducer } = require('./lib')
 
 main(async ({ bootstrap, topic }) => {
-  const client = kafka(bootstrap)
-  const admin = client.admin()
-  const prod = producer(client)
-  await admin.connect()
-  await prod.connect()
-  try {
+  return withAdminAndProducer(bootstrap, async ({ admin, prod }) => {
     await admin.createTopics({
       waitForLeaders: true,
       topics: [{ topic, configEntries: [{ name: 'max.message.bytes', value: '2097152' }] }],
@@ -40,8 +35,5 @@ main(async ({ bootstrap, topic }) => {
       partitions: metadata.topics[0].partitions.map(p => p.partitionId).sort(),
       offsets,
     }
-  } finally {
-    await prod.disconnect()
-    await admin.disconnect()
-  }
+  })
 })
