@@ -14,10 +14,10 @@ from typing import Any
 from .codec import (
     API_VERSIONS_KEY,
     ChunkWriter,
-    _reader,
-    _skip_tagged_fields,
-    _writer,
+    entity_reader_for,
+    entity_writer_for,
     response_schema,
+    skip_tagged_fields,
 )
 
 _SIZE = struct.Struct(">i")
@@ -45,7 +45,7 @@ class KafkaClient:
         out.write(self._client_id)
         if cls.__flexible__:
             out.write(b"\x00")
-        _writer(cls)(out, body)
+        entity_writer_for(cls)(out, body)
         self._writer.write(_SIZE.pack(out.size) + b"".join(out.chunks))
         await self._writer.drain()
         (size,) = _SIZE.unpack(await self._reader.readexactly(4))
@@ -62,8 +62,8 @@ class KafkaClient:
         )
         pos = 4
         if response_cls.__flexible__ and api_key != API_VERSIONS_KEY:
-            pos = _skip_tagged_fields(frame, pos)
-        value, _ = _reader(response_cls)(frame, pos)
+            pos = skip_tagged_fields(frame, pos)
+        value, _ = entity_reader_for(response_cls)(frame, pos)
         return value
 
     async def close(self) -> None:

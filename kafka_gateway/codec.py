@@ -99,12 +99,12 @@ def _request_class(api_key: int, version: int) -> type | None:
 
 
 @cache
-def _reader(cls: type) -> Any:
+def entity_reader_for(cls: type) -> Any:
     return entity_reader(cls)
 
 
 @cache
-def _writer(cls: type) -> Any:
+def entity_writer_for(cls: type) -> Any:
     return entity_writer(cls)
 
 
@@ -139,13 +139,13 @@ def decode_request(
     cls = _request_class(header.api_key, version)
     try:
         if cls is not None and cls.__flexible__:
-            pos = _skip_tagged_fields(frame, pos)
+            pos = skip_tagged_fields(frame, pos)
         if decode is not None:
             body = decode(frame, pos, version)
         elif cls is None:
             raise MalformedRequest(f"no schema for API {header.api_key} v{version}")
         else:
-            body, _size = _reader(cls)(frame, pos)
+            body, _size = entity_reader_for(cls)(frame, pos)
     except MalformedRequest:
         raise
     except Exception as exc:  # kio raises several types for bad bytes
@@ -157,28 +157,38 @@ def decode_request(
     return Request(header, body, len(frame), client_host)
 
 
-def _skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
-    count, pos = _uvarint(frame, pos)
+def skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
+    count, pos = read_uvarint(frame, pos)
     for _ in range(count):
-        _tag, pos = _uvarint(frame, pos)
-        length, pos = _uvarint(frame, pos)
+        _tag, pos = read_uvarint(frame, pos)
+        length, pos = read_uvarint(frame, pos)
         pos += length
     if pos > len(frame):
         raise MalformedRequest("tagged fields run past the end of the frame")
     return pos
 
 
-def _uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """An unsigned varint at ``pos``, and the position after it."""
     value = shift = 0
     while True:
         if pos >= len(buf) or shift > 28:
-            raise MalformedRequest("bad varint in request header")
+            raise MalformedRequest("bad or truncated varint")
         byte = buf[pos]
         pos += 1
         value |= (byte & 0x7F) << shift
         if byte < 0x80:
             return value, pos
         shift += 7
+
+
+def encode_uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]:
@@ -197,7 +207,7 @@ def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]
         # ApiVersions always answers with header v0 so any client can read it.
         if type(body).__flexible__ and api_key != API_VERSIONS_KEY:
             out.write(b"\x00")  # no tagged fields in the header
-        _writer(type(body))(out, body)
+        entity_writer_for(type(body))(out, body)
     out.chunks[0] = _SIZE.pack(out.size)
     return out.chunks
 

@@ -118,13 +118,9 @@ class GatewayProcess:
 
 
 def _varint(value: int) -> bytes:
-    value = (value << 1) ^ (value >> 63)  # zigzag
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+    from .codec import encode_uvarint
+
+    return encode_uvarint((value << 1) ^ (value >> 63))  # zigzag
 
 
 def make_batch(

@@ -9,7 +9,7 @@ from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
 
 from kafka_gateway.apis import fetch_response
-from kafka_gateway.codec import NO_THROTTLE, ChunkWriter, _writer, build, response_schema
+from kafka_gateway.codec import NO_THROTTLE, ChunkWriter, build, entity_writer_for, response_schema
 from kafka_gateway.testing import make_batch
 
 TOPIC_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
@@ -31,7 +31,7 @@ def kio_encoding(version, topics):
             for key, parts in topics.items()),
     )
     out = ChunkWriter()
-    _writer(type(body))(out, body)
+    entity_writer_for(type(body))(out, body)
     return b"".join(out.chunks)
 
 

@@ -10,7 +10,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import Records, i32Timedelta
 
 from kafka_gateway.apis import produce_request
-from kafka_gateway.codec import ChunkWriter, MalformedRequest, _writer
+from kafka_gateway.codec import ChunkWriter, MalformedRequest, entity_writer_for
 from kafka_gateway.testing import make_batch
 
 
@@ -27,7 +27,7 @@ def kio_bytes(version: int, transactional_id: str | None, batches: list[bytes | 
         ),
     )
     out = ChunkWriter()
-    _writer(type(body))(out, body)
+    entity_writer_for(type(body))(out, body)
     return b"".join(out.chunks)
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 from uuid import UUID
 
-from ..codec import EncodedBody
+from ..codec import EncodedBody, encode_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -23,17 +23,8 @@ _PARTITION = struct.Struct(">ihqq")
 _I64 = struct.Struct(">q")
 
 
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _array_length(count: int, flexible: bool) -> bytes:
-    return _uvarint(count + 1) if flexible else _I32.pack(count)
+    return encode_uvarint(count + 1) if flexible else _I32.pack(count)
 
 
 # One partition's result: (index, error code, high watermark, log start, batches).
@@ -53,7 +44,8 @@ def encode(version: int, topics: dict[str | UUID, list[PartitionResult]]) -> Enc
             head += key.bytes
         else:
             name = str(key).encode()
-            head += _uvarint(len(name) + 1) + name if flexible else _I16.pack(len(name)) + name
+            size = encode_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))
+            head += size + name
         head += _array_length(len(partitions), flexible)
         for index, error, high_watermark, log_start, batches in partitions:
             # The last stable offset is the high watermark: only committed data is stored.
@@ -64,7 +56,7 @@ def encode(version: int, topics: dict[str | UUID, list[PartitionResult]]) -> Enc
             if version >= 11:
                 head += _I32.pack(-1)  # preferred read replica
             size = sum(map(len, batches))
-            head += _uvarint(size + 1) if flexible else _I32.pack(size)
+            head += encode_uvarint(size + 1) if flexible else _I32.pack(size)
             if batches:
                 chunks.append(bytes(head))
                 chunks.extend(batches)

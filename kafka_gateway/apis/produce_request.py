@@ -13,7 +13,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from ..codec import MalformedRequest
+from ..codec import MalformedRequest, read_uvarint
 
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
@@ -55,16 +55,8 @@ class _Reader:
         return value
 
     def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self.buf[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-            if shift > 35:
-                raise MalformedRequest("varint too long")
+        value, self.pos = read_uvarint(self.buf, self.pos)
+        return value
 
     def length(self) -> int:
         """An array, string or bytes length; -1 for null."""
