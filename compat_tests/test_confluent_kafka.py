@@ -454,3 +454,28 @@ def _raw_fetch_frame(topic: str) -> bytes:
     body += struct.pack(">iiqi", 1, 0, 0, 8 << 20)
     header = struct.pack(">hhih", 1, 4, 1, -1)
     return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def test_timestamps_outside_the_allowed_window_are_refused(gateway, topic_name):
+    """message.timestamp.difference.max.ms: INVALID_TIMESTAMP, and nothing stored."""
+    create_topic(gateway, topic_name, **{"message.timestamp.difference.max.ms": "60000"})
+    p = producer(gateway)
+    [(err, _)] = produce_all(p, topic_name, [{"value": b"old", "timestamp": 1_000}])
+    assert err is not None and err.code() == KafkaError.INVALID_TIMESTAMP
+    [(err, offset)] = produce_all(p, topic_name, [{"value": b"now"}])
+    assert err is None and offset == 0
+
+
+def test_validate_only_changes_nothing(gateway, topic_name):
+    """CreateTopics and CreatePartitions with validate_only check and create nothing."""
+    a = admin(gateway)
+    a.create_topics([NewTopic(topic_name, 2, 1)], validate_only=True)[topic_name].result(TIMEOUT)
+    assert topic_name not in a.list_topics(timeout=TIMEOUT).topics
+    bad = NewTopic(topic_name, 2, 1, config={"cleanup.policy": "compact"})
+    with pytest.raises(Exception, match=r"(?i)compaction is not supported"):
+        a.create_topics([bad], validate_only=True)[topic_name].result(TIMEOUT)
+
+    create_topic(gateway, topic_name, 2)
+    grow = a.create_partitions([NewPartitions(topic_name, 5)], validate_only=True)
+    grow[topic_name].result(TIMEOUT)
+    assert len(a.list_topics(topic_name, timeout=TIMEOUT).topics[topic_name].partitions) == 2
