@@ -101,6 +101,7 @@ def test_admin_http_with_fsync_always(tmp_path):
         writes = int(values["kafka_gateway_store_writes_total"])
         assert fsyncs == writes > 0  # every group commit was fsynced
         assert 'kafka_gateway_request_seconds_bucket{api="metadata",le="+Inf"}' in values
+        assert int(values["kafka_gateway_group_rebalances_total"]) == 0
 
         async def commit(offset: int) -> None:
             client = await KafkaClient.connect(*gateway.host_port)

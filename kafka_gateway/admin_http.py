@@ -54,6 +54,8 @@ class AdminHttp:
             "store_write_seconds_total": stats.write_seconds,
             "topics": len(self.broker.engine.topics),
         }
+        if self.broker.groups is not None:
+            extra["group_rebalances_total"] = self.broker.groups.rebalances
         lines = [self.broker.metrics.render(extra)]
         for topic in self.broker.engine.topics.values():
             for tablet in topic.partitions:

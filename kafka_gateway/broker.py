@@ -6,7 +6,7 @@ import logging
 from dataclasses import dataclass, field
 
 from tablets import StorageEngine, Topic
-from tablets.errors import TopicAlreadyExists, UnknownTopic
+from tablets.errors import TopicAlreadyExists
 
 from .config import GatewayConfig
 from .groups import GroupCoordinator
@@ -30,15 +30,6 @@ class Broker:
     @property
     def cluster_id(self) -> str:
         return self.engine.cluster_id
-
-    async def topic_for_write(self, name: str) -> Topic:
-        """The topic, auto-created (like Kafka) when the setting allows it."""
-        try:
-            return self.engine.topic(name)
-        except UnknownTopic:
-            if not self.config.auto_create_topics:
-                raise
-        return await self.auto_create(name)
 
     async def auto_create(self, name: str) -> Topic:
         existing = self.engine.topics.get(name)

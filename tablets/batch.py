@@ -44,7 +44,6 @@ ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
 
-COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 
 
 class InvalidRecordBatch(ValueError):
@@ -81,11 +80,6 @@ class BatchHeader:
     @property
     def is_control(self) -> bool:
         return bool(self.attributes & ATTR_CONTROL)
-
-    @property
-    def last_sequence(self) -> int:
-        return (self.base_sequence + self.last_offset_delta) & 0x7FFFFFFF
-
 
 def parse_batches(data: bytes | memoryview, verify_crc: bool = True) -> list[BatchHeader]:
     """Parse and validate every batch in a Produce request's record set.
@@ -153,15 +147,6 @@ def parse_batches(data: bytes | memoryview, verify_crc: bool = True) -> list[Bat
     return headers
 
 
-def read_header(batch: bytes | memoryview) -> BatchHeader:
-    """Header of one stored (already validated) batch, without a CRC check."""
-    return parse_batches(memoryview(batch)[: _batch_size(batch)], verify_crc=False)[0]
-
-
-def _batch_size(batch: bytes | memoryview) -> int:
-    return _INT32.unpack_from(batch, 8)[0] + LOG_OVERHEAD
-
-
 def stamp(view: memoryview, header: BatchHeader, base_offset: int, leader_epoch: int) -> bytes:
     """Copy one batch out of a request with its offset and leader epoch set.
 
@@ -186,11 +171,6 @@ def set_log_append_time(batch: bytes, timestamp_ms: int) -> bytes:
     struct.pack_into(">q", buf, 35, timestamp_ms)
     struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[CRC_START:]))
     return bytes(buf)
-
-
-def with_base_offset(batch: bytes, base_offset: int) -> bytes:
-    """A stored batch with another base offset (8 bytes, outside the CRC)."""
-    return _INT64.pack(base_offset) + batch[8:]
 
 
 def base_offset_of(batch: bytes | memoryview) -> int:

@@ -52,10 +52,6 @@ class Ops:
     def delete_range(self, start: bytes, end: bytes) -> None:
         self.delete_ranges.append((start, end))
 
-    def nbytes(self) -> int:
-        return sum(len(k) + len(v) for k, v in self.puts)
-
-
 @dataclass(slots=True)
 class WriterStats:
     """Counters exported as metrics (and read by the benchmarks)."""

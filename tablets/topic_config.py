@@ -1,9 +1,10 @@
 """Topic configurations: every Kafka 3.4 topic config, its default and its type.
 
 DescribeConfigs lists all of them, like Kafka. The ones that change how this
-gateway stores data are enforced (``ENFORCED``); the rest are accepted and
-stored so that tools which set them keep working, and the docs say which are
-which. Values are kept as strings, as the protocol carries them.
+gateway stores data are enforced by the tablets (see TabletSettings); the
+rest are accepted and stored so that tools which set them keep working, and
+docs/compatibility.md says which are which. Values are kept as strings, as
+the protocol carries them.
 """
 
 from __future__ import annotations
@@ -72,19 +73,6 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("unclean.leader.election.enable", "false", _T.BOOLEAN),
     )
 }
-
-# Configs whose values change the gateway's behaviour (the others are stored).
-ENFORCED = frozenset(
-    {
-        "cleanup.policy",
-        "max.message.bytes",
-        "message.timestamp.type",
-        "message.timestamp.difference.max.ms",
-        "retention.bytes",
-        "retention.ms",
-    }
-)
-
 
 class InvalidConfig(ValueError):
     """A config name or value Kafka would reject (INVALID_CONFIG)."""

@@ -70,5 +70,7 @@ def test_log_append_time_rewrites_timestamp_and_crc():
 
 
 def test_record_timestamps_walk_every_record():
-    data = rb.with_base_offset(make_batch([b"a", None, b"ccc"], base_timestamp=50), 10)
+    raw = make_batch([b"a", None, b"ccc"], base_timestamp=50)
+    [header] = rb.parse_batches(raw)
+    data = rb.stamp(memoryview(raw), header, 10, 0)
     assert list(record_timestamps(data)) == [(10, 50), (11, 50), (12, 50)]

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from .consumer_protocol import PROTOCOL_TYPE, assigned_partitions, subscribed_topics
+from .consumer_protocol import PROTOCOL_TYPE, subscribed_topics
 
 
 class GroupState(enum.Enum):
@@ -247,9 +247,3 @@ class Group:
                 return None
             topics |= subscribed
         return topics
-
-    def member_partitions(self, member: Member) -> dict[str, list[int]]:
-        """What a member was assigned (consumer protocol), empty when unreadable."""
-        if self.protocol_type != PROTOCOL_TYPE:
-            return {}
-        return assigned_partitions(member.assignment) or {}
