@@ -54,7 +54,8 @@ class Request:
 
 @dataclass(frozen=True, slots=True)
 class EncodedBody:
-    """A response body its handler encoded itself, as chunks (see apis/fetch.py)."""
+    """A response body its handler encoded itself, as chunks: the Fetch hot path
+    (apis/fetch_response.py) and Produce v0-2, which kio has no schemas for."""
 
     chunks: list[bytes]
     flexible: bool  # whether the response header carries tagged fields
@@ -196,9 +197,7 @@ def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]
     out = ChunkWriter()
     out.write(b"")  # placeholder for the size
     out.write(_CORRELATION.pack(correlation_id))
-    if isinstance(body, bytes):  # encoded by its handler: a version kio has no schema for
-        out.write(body)
-    elif isinstance(body, EncodedBody):  # a hot path encoded by its handler
+    if isinstance(body, EncodedBody):  # a hot path, or a version kio has no schema for
         if body.flexible:
             out.write(b"\x00")
         for chunk in body.chunks:

@@ -45,7 +45,6 @@ log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64
 MAX_IN_FLIGHT_BYTES = 32 << 20
-FETCH_KEY = 1
 READ_BUFFER_BYTES = 256 << 10
 MIN_READ_BYTES = 64 << 10
 _SIZE = struct.Struct(">i")
@@ -70,7 +69,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writing_paused = False
         self._writable = asyncio.Event()
         self._writable.set()
-        self._fetch_turn = asyncio.Lock()
+        self._one_at_a_time = asyncio.Lock()
         self._closing = False
 
     # ------------------------------------------------------------ transport
@@ -181,10 +180,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         metrics = self.broker.metrics
         started = time.perf_counter()
         metrics.requests[name] += 1
-        handle = APIS[request.header.api_key].handle
+        api = APIS[request.header.api_key]
+        handle = api.handle
         try:
-            if request.header.api_key == FETCH_KEY:
-                async with self._fetch_turn:
+            if api.one_at_a_time:
+                async with self._one_at_a_time:
                     await self._writable.wait()
                     body = await handle(self.broker, request)
             else:

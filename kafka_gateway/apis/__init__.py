@@ -54,12 +54,16 @@ class Api:
     # (frame, body position, version) -> request body, for an API that reads
     # its own requests (a measured hot path); the others go through kio.
     decode: Callable[[Any, int, int], Any] | None = None
+    # Served one at a time per connection, and only while the client reads its
+    # answers (their size is the client's to choose: see connection.py).
+    one_at_a_time: bool = False
 
 
 def _api(module: ModuleType) -> Api:
     low, high = module.VERSIONS
     name = module.__name__.rsplit(".", 1)[-1]
-    return Api(module.API_KEY, name, low, high, module.handle, getattr(module, "decode", None))
+    return Api(module.API_KEY, name, low, high, module.handle, getattr(module, "decode", None),
+               getattr(module, "ONE_AT_A_TIME", False))
 
 
 APIS: dict[int, Api] = {

@@ -30,6 +30,7 @@ from .fetch_response import PartitionResult, encode
 
 API_KEY = 1
 VERSIONS = (4, 13)
+ONE_AT_A_TIME = True  # answers can be large: at most one waits for a slow reader
 
 
 class _Wanted:

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from tablets.tablet import now_ms
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
 from ..errors import KafkaError, error_code, error_message
 from .produce_request import decode
 
@@ -99,7 +99,7 @@ async def handle(broker, request):
     )
 
 
-def _legacy_response(version: int, results: dict[str, list]) -> bytes:
+def _legacy_response(version: int, results: dict[str, list]) -> EncodedBody:
     """The v0-2 body: v3's, less log_append_time (v0-1) and throttle_time (v0)."""
     out = [struct.pack(">i", len(results))]
     for name, parts in results.items():
@@ -113,7 +113,7 @@ def _legacy_response(version: int, results: dict[str, list]) -> bytes:
                     stamp.timestamp() * 1000)))
     if version >= 1:
         out.append(struct.pack(">i", 0))  # throttle time
-    return b"".join(out)
+    return EncodedBody(out, flexible=False)
 
 
 def _timestamp(ms: int) -> datetime.datetime | None:
