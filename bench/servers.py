@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_gateway.testing import GatewayProcess
+from testkit.gateway import GatewayProcess
 
 GATEWAY = "gateway"
 PEER = "tansu"

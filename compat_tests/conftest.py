@@ -13,8 +13,8 @@ from kio.schema.fetch.v12 import request as fetch
 from kio.static.primitive import i32Timedelta
 
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.testing import GatewayProcess
 from tablets.batch import parse_batches
+from testkit.gateway import GatewayProcess
 
 # Stored batch headers as a raw Fetch returns them: [(base offset, codec, records)].
 StoredBatches = Callable[[str, int], list[tuple[int, int, int]]]

@@ -19,7 +19,7 @@ from kio.schema.offset_fetch.v8 import request as offset_fetch
 
 from kafka_gateway.client import KafkaClient
 from kafka_gateway.groups.consumer_protocol import assigned_partitions
-from kafka_gateway.testing import GatewayProcess
+from testkit.gateway import GatewayProcess
 
 T = TypeVar("T")
 

@@ -20,7 +20,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import MessageSizeTooLargeError
 from aiokafka.structs import ConsumerRecord
 
-from kafka_gateway.testing import GatewayProcess
+from testkit.gateway import GatewayProcess
 
 CODECS = {None: 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # name -> batch attribute
 TIMEOUT_S = 30.0

@@ -33,7 +33,7 @@ from kio.schema.produce.v9 import request as produce
 from kio.static.primitive import Records, i32Timedelta
 
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.testing import make_batch
+from testkit.batches import make_batch
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT = 30
@@ -392,7 +392,7 @@ def test_topics_are_auto_created_on_first_use(gateway, topic_name):
 
 
 def test_auto_creation_can_be_turned_off(tmp_path, topic_name):
-    from kafka_gateway.testing import GatewayProcess
+    from testkit.gateway import GatewayProcess
 
     with GatewayProcess(tmp_path / "data", "--auto-create-topics-enable", "false",
                         "--num-partitions", "4") as off:
@@ -407,7 +407,7 @@ def test_auto_creation_can_be_turned_off(tmp_path, topic_name):
 
 def test_stalled_clients_do_not_stall_others(tmp_path, topic_name):
     """A client that never reads its answers, and one that sends half a frame, stall alone."""
-    from kafka_gateway.testing import GatewayProcess
+    from testkit.gateway import GatewayProcess
 
     # A 4 MiB in-memory tail: the answers below are fresh reads from disk.
     with GatewayProcess(tmp_path / "data", "--tail-cache-bytes", str(4 << 20)) as gateway:

@@ -23,7 +23,7 @@ from kafka.errors import (
     TopicAlreadyExistsError,
 )
 
-from kafka_gateway.testing import GatewayProcess
+from testkit.gateway import GatewayProcess
 
 CODECS = {None: 0, "gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}  # name -> batch attribute
 TIMEOUT_S = 30.0

@@ -15,7 +15,7 @@ from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.static.primitive import i32Timedelta
 
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.testing import GatewayProcess
+from testkit.gateway import GatewayProcess
 
 TIMEOUT = 30
 

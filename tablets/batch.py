@@ -38,6 +38,8 @@ CRC_START = 21
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
+_BEFORE_CRC = struct.Struct(">qiibI")
+_AFTER_CRC = struct.Struct(">hiqqqhii")
 
 ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime
@@ -145,6 +147,29 @@ def parse_batches(data: bytes | memoryview, verify_crc: bool = True) -> list[Bat
         )
         pos += size
     return headers
+
+
+def build_batch(
+    records: bytes,
+    *,
+    record_count: int,
+    base_offset: int = 0,
+    base_timestamp: int,
+    max_timestamp: int,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    attributes: int = 0,
+    leader_epoch: int = -1,
+) -> bytes:
+    """A v2 batch around already-encoded (and, per ``attributes``, compressed)
+    records: the header, and the CRC-32C over attributes..end."""
+    after_crc = _AFTER_CRC.pack(
+        attributes, record_count - 1, base_timestamp, max_timestamp,
+        producer_id, producer_epoch, base_sequence, record_count,
+    ) + records
+    length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, then the rest
+    return _BEFORE_CRC.pack(base_offset, length, leader_epoch, 2, crc32c(after_crc)) + after_crc
 
 
 def stamp(view: memoryview, header: BatchHeader, base_offset: int, leader_epoch: int) -> bytes:

@@ -24,8 +24,8 @@ from kafka_gateway.client import KafkaClient
 from kafka_gateway.codec import request_schema
 from kafka_gateway.config import GatewayConfig
 from kafka_gateway.server import GatewayServer
-from kafka_gateway.testing import make_batch
 from tablets.records import record_timestamps
+from testkit.batches import make_batch
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 18, 19, 20, 21

@@ -7,9 +7,9 @@ import struct
 import pytest
 from crc32c import crc32c
 
-from kafka_gateway.testing import make_batch
 from tablets import batch as rb
 from tablets.records import record_timestamps
+from testkit.batches import make_batch
 
 
 def test_parse_valid_batches_back_to_back():

@@ -10,7 +10,7 @@ from kio.static.primitive import Records
 
 from kafka_gateway.apis import fetch_response
 from kafka_gateway.codec import NO_THROTTLE, ChunkWriter, build, entity_writer_for, response_schema
-from kafka_gateway.testing import make_batch
+from testkit.batches import make_batch
 
 TOPIC_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 

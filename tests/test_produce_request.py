@@ -11,7 +11,7 @@ from kio.static.primitive import Records, i32Timedelta
 
 from kafka_gateway.apis import produce_request
 from kafka_gateway.codec import ChunkWriter, MalformedRequest, entity_writer_for
-from kafka_gateway.testing import make_batch
+from testkit.batches import make_batch
 
 
 def kio_bytes(version: int, transactional_id: str | None, batches: list[bytes | None]) -> bytes:

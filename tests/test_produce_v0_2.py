@@ -12,7 +12,8 @@ import struct
 
 import pytest
 
-from kafka_gateway.testing import GatewayProcess, make_batch
+from testkit.batches import make_batch
+from testkit.gateway import GatewayProcess
 
 TOPIC = b"legacy"
 

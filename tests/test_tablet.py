@@ -6,7 +6,6 @@ import asyncio
 
 import pytest
 
-from kafka_gateway.testing import make_batch
 from tablets import EngineSettings, StorageEngine
 from tablets.errors import (
     InvalidRecordBatch,
@@ -16,6 +15,7 @@ from tablets.errors import (
     UnknownTopic,
 )
 from tablets.records import record_timestamps
+from testkit.batches import make_batch
 
 
 def run(coro_fn, data_dir, **settings):

@@ -116,39 +116,3 @@ class GatewayProcess:
         finally:
             self.kill()
 
-
-def _varint(value: int) -> bytes:
-    from .codec import encode_uvarint
-
-    return encode_uvarint((value << 1) ^ (value >> 63))  # zigzag
-
-
-def make_batch(
-    values: list[bytes | None],
-    key: bytes | None = None,
-    base_timestamp: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    attributes: int = 0,
-) -> bytes:
-    """An uncompressed v2 record batch with a correct CRC-32C (for tests)."""
-    import struct
-
-    from crc32c import crc32c
-
-    records = bytearray()
-    for delta, value in enumerate(values):
-        body = bytearray(b"\x00")  # record attributes
-        body += _varint(0) + _varint(delta)  # timestamp delta, offset delta
-        body += _varint(-1) if key is None else _varint(len(key)) + key
-        body += _varint(-1) if value is None else _varint(len(value)) + value
-        body += _varint(0)  # no headers
-        records += _varint(len(body)) + body
-    after_crc = struct.pack(
-        ">hiqqqhii", attributes, len(values) - 1, base_timestamp, base_timestamp,
-        producer_id, producer_epoch, base_sequence, len(values),
-    ) + bytes(records)
-    crc = crc32c(after_crc)
-    length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, rest
-    return struct.pack(">qiibI", 0, length, -1, 2, crc) + after_crc

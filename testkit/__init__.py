@@ -1,0 +1,5 @@
+"""Test and benchmark support, kept outside the shipped packages.
+
+- ``gateway``: run a gateway as a subprocess on a free loopback port;
+- ``batches``: build v2 record batches byte by byte.
+"""
