@@ -1,4 +1,5 @@
-"""Fixtures shared by the real-client tests: a gateway subprocess per module."""
+"""Fixtures shared by the real-client tests: a gateway subprocess per module, and
+Apache Kafka 3.4.1 (the reference broker) plus compiled Java programs per session."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from kio.static.primitive import i32Timedelta
 
 from kafka_gateway.client import KafkaClient
 from tablets.batch import parse_batches
+from testkit import jvm
 from testkit.gateway import GatewayProcess
+from testkit.kafka_broker import KafkaBroker
 
 # Stored batch headers as a raw Fetch returns them: [(base offset, codec, records)].
 StoredBatches = Callable[[str, int], list[tuple[int, int, int]]]
@@ -26,6 +29,23 @@ def gateway(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("gateway") / "data"
     with GatewayProcess(data_dir, "--log-retention-check-interval-ms", "500") as gw:
         yield gw
+
+
+@pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """Apache Kafka 3.4.1, KRaft, one node: the reference for differential tests.
+
+    Shared by the whole session (it takes seconds to start); tests use unique
+    topic and group names. Its log is ``kafka.log`` in its directory.
+    """
+    with KafkaBroker(tmp_path_factory.mktemp("kafka")) as kafka:
+        yield kafka
+
+
+@pytest.fixture(scope="session")
+def java_classes():
+    """The Java test programs of compat_tests/jvm/src, compiled once per session."""
+    return jvm.compile_java()
 
 
 @pytest.fixture

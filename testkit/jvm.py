@@ -1,0 +1,112 @@
+"""The JVM side of the tests: jars resolved by Maven, Java programs compiled by javac.
+
+    jars = classpath()                       # resolves once, then reuses the cache
+    classes = compile_java(Path("compat_tests/jvm/src"))
+    subprocess.run(java_command("ProduceConsume", "--bootstrap", ...), classes=classes)
+
+Jars come from ``compat_tests/jvm/pom.xml`` through ``mvn
+dependency:copy-dependencies`` into a cache outside git (``$KAFKA_GATEWAY_JVM_CACHE``,
+default ``~/.cache/kafka-gateway/jvm``), keyed by the pom's hash so a changed pom
+resolves again. A missing ``java``, ``javac`` or ``mvn`` is an error that says what
+to install: these tests are never skipped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+JVM_DIR = ROOT / "compat_tests" / "jvm"
+POM = JVM_DIR / "pom.xml"
+LOG4J = JVM_DIR / "log4j.properties"
+SOURCES = JVM_DIR / "src"
+
+
+class JvmMissing(RuntimeError):
+    """Java 17 or Maven is not installed."""
+
+
+def cache_dir() -> Path:
+    default = Path.home() / ".cache" / "kafka-gateway" / "jvm"
+    return Path(os.environ.get("KAFKA_GATEWAY_JVM_CACHE", default))
+
+
+def tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        raise JvmMissing(
+            f"`{name}` is not on PATH: install Java 17 and Maven "
+            "(Debian: apt-get install -y openjdk-17-jdk-headless maven)"
+        )
+    return path
+
+
+def _digest(*paths: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(paths):
+        h.update(path.name.encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def resolve(quiet: bool = True) -> Path:
+    """The directory holding every jar of the pom, resolving it if needed."""
+    lib = cache_dir() / f"lib-{_digest(POM)}"
+    complete = lib / ".complete"
+    if complete.exists():
+        return lib
+    partial = lib.with_name(lib.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    command = [tool("mvn"), "-B", "-f", str(POM), "dependency:copy-dependencies",
+               f"-DoutputDirectory={partial}"]
+    if quiet:
+        command.insert(1, "-q")
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    if done.returncode != 0:
+        raise RuntimeError(f"mvn could not resolve {POM}:\n{done.stdout[-4000:]}"
+                           f"{done.stderr[-4000:]}")
+    if not any(partial.glob("kafka-clients-*.jar")):
+        raise RuntimeError(f"mvn finished but {partial} has no kafka-clients jar")
+    shutil.rmtree(lib, ignore_errors=True)
+    partial.rename(lib)
+    (lib / ".complete").write_text("\n".join(sorted(p.name for p in lib.glob("*.jar"))))
+    return lib
+
+
+def classpath(*extra: Path) -> str:
+    lib = resolve()
+    return os.pathsep.join([*map(str, extra), str(lib / "*")])
+
+
+def compile_java(sources: Path = SOURCES) -> Path:
+    """Compile every ``*.java`` under ``sources`` once; returns the classes dir."""
+    files = sorted(sources.rglob("*.java"))
+    if not files:
+        raise FileNotFoundError(f"no Java sources under {sources}")
+    out = cache_dir() / f"classes-{_digest(POM, *files)}"
+    if (out / ".complete").exists():
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    done = subprocess.run(
+        [tool("javac"), "-nowarn", "-encoding", "UTF-8", "--release", "17",
+         "-cp", classpath(), "-d", str(out), *map(str, files)],
+        capture_output=True, text=True, timeout=600,
+    )
+    if done.returncode != 0:
+        shutil.rmtree(out, ignore_errors=True)
+        raise RuntimeError(f"javac failed:\n{done.stdout}{done.stderr}")
+    (out / ".complete").touch()
+    return out
+
+
+def java_command(main_class: str, *args: str, classes: Path | None = None,
+                 heap: str = "512m") -> list[str]:
+    """The command line running ``main_class`` with the resolved jars."""
+    extra = [classes] if classes is not None else []
+    return [tool("java"), f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+            f"-Dlog4j.configuration=file:{LOG4J}", "-cp", classpath(*extra), main_class, *args]
