@@ -9,7 +9,7 @@ from tablets import StorageEngine, Topic
 from tablets.errors import TopicAlreadyExists
 
 from .config import GatewayConfig
-from .groups import GroupCoordinator
+from .groups import GroupCoordinator, GroupOffsets
 from .metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -21,6 +21,7 @@ class Broker:
     engine: StorageEngine
     metrics: Metrics = field(default_factory=Metrics)
     groups: GroupCoordinator | None = None  # set once the engine has loaded offsets
+    group_offsets: GroupOffsets | None = None  # likewise
     stopping: bool = False  # set at shutdown: long-polls answer at once
 
     @property

@@ -13,7 +13,7 @@ from .admin_http import AdminHttp
 from .broker import Broker
 from .config import GatewayConfig
 from .connection import KafkaConnection
-from .groups import GroupCoordinator
+from .groups import GroupCoordinator, GroupOffsets
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,9 @@ class GatewayServer:
         self.engine.start(loop)
         assert self.engine.consumer_offsets is not None
         self.broker.groups = GroupCoordinator(self.config, self.engine.consumer_offsets)
-        self.broker.groups.start()
+        self.broker.group_offsets = GroupOffsets(self.config, self.broker.groups,
+                                                 self.engine.consumer_offsets)
+        self.broker.group_offsets.start()
         host, port = self.config.listen
         self._server = await loop.create_server(
             lambda: KafkaConnection(self.broker, self.connections), host, port,
@@ -89,6 +91,8 @@ class GatewayServer:
                 tablet.wake_waiters()
         if self.broker.groups is not None:
             self.broker.groups.stop()  # answers waiting JoinGroup/SyncGroup
+        if self.broker.group_offsets is not None:
+            self.broker.group_offsets.stop()
         if self.connections:
             await asyncio.wait(
                 [asyncio.ensure_future(c.drain(SHUTDOWN_GRACE_SECONDS))

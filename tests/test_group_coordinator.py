@@ -15,7 +15,13 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.config import GatewayConfig
-from kafka_gateway.groups import GroupCoordinator, GroupState, JoinRequest, JoinResult
+from kafka_gateway.groups import (
+    GroupCoordinator,
+    GroupOffsets,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+)
 from kafka_gateway.groups.consumer_protocol import encode_assignment, encode_subscription
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import OffsetCommit
@@ -53,6 +59,11 @@ def run(tmp_path, test: Callable[[GroupCoordinator], Awaitable[None]], **setting
             engine.close()
 
     asyncio.run(main())
+
+
+def offsets_of(coordinator: GroupCoordinator) -> GroupOffsets:
+    """The offsets half of the coordinator's groups (stateless but for its expiry loop)."""
+    return GroupOffsets(coordinator.config, coordinator, coordinator.offsets, coordinator.clock)
 
 
 def request(member_id: str = "", instance: str | None = None, topics: tuple[str, ...] = ("t",),
@@ -148,6 +159,7 @@ def test_pending_member_that_never_joins_expires(tmp_path):
 
 def test_rebalance_completes_as_soon_as_every_member_rejoined(tmp_path):
     async def test(coordinator):
+        offsets = offsets_of(coordinator)
         a, b = await stable_group(coordinator, 2, rebalance_ms=10_000)
         newcomer = await join_new(coordinator, rebalance_ms=10_000)
         await asyncio.sleep(0.01)
@@ -155,7 +167,7 @@ def test_rebalance_completes_as_soon_as_every_member_rejoined(tmp_path):
         # Existing members learn of the rebalance from their heartbeat...
         assert coordinator.heartbeat(GROUP, 1, a.member_id, None) is ErrorCode.rebalance_in_progress
         # ...commits of what they processed are still accepted...
-        assert await coordinator.commit_offsets(GROUP, 1, a.member_id, None,
+        assert await offsets.commit_offsets(GROUP, 1, a.member_id, None,
                                                 {("t", 0): OffsetCommit(5)}) is ErrorCode.none
         # ...and their SyncGroup of the old generation is refused.
         stale = await coordinator.sync_group(GROUP, 1, a.member_id, None, None, None, {})
@@ -167,7 +179,7 @@ def test_rebalance_completes_as_soon_as_every_member_rejoined(tmp_path):
         assert results[1].leader_id == a.member_id, "the leader stays the leader"
         # Old-generation requests are fenced now.
         assert coordinator.heartbeat(GROUP, 1, a.member_id, None) is ErrorCode.illegal_generation
-        assert await coordinator.commit_offsets(
+        assert await offsets.commit_offsets(
             GROUP, 2, a.member_id, None, {("t", 0): OffsetCommit(6)}
         ) is ErrorCode.rebalance_in_progress  # joined, not yet synced
 
@@ -225,6 +237,7 @@ def test_members_that_never_sync_are_dropped(tmp_path):
 
 def test_static_member_restart_keeps_assignment_and_fences_the_old_one(tmp_path):
     async def test(coordinator):
+        offsets = offsets_of(coordinator)
         joins = [await join_new(coordinator, instance=i, session_ms=5_000) for i in ("x", "y")]
         results = list(await asyncio.gather(*joins))
         assignments = dict(zip((r.member_id for r in results),
@@ -239,7 +252,7 @@ def test_static_member_restart_keeps_assignment_and_fences_the_old_one(tmp_path)
         assert synced.assignment == assignments[old.member_id]
         # The previous incarnation is fenced everywhere.
         assert coordinator.heartbeat(GROUP, 1, old.member_id, "x") is ErrorCode.fenced_instance_id
-        assert await coordinator.commit_offsets(GROUP, 1, old.member_id, "x", {
+        assert await offsets.commit_offsets(GROUP, 1, old.member_id, "x", {
             ("t", 0): OffsetCommit(1)}) is ErrorCode.fenced_instance_id
         stale = await coordinator.join_group(request(member_id=old.member_id, instance="x"))
         assert stale.error is ErrorCode.fenced_instance_id
@@ -267,8 +280,9 @@ def test_protocol_selection_and_inconsistent_protocols(tmp_path):
 
 def test_commit_fences(tmp_path):
     async def test(coordinator):
+        offsets = offsets_of(coordinator)
         def commit(group, generation, member, instance=None):
-            return coordinator.commit_offsets(group, generation, member, instance,
+            return offsets.commit_offsets(group, generation, member, instance,
                                               {("t", 1): OffsetCommit(3, 0, "m")})
 
         # assign()-based consumers: generation -1, no member, no group membership.
@@ -291,24 +305,26 @@ def test_commit_fences(tmp_path):
 
 def test_require_stable_reports_offsets_a_transaction_holds(tmp_path):
     async def test(coordinator):
-        await coordinator.commit_offsets(GROUP, -1, "", None, {("t", 0): OffsetCommit(9)})
+        offsets = offsets_of(coordinator)
+        await offsets.commit_offsets(GROUP, -1, "", None, {("t", 0): OffsetCommit(9)})
         coordinator.offsets.hold_pending(GROUP, [("t", 0)])
         wanted = [("t", 0), ("t", 1)]
-        assert coordinator.fetch_offsets(GROUP, wanted, require_stable=True)[("t", 0)] == (
+        assert offsets.fetch_offsets(GROUP, wanted, require_stable=True)[("t", 0)] == (
             None, ErrorCode.unstable_offset_commit)
-        committed, code = coordinator.fetch_offsets(GROUP, wanted, require_stable=False)[("t", 0)]
+        committed, code = offsets.fetch_offsets(GROUP, wanted, require_stable=False)[("t", 0)]
         assert (committed.offset, code) == (9, ErrorCode.none)
-        assert coordinator.fetch_offsets(GROUP, wanted, True)[("t", 1)] == (None, ErrorCode.none)
+        assert offsets.fetch_offsets(GROUP, wanted, True)[("t", 1)] == (None, ErrorCode.none)
         coordinator.offsets.release_pending(GROUP, [("t", 0)])
-        assert coordinator.fetch_offsets(GROUP, None, True)[("t", 0)][1] is ErrorCode.none
+        assert offsets.fetch_offsets(GROUP, None, True)[("t", 0)][1] is ErrorCode.none
 
     run(tmp_path, test)
 
 
 def test_list_describe_delete(tmp_path):
     async def test(coordinator):
+        offsets = offsets_of(coordinator)
         await stable_group(coordinator, 1)
-        await coordinator.commit_offsets("offsets-only", -1, "", None, {("t", 2): OffsetCommit(1)})
+        await offsets.commit_offsets("offsets-only", -1, "", None, {("t", 2): OffsetCommit(1)})
         assert coordinator.list_groups() == [(GROUP, "consumer", "Stable"),
                                              ("offsets-only", "", "Empty")]
         assert coordinator.list_groups(["EMPTY"]) == [("offsets-only", "", "Empty")]
@@ -316,13 +332,13 @@ def test_list_describe_delete(tmp_path):
         assert (described.state, described.protocol_data) == ("Stable", "range")
         assert described.members[0].assignment == encode_assignment({"t": [0]})
         assert coordinator.describe("nope").state == "Dead"
-        assert await coordinator.delete_group(GROUP) is ErrorCode.non_empty_group
-        assert await coordinator.delete_group("nope") is ErrorCode.group_id_not_found
-        assert await coordinator.delete_group("offsets-only") is ErrorCode.none
+        assert await offsets.delete_group(GROUP) is ErrorCode.non_empty_group
+        assert await offsets.delete_group("nope") is ErrorCode.group_id_not_found
+        assert await offsets.delete_group("offsets-only") is ErrorCode.none
         assert not coordinator.offsets.has_offsets("offsets-only")
         # OffsetDelete guards the topics a live consumer group subscribes to.
-        assert coordinator.check_offset_delete(GROUP) == (ErrorCode.none, {"t"})
-        assert coordinator.check_offset_delete("nope")[0] is ErrorCode.group_id_not_found
+        assert offsets.check_offset_delete(GROUP) == (ErrorCode.none, {"t"})
+        assert offsets.check_offset_delete("nope")[0] is ErrorCode.group_id_not_found
 
     run(tmp_path, test)
 
@@ -330,18 +346,19 @@ def test_list_describe_delete(tmp_path):
 @pytest.mark.parametrize("members", [0, 1])
 def test_offsets_expire_after_retention(tmp_path, members):
     async def test(coordinator):
+        offsets = offsets_of(coordinator)
         retention_ms = coordinator.config.offsets_retention_minutes * 60_000
         member_id, generation = "", -1
         if members:  # a live group subscribed to "t"
             (only,) = await stable_group(coordinator, 1, session_ms=60_000)
             member_id, generation = only.member_id, 1
-        code = await coordinator.commit_offsets(
+        code = await offsets.commit_offsets(
             GROUP, generation, member_id, None,
             {("t", 0): OffsetCommit(4), ("other", 0): OffsetCommit(2)})
         assert code is ErrorCode.none
-        assert await coordinator.expire_offsets() == 0
+        assert await offsets.expire_offsets() == 0
         coordinator.clock.skew = retention_ms + 1_000
-        expired = await coordinator.expire_offsets()
+        expired = await offsets.expire_offsets()
         remaining = set(coordinator.offsets.group_offsets(GROUP))
         if members:
             # A live group keeps the offsets of what it subscribes to.

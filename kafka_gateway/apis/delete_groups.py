@@ -17,6 +17,6 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     results = []
     for group_id in request.body.groups_names:
-        code = await broker.groups.delete_group(group_id)
+        code = await broker.group_offsets.delete_group(group_id)
         results.append(build(schema.DeletableGroupResult, group_id=group_id, error_code=code))
     return build(schema.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

@@ -45,7 +45,7 @@ async def handle(broker, request):
                                            getattr(part, "committed_leader_epoch", -1), metadata)
     if commits:
         try:
-            group_code = await broker.groups.commit_offsets(
+            group_code = await broker.group_offsets.commit_offsets(
                 body.group_id, body.generation_id_or_member_epoch, body.member_id,
                 getattr(body, "group_instance_id", None), commits)
         except Exception as exc:  # the store refused the write

@@ -21,7 +21,7 @@ VERSIONS = (0, 0)
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
-    group_code, protected = broker.groups.check_offset_delete(body.group_id)
+    group_code, protected = broker.group_offsets.check_offset_delete(body.group_id)
     codes: dict[tuple[str, int], ErrorCode] = {}
     doomed = []
     if group_code is ErrorCode.none:
@@ -37,7 +37,7 @@ async def handle(broker, request):
                     doomed.append(tp)
         if doomed:
             try:
-                await broker.groups.offsets.delete(body.group_id, doomed)
+                await broker.group_offsets.offsets.delete(body.group_id, doomed)
             except Exception as exc:  # the store refused the write
                 codes.update(dict.fromkeys(doomed, error_code(exc)))
     return build(

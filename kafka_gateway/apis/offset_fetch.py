@@ -47,7 +47,7 @@ def _topics(broker, schema, group_id, topics, require_stable, topic_cls, partiti
     wanted = None if topics is None else [
         (t.name, p) for t in topics for p in t.partition_indexes
     ]
-    found = broker.groups.fetch_offsets(group_id, wanted, require_stable)
+    found = broker.group_offsets.fetch_offsets(group_id, wanted, require_stable)
     by_topic: dict[str, list] = {}
     for (topic, partition), (committed, code) in found.items():
         by_topic.setdefault(topic, []).append(build(

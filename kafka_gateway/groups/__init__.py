@@ -1,13 +1,21 @@
-"""Consumer groups: the classic group protocol's coordinator (membership in
-memory, committed offsets in the storage layer's ``ConsumerOffsets``)."""
+"""Consumer groups: Kafka's classic group protocol.
+
+- ``group.py``: one group and its members (state, protocols, static members);
+- ``rebalance.py``: the timed state machine (join phases, generations, expiry);
+- ``coordinator.py``: the membership requests and the commit fence;
+- ``offsets.py``: committed offsets (commit, fetch, delete, expiry), stored in
+  the storage layer's ``ConsumerOffsets``.
+"""
 
 from .coordinator import GroupCoordinator, GroupDescription, JoinRequest, MemberDescription
 from .group import Group, GroupState, JoinedMember, JoinResult, Member, SyncResult
+from .offsets import GroupOffsets
 
 __all__ = [
     "Group",
     "GroupCoordinator",
     "GroupDescription",
+    "GroupOffsets",
     "GroupState",
     "JoinRequest",
     "JoinResult",

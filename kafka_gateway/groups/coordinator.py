@@ -22,9 +22,9 @@ Timers (``loop.call_later``):
   rebalance timeout are removed and the group rebalances.
 
 Membership lives in memory only: after a gateway restart clients get
-UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION and rejoin. Committed offsets live in
-the store (``tablets.consumer_offsets``) and survive restarts; those of a
-group without members expire after ``offsets.retention.minutes``.
+UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION and rejoin. Committed offsets are the
+other half of a group (``offsets.py``); they pass this coordinator's fences
+(``fence_commit``) before they are written.
 """
 
 from __future__ import annotations
@@ -38,12 +38,12 @@ from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from tablets.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCommit, TopicPartition
+from tablets.consumer_offsets import ConsumerOffsets
 from tablets.tablet import now_ms
 
 from ..config import GatewayConfig
-from .consumer_protocol import PROTOCOL_TYPE
-from .group import Group, GroupState, JoinedMember, JoinResult, Member, SyncResult
+from .group import Group, GroupState, JoinResult, Member, SyncResult
+from .rebalance import Rebalancer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -89,32 +89,28 @@ class GroupDescription:
     members: list[MemberDescription]
 
 
-def _is_valid_group_id(group_id: str, allow_empty: bool) -> bool:
+def is_valid_group_id(group_id: str, allow_empty: bool) -> bool:
     # NUL separates the group from the topic in offset keys (tablets.keys).
     return "\x00" not in group_id and (allow_empty or bool(group_id))
 
 
-class GroupCoordinator:
+class GroupCoordinator(Rebalancer):
+    """The group requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, the
+    commit fence, DescribeGroups, ListGroups) over the rebalancer's groups.
+
+    ``offsets`` is only read here: a group with committed offsets and no
+    members is reported as Empty."""
+
     def __init__(self, config: GatewayConfig, offsets: ConsumerOffsets,
                  clock: Callable[[], int] = now_ms) -> None:
-        self.config = config
+        super().__init__(config, clock)
         self.offsets = offsets
-        self.clock = clock
-        self.groups: dict[str, Group] = {}
         self.started_ms = clock()
-        self.rebalances = 0  # completed join phases, for metrics
-        self._expiry_task: asyncio.Task[None] | None = None
 
     # ----------------------------------------------------------- lifecycle
-    def start(self) -> None:
-        loop = asyncio.get_running_loop()
-        self._expiry_task = loop.create_task(self._expiry_loop())
-
     def stop(self) -> None:
         """Answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR (the
         client looks for the coordinator again) and cancel every timer."""
-        if self._expiry_task is not None:
-            self._expiry_task.cancel()
         for group in self.groups.values():
             self._cancel_group_timers(group)
             for timer in group.pending_members.values():
@@ -123,14 +119,6 @@ class GroupCoordinator:
                 member.cancel_session_timer()
                 member.complete_join(JoinResult(ErrorCode.not_coordinator, member.member_id))
                 member.complete_sync(SyncResult(ErrorCode.not_coordinator))
-
-    async def _expiry_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.offsets_retention_check_interval_ms / 1000)
-            try:
-                await self.expire_offsets()
-            except Exception:
-                log.exception("offset expiry pass failed")
 
     # ------------------------------------------------------------ JoinGroup
     async def join_group(self, request: JoinRequest) -> JoinResult:
@@ -142,7 +130,7 @@ class GroupCoordinator:
         def fail(code: ErrorCode, member_id: str = req.member_id) -> asyncio.Future[JoinResult]:
             return _done(JoinResult(code, member_id))
 
-        if not _is_valid_group_id(req.group_id, allow_empty=False):
+        if not is_valid_group_id(req.group_id, allow_empty=False):
             return fail(ErrorCode.invalid_group_id)
         if not (self.config.group_min_session_timeout_ms <= req.session_timeout_ms
                 <= self.config.group_max_session_timeout_ms):
@@ -272,151 +260,51 @@ class GroupCoordinator:
         self._try_complete_join(group)
         return future
 
-    def _join_result(self, group: Group, member: Member, with_members: bool = True) -> JoinResult:
-        is_leader = member.member_id == group.leader_id
-        protocol = group.protocol_name or ""
-        return JoinResult(
-            error=ErrorCode.none,
-            member_id=member.member_id,
-            generation_id=group.generation_id,
-            protocol_type=group.protocol_type,
-            protocol_name=group.protocol_name,
-            leader_id=group.leader_id or "",
-            members=[
-                JoinedMember(m.member_id, m.group_instance_id, m.metadata_for(protocol))
-                for m in group.members.values()
-            ] if is_leader and with_members else [],
-        )
+    # ------------------------------------------------------------- fences
+    def _fence_member(self, group_id: str, generation_id: int, member_id: str,
+                      instance_id: str | None) -> tuple[Group | None, ErrorCode]:
+        """The fence of SyncGroup and Heartbeat: a live group, a known member
+        (and static instance), the current generation. Returns the group, or
+        None with the error to answer."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None, ErrorCode.unknown_member_id
+        if group.is_(DEAD):
+            return None, ErrorCode.coordinator_not_available
+        error = group.validate_member(member_id, instance_id)
+        if error is ErrorCode.none and generation_id != group.generation_id:
+            error = ErrorCode.illegal_generation
+        return (group, error) if error is ErrorCode.none else (None, error)
 
-    # ------------------------------------------------------- rebalancing
-    def _maybe_prepare_rebalance(self, group: Group) -> None:
-        if group.is_(EMPTY, STABLE, COMPLETING):
-            self._prepare_rebalance(group)
+    def fence_commit(self, group_id: str, generation_id: int, member_id: str,
+                     instance_id: str | None) -> ErrorCode:
+        """Whether an offset commit may proceed: Kafka's generation and member
+        fences (KIP-447), shared by OffsetCommit and TxnOffsetCommit.
 
-    def _prepare_rebalance(self, group: Group) -> None:
-        loop = asyncio.get_running_loop()
+        Generation -1 with no member is a commit of a consumer that assigns
+        partitions itself (``assign()``): allowed while the group has no members.
+        """
+        if not is_valid_group_id(group_id, allow_empty=True):
+            return ErrorCode.invalid_group_id
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+        if group.is_(DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.static_member_fenced(member_id, instance_id):
+            return ErrorCode.fenced_instance_id
+        if generation_id < 0 and group.is_(EMPTY):
+            return ErrorCode.none
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
         if group.is_(COMPLETING):
-            # Assignments of the generation being abandoned will never come.
-            for member in group.members.values():
-                member.complete_sync(SyncResult(ErrorCode.rebalance_in_progress))
-        self._cancel_group_timers(group)
-        group.pending_sync.clear()
-        rebalance_timeout = group.rebalance_timeout_ms
-        if group.is_(EMPTY):
-            delay = self.config.group_initial_rebalance_delay_ms
-            group.join_timer_is_initial_delay = True
-            group.initial_delay_remaining_ms = max(rebalance_timeout - delay, 0)
-            group.join_timer = loop.call_later(delay / 1000, self._initial_delay_expired, group)
-        else:
-            group.join_timer_is_initial_delay = False
-            group.join_timer = loop.call_later(rebalance_timeout / 1000, self._complete_join, group)
-        self._transition(group, PREPARING)
-        log.info("group %s: preparing rebalance of generation %d (%d members)",
-                 group.group_id, group.generation_id, len(group.members))
-        self._try_complete_join(group)
-
-    def _initial_delay_expired(self, group: Group) -> None:
-        remaining = group.initial_delay_remaining_ms
-        if group.new_member_added and remaining > 0:
-            # Members are still arriving: wait once more, within the rebalance timeout.
-            group.new_member_added = False
-            delay = min(self.config.group_initial_rebalance_delay_ms, remaining)
-            group.initial_delay_remaining_ms = remaining - delay
-            group.join_timer = asyncio.get_running_loop().call_later(
-                delay / 1000, self._initial_delay_expired, group)
-            return
-        self._complete_join(group)
-
-    def _try_complete_join(self, group: Group) -> None:
-        if (group.is_(PREPARING) and not group.join_timer_is_initial_delay
-                and group.all_members_joined):
-            self._complete_join(group)
-
-    def _complete_join(self, group: Group) -> None:
-        """End the join phase: drop members that did not rejoin, start a generation."""
-        if not group.is_(PREPARING):
-            return
-        self._cancel_group_timers(group)
-        group.join_timer_is_initial_delay = False
-        group.new_member_added = False
-        for member in [m for m in group.members.values() if not m.awaiting_join]:
-            log.info("group %s: member %s did not rejoin in time", group.group_id,
-                     member.member_id)
-            group.remove(member.member_id)
-        group.generation_id += 1
-        self.rebalances += 1
-        if not group.members:
-            group.protocol_name = None
-            group.leader_id = None
-            self._transition(group, EMPTY)
-            log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
-            return
-        group.protocol_name = group.select_protocol()
-        self._transition(group, COMPLETING)
-        group.pending_sync = set(group.members)
-        log.info("group %s: generation %d with %d members, protocol %s, leader %s",
-                 group.group_id, group.generation_id, len(group.members),
-                 group.protocol_name, group.leader_id)
-        for member in list(group.members.values()):
-            member.complete_join(self._join_result(group, member))
-            self._schedule_session_expiry(group, member)
-        group.sync_timer = asyncio.get_running_loop().call_later(
-            group.rebalance_timeout_ms / 1000, self._sync_expired, group, group.generation_id)
-
-    def _sync_expired(self, group: Group, generation_id: int) -> None:
-        """Members that never sent SyncGroup for this generation are dropped."""
-        group.sync_timer = None
-        if group.generation_id != generation_id or not group.is_(COMPLETING, STABLE):
-            return
-        missing = list(group.pending_sync)
-        if not missing:
-            return
-        log.info("group %s: members %s sent no SyncGroup for generation %d", group.group_id,
-                 missing, generation_id)
-        for member_id in missing:
-            member = group.members.get(member_id)
-            if member is not None:
-                member.complete_join(JoinResult(ErrorCode.unknown_member_id, member_id))
-                member.complete_sync(SyncResult(ErrorCode.unknown_member_id))
-                group.remove(member_id)
-        self._maybe_prepare_rebalance(group)
-
-    def _transition(self, group: Group, state: GroupState) -> None:
-        group.state = state
-        group.state_since_ms = self.clock()
-
-    @staticmethod
-    def _cancel_group_timers(group: Group) -> None:
-        for timer in (group.join_timer, group.sync_timer):
-            if timer is not None:
-                timer.cancel()
-        group.join_timer = group.sync_timer = None
-
-    # ----------------------------------------------------- member expiry
-    def _schedule_session_expiry(self, group: Group, member: Member) -> None:
-        member.cancel_session_timer()
-        member.session_timer = asyncio.get_running_loop().call_later(
-            member.session_timeout_ms / 1000, self._session_expired, group, member)
-
-    def _session_expired(self, group: Group, member: Member) -> None:
-        member.session_timer = None
-        if group.members.get(member.member_id) is not member:
-            return
-        if member.awaiting_join or member.awaiting_sync:
-            self._schedule_session_expiry(group, member)  # its request is still waiting
-            return
-        log.info("group %s: member %s session timed out after %d ms", group.group_id,
-                 member.member_id, member.session_timeout_ms)
-        self._remove_member(group, member)
-
-    def _remove_member(self, group: Group, member: Member) -> None:
-        member.complete_join(JoinResult(ErrorCode.unknown_member_id, member.member_id))
-        member.complete_sync(SyncResult(ErrorCode.unknown_member_id))
-        group.remove(member.member_id)
-        if group.is_(STABLE, COMPLETING):
-            self._maybe_prepare_rebalance(group)
-        elif group.is_(PREPARING):
-            self._try_complete_join(group)
+            return ErrorCode.rebalance_in_progress
+        # Stable, or PreparingRebalance: the member learns of the rebalance
+        # from its next heartbeat; what it processed so far may be committed.
+        self._schedule_session_expiry(group, group.members[member_id])
+        return ErrorCode.none
 
     # ------------------------------------------------------------ SyncGroup
     async def sync_group(self, group_id: str, generation_id: int, member_id: str,
@@ -429,16 +317,9 @@ class GroupCoordinator:
     def _sync(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
               protocol_type: str | None, protocol_name: str | None,
               assignments: Mapping[str, bytes]) -> asyncio.Future[SyncResult]:
-        group = self.groups.get(group_id)
+        group, error = self._fence_member(group_id, generation_id, member_id, instance_id)
         if group is None:
-            return _done(SyncResult(ErrorCode.unknown_member_id))
-        if group.is_(DEAD):
-            return _done(SyncResult(ErrorCode.coordinator_not_available))
-        error = group.validate_member(member_id, instance_id)
-        if error is not ErrorCode.none:
             return _done(SyncResult(error))
-        if generation_id != group.generation_id:
-            return _done(SyncResult(ErrorCode.illegal_generation))
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name):
             return _done(SyncResult(ErrorCode.inconsistent_group_protocol))
@@ -477,16 +358,9 @@ class GroupCoordinator:
     # ------------------------------------------------------------ Heartbeat
     def heartbeat(self, group_id: str, generation_id: int, member_id: str,
                   instance_id: str | None) -> ErrorCode:
-        group = self.groups.get(group_id)
+        group, error = self._fence_member(group_id, generation_id, member_id, instance_id)
         if group is None:
-            return ErrorCode.unknown_member_id
-        if group.is_(DEAD):
-            return ErrorCode.coordinator_not_available
-        error = group.validate_member(member_id, instance_id)
-        if error is not ErrorCode.none:
             return error
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
         if group.is_(EMPTY):
             return ErrorCode.unknown_member_id
         self._schedule_session_expiry(group, group.members[member_id])
@@ -522,59 +396,6 @@ class GroupCoordinator:
         self._remove_member(group, group.members[member_id])
         return ErrorCode.none
 
-    # --------------------------------------------------------- OffsetCommit
-    def check_commit(self, group_id: str, generation_id: int, member_id: str,
-                     instance_id: str | None) -> ErrorCode:
-        """Whether a commit may proceed (Kafka's generation/member fences).
-
-        Generation -1 with no member is a commit of a consumer that assigns
-        partitions itself (``assign()``): allowed while the group has no members.
-        """
-        if not _is_valid_group_id(group_id, allow_empty=True):
-            return ErrorCode.invalid_group_id
-        group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
-        if group.is_(DEAD):
-            return ErrorCode.coordinator_not_available
-        if group.static_member_fenced(member_id, instance_id):
-            return ErrorCode.fenced_instance_id
-        if generation_id < 0 and group.is_(EMPTY):
-            return ErrorCode.none
-        if member_id not in group.members:
-            return ErrorCode.unknown_member_id
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
-        if group.is_(COMPLETING):
-            return ErrorCode.rebalance_in_progress
-        # Stable, or PreparingRebalance: the member learns of the rebalance
-        # from its next heartbeat; what it processed so far may be committed.
-        self._schedule_session_expiry(group, group.members[member_id])
-        return ErrorCode.none
-
-    async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
-                             instance_id: str | None,
-                             commits: Mapping[TopicPartition, OffsetCommit]) -> ErrorCode:
-        error = self.check_commit(group_id, generation_id, member_id, instance_id)
-        if error is ErrorCode.none:
-            await self.offsets.commit(group_id, commits, self.clock())
-        return error
-
-    # ---------------------------------------------------------- OffsetFetch
-    def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartition] | None, require_stable: bool
-    ) -> dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]]:
-        """Committed offsets of the given partitions (None: every committed one)."""
-        committed = self.offsets.group_offsets(group_id)
-        wanted = sorted(committed) if partitions is None else partitions
-        out: dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]] = {}
-        for tp in wanted:
-            if require_stable and self.offsets.is_pending(group_id, *tp):
-                out[tp] = (None, ErrorCode.unstable_offset_commit)
-            else:
-                out[tp] = (committed.get(tp), ErrorCode.none)
-        return out
-
     # ------------------------------------------------- Describe/List groups
     def describe(self, group_id: str) -> GroupDescription:
         group = self.groups.get(group_id)
@@ -604,84 +425,8 @@ class GroupCoordinator:
             out.append((group_id, (group.protocol_type or "") if group else "", state))
         return out
 
-    # --------------------------------------------- DeleteGroups/OffsetDelete
-    async def delete_group(self, group_id: str) -> ErrorCode:
-        if not _is_valid_group_id(group_id, allow_empty=True):
-            return ErrorCode.invalid_group_id
-        group = self.groups.get(group_id)
-        if group is not None:
-            if not group.is_(EMPTY):
-                return ErrorCode.non_empty_group
-            self._remove_group(group)
-        elif not self.offsets.has_offsets(group_id):
-            return ErrorCode.group_id_not_found
-        await self.offsets.delete(group_id)
-        log.info("group %s deleted", group_id)
-        return ErrorCode.none
 
-    def _remove_group(self, group: Group) -> None:
-        self._cancel_group_timers(group)
-        for timer in group.pending_members.values():
-            timer.cancel()
-        group.pending_members.clear()
-        self._transition(group, DEAD)
         del self.groups[group.group_id]
-
-    def check_offset_delete(self, group_id: str) -> tuple[ErrorCode, set[str] | None]:
-        """The group's error for OffsetDelete, and the topics whose offsets are
-        protected because members subscribe to them (None: every topic)."""
-        if not _is_valid_group_id(group_id, allow_empty=True):
-            return ErrorCode.invalid_group_id, set()
-        group = self.groups.get(group_id)
-        if group is None:
-            if self.offsets.has_offsets(group_id):
-                return ErrorCode.none, set()
-            return ErrorCode.group_id_not_found, set()
-        if group.is_(DEAD):
-            return ErrorCode.group_id_not_found, set()
-        if not group.members:
-            return ErrorCode.none, set()
-        if group.protocol_type != PROTOCOL_TYPE:
-            return ErrorCode.non_empty_group, set()
-        return ErrorCode.none, group.subscribed_topics()
-
-    # ------------------------------------------------------ offset expiry
-    async def expire_offsets(self) -> int:
-        """Delete expired offsets (``offsets.retention.minutes``); forget empty
-        groups without offsets. Returns how many offsets were deleted.
-
-        A group without members keeps its offsets for the retention period
-        after the later of each commit and the moment it last had members
-        (or the gateway started: membership is not persisted). A stable
-        consumer group loses offsets of topics it no longer subscribes to
-        once they are that old.
-        """
-        now = self.clock()
-        retention = self.config.offsets_retention_minutes * 60_000
-        deleted = 0
-        for group_id in set(self.offsets.groups()) | set(self.groups):
-            group = self.groups.get(group_id)
-            committed = self.offsets.group_offsets(group_id)
-            expired: list[TopicPartition] = []
-            if group is None or group.is_(EMPTY):
-                empty_since = group.state_since_ms if group else self.started_ms
-                expired = [tp for tp, c in committed.items()
-                           if now - max(c.commit_timestamp, empty_since) >= retention]
-            elif group.is_(STABLE):
-                subscribed = group.subscribed_topics()
-                if subscribed is not None:
-                    expired = [tp for tp, c in committed.items() if tp[0] not in subscribed
-                               and now - c.commit_timestamp >= retention]
-            expired = [tp for tp in expired if not self.offsets.is_pending(group_id, *tp)]
-            if expired:
-                deleted += await self.offsets.delete(group_id, expired)
-                log.info("group %s: %d committed offsets expired", group_id, len(expired))
-            group = self.groups.get(group_id)  # the await may have let it change
-            if (group is not None and group.is_(EMPTY) and not group.pending_members
-                    and not self.offsets.has_offsets(group_id)):
-                self._remove_group(group)
-        return deleted
-
 
 def _done(value: T) -> asyncio.Future[T]:
     """An already-answered future, for requests the group answers at once."""
