@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 
 from tablets import StorageEngine, Topic
 from tablets.errors import TopicAlreadyExists
+from txn import TransactionCoordinator
 
 from .config import GatewayConfig
 from .groups import GroupCoordinator, GroupOffsets
@@ -22,7 +24,16 @@ class Broker:
     metrics: Metrics = field(default_factory=Metrics)
     groups: GroupCoordinator | None = None  # set once the engine has loaded offsets
     group_offsets: GroupOffsets | None = None  # likewise
+    txns: TransactionCoordinator | None = None  # likewise
+    # Connection ids increase: the transaction coordinator tells a delayed
+    # request of an old connection from a new one (KAFKA-17754).
+    newest_connection: int = -1
+    _connection_ids: itertools.count = field(default_factory=itertools.count)
     stopping: bool = False  # set at shutdown: long-polls answer at once
+
+    def new_connection_id(self) -> int:
+        self.newest_connection = next(self._connection_ids)
+        return self.newest_connection
 
     @property
     def node_id(self) -> int:

@@ -46,6 +46,7 @@ class Request:
     body: Any  # the kio request entity
     size: int  # frame size in bytes, for metrics
     client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
+    connection: int = -1  # the id of the connection it came on (ids increase)
 
     @property
     def version(self) -> int:
@@ -130,6 +131,7 @@ def decode_request(
     pos: int,
     decode: Callable[[Any, int, int], Any] | None = None,
     client_host: str = "",
+    connection: int = -1,
 ) -> Request:
     """Read the body of a request whose (api_key, version) is supported.
 
@@ -155,7 +157,7 @@ def decode_request(
         ) from exc
     # Bytes after the body are ignored, as Kafka's own parser does: some
     # clients (librdkafka's Metadata v12) send a few more than the schema has.
-    return Request(header, body, len(frame), client_host)
+    return Request(header, body, len(frame), client_host, connection)
 
 
 def skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:

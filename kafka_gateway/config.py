@@ -68,6 +68,24 @@ SETTINGS: tuple[Setting, ...] = (
             "how often expired committed offsets are looked for"),
     Setting("offset.metadata.max.bytes", "offset_metadata_max_bytes", int,
             "largest metadata string an offset commit may carry"),
+    Setting("transaction.max.timeout.ms", "transaction_max_timeout_ms", int,
+            "largest transaction timeout a producer may ask for (INVALID_TRANSACTION_TIMEOUT "
+            "above it)"),
+    Setting("transaction.abort.timed.out.transaction.cleanup.interval.ms",
+            "transaction_timeout_check_interval_ms", int,
+            "how often open transactions past their timeout are aborted (and their "
+            "producers fenced)"),
+    Setting("transactional.id.expiration.ms", "transactional_id_expiration_ms", int,
+            "a transactional id without a transaction for this long is forgotten"),
+    Setting("producer.id.expiration.ms", "producer_id_expiration_ms", int,
+            "a partition forgets an idempotent producer idle for this long (its next batch, "
+            "mid-sequence, gets UNKNOWN_PRODUCER_ID and the client bumps its epoch)"),
+    Setting("gateway.producer.state.max.per.partition", "max_producers_per_partition", int,
+            "producer ids whose sequences one partition keeps; past it the least recently "
+            "used is forgotten"),
+    Setting("gateway.txn.pending.memory.bytes", "txn_pending_memory_bytes", int,
+            "memory for open transactions' batches (node-wide), so a commit serves them "
+            "from the in-memory tails; beyond it they are read from the store"),
 )
 
 
@@ -93,6 +111,12 @@ class GatewayConfig:
     offsets_retention_minutes: int = 10_080
     offsets_retention_check_interval_ms: int = 600_000
     offset_metadata_max_bytes: int = 4096
+    transaction_max_timeout_ms: int = 900_000
+    transaction_timeout_check_interval_ms: int = 10_000
+    transactional_id_expiration_ms: int = 604_800_000
+    producer_id_expiration_ms: int = 86_400_000
+    max_producers_per_partition: int = 10_000
+    txn_pending_memory_bytes: int = 64 << 20
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

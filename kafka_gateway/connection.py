@@ -57,6 +57,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.client_host = ""
+        self.id = broker.new_connection_id()
         # The socket reads straight into _buffer (BufferedProtocol): bytes in
         # [_start, _end) are received but not yet a whole frame.
         self._buffer = bytearray()
@@ -167,7 +168,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 name = api.name if api else f"unknown API key {header.api_key}"
                 self._reject(f"{name} v{header.api_version} is not supported")
                 return
-            request = decode_request(frame, header, body_pos, api.decode, self.client_host)
+            request = decode_request(frame, header, body_pos, api.decode, self.client_host,
+                                     self.id)
         except MalformedRequest as exc:
             self._reject(str(exc))
             return

@@ -7,6 +7,7 @@ import logging
 from kio.schema.errors import ErrorCode
 
 from tablets import errors as storage
+from txn import errors as txn
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,18 @@ _BY_TYPE: dict[type[BaseException], ErrorCode] = {
     storage.InvalidRecordBatch: ErrorCode.corrupt_message,
     storage.UnsupportedRecordKind: ErrorCode.invalid_txn_state,
     storage.StorageError: ErrorCode.kafka_storage_error,
+    storage.InvalidProducerEpoch: ErrorCode.invalid_producer_epoch,
+    storage.OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,
+    storage.UnknownProducerId: ErrorCode.unknown_producer_id,
+    txn.ProducerFenced: ErrorCode.producer_fenced,
+    txn.InvalidProducerIdMapping: ErrorCode.invalid_producer_id_mapping,
+    txn.InvalidTxnState: ErrorCode.invalid_txn_state,
+    txn.InvalidTransactionTimeout: ErrorCode.invalid_transaction_timeout,
+    txn.ConcurrentTransactions: ErrorCode.concurrent_transactions,
+    txn.TransactionalIdNotFound: ErrorCode.transactional_id_not_found,
+    # Per API, the code each client treats as "abort and go on": see
+    # txn_error_code and docs/transactions.md.
+    txn.TxnConflict: ErrorCode.unknown_producer_id,
 }
 
 
@@ -48,6 +61,20 @@ def error_code(exc: BaseException) -> ErrorCode:
             return code
     log.exception("unexpected error while serving a request", exc_info=exc)
     return ErrorCode.unknown_server_error
+
+
+def txn_error_code(exc: BaseException, version: int, fenced_since: int | None) -> ErrorCode:
+    """The code of a transactional request's failure at this request version.
+
+    PRODUCER_FENCED exists from KIP-588's versions on (``fenced_since``);
+    before them, and where ``fenced_since`` is None (Produce, TxnOffsetCommit,
+    whose clients know only INVALID_PRODUCER_EPOCH as fatal), a fenced
+    producer gets INVALID_PRODUCER_EPOCH.
+    """
+    code = error_code(exc)
+    if code is ErrorCode.producer_fenced and (fenced_since is None or version < fenced_since):
+        return ErrorCode.invalid_producer_epoch
+    return code
 
 
 def error_message(exc: BaseException) -> str:

@@ -8,6 +8,7 @@ import logging
 import signal
 
 from tablets import EngineSettings, StorageEngine
+from txn import TransactionCoordinator, TxnSettings
 
 from .admin_http import AdminHttp
 from .broker import Broker
@@ -29,12 +30,15 @@ class GatewayServer:
                 fsync=config.fsync,  # type: ignore[arg-type]
                 tail_cache_bytes=config.tail_cache_bytes,
                 topic_defaults=config.topic_defaults(),
+                producer_id_expiration_ms=config.producer_id_expiration_ms,
+                max_producers_per_partition=config.max_producers_per_partition,
             ),
         )
         self.broker = Broker(config, self.engine)
         self.connections: set[KafkaConnection] = set()
         self._server: asyncio.Server | None = None
         self._retention: asyncio.Task[None] | None = None
+        self._txn_expiry: asyncio.Task[None] | None = None
         self._admin: AdminHttp | None = None
 
     async def start(self) -> None:
@@ -45,6 +49,14 @@ class GatewayServer:
         self.broker.group_offsets = GroupOffsets(self.config, self.broker.groups,
                                                  self.engine.consumer_offsets)
         self.broker.group_offsets.start()
+        self.broker.txns = TransactionCoordinator(
+            self.engine,
+            TxnSettings(self.config.transaction_max_timeout_ms,
+                        self.config.transactional_id_expiration_ms,
+                        self.config.txn_pending_memory_bytes),
+            newest_connection=lambda: self.broker.newest_connection)
+        self.broker.txns.load()
+        self._txn_expiry = loop.create_task(self._txn_expiry_loop())
         host, port = self.config.listen
         self._server = await loop.create_server(
             lambda: KafkaConnection(self.broker, self.connections), host, port,
@@ -81,6 +93,16 @@ class GatewayServer:
             except Exception:
                 log.exception("retention pass failed")
 
+    async def _txn_expiry_loop(self) -> None:
+        assert self.broker.txns is not None
+        interval = self.config.transaction_timeout_check_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.broker.txns.expire()
+            except Exception:
+                log.exception("transaction expiry pass failed")
+
     async def stop(self) -> None:
         """Stop accepting, answer what was read, then close the store."""
         self.broker.stopping = True
@@ -99,8 +121,9 @@ class GatewayServer:
                  for c in list(self.connections)],
                 timeout=SHUTDOWN_GRACE_SECONDS,
             )
-        if self._retention is not None:
-            self._retention.cancel()
+        for task in (self._retention, self._txn_expiry):
+            if task is not None:
+                task.cancel()
         if self._admin is not None:
             await self._admin.stop()
         self.engine.close()

@@ -206,5 +206,23 @@ def last_offset_of(batch: bytes | memoryview) -> int:
     return _INT64.unpack_from(batch, 0)[0] + _INT32.unpack_from(batch, 23)[0]
 
 
+def transactional_producer(records: bytes | memoryview) -> tuple[int, int] | None:
+    """(producer id, epoch) when a record set's first batch is transactional.
+
+    Only a peek, so a Produce knows where the batches go; ``parse_batches``
+    validates them all (and that a transaction's record set is only its own).
+    """
+    if len(records) < HEADER_SIZE:
+        return None
+    (attributes,) = struct.unpack_from(">h", records, 21)
+    if not attributes & ATTR_TRANSACTIONAL:
+        return None
+    return _INT64.unpack_from(records, 43)[0], struct.unpack_from(">h", records, 51)[0]
+
+
+def record_count_of(batch: bytes | memoryview) -> int:
+    return _INT32.unpack_from(batch, 57)[0]
+
+
 def max_timestamp_of(batch: bytes | memoryview) -> int:
     return _INT64.unpack_from(batch, 35)[0]

@@ -66,6 +66,8 @@ class ConsumerOffsets:
         # Visible (durable) offsets: group -> (topic, partition) -> offset.
         self._groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._last_version = 0
+        # Commits staged but not yet in the WAL: the newest wins in ``latest``.
+        self._in_flight: dict[tuple[str, TopicPartition], CommittedOffset] = {}
         # Offsets a transaction has staged but not yet committed, per group:
         # OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them.
         self._pending: dict[str, Counter[TopicPartition]] = {}
@@ -94,6 +96,17 @@ class ConsumerOffsets:
         """A copy of every committed offset of a group."""
         return dict(self._groups.get(group, {}))
 
+    def latest(self, group: str, topic: str, partition: int) -> CommittedOffset | None:
+        """The newest commit of a partition, counting one staged but not yet
+        durable: what a conflict check must compare with."""
+        in_flight = self._in_flight.get((group, (topic, partition)))
+        return in_flight or self.committed(group, topic, partition)
+
+    @property
+    def last_version(self) -> int:
+        """The newest version any commit took: versions after it are newer commits."""
+        return self._last_version
+
     def version(self, group: str, topic: str, partition: int) -> int:
         """The version of a partition's committed offset; 0 when there is none."""
         committed = self.committed(group, topic, partition)
@@ -116,6 +129,7 @@ class ConsumerOffsets:
                                      self._last_version)
             ops.put(keys.consumer_offset_key(group, topic, partition), record.encode())
             staged[(topic, partition)] = record
+            self._in_flight[(group, (topic, partition))] = record
         ops.put(_VERSION_COUNTER, _COUNTER.pack(self._last_version))
         return staged
 
@@ -124,6 +138,8 @@ class ConsumerOffsets:
         visible (a later commit landed first) is dropped, so the newest wins."""
         offsets = self._groups.setdefault(group, {})
         for tp, record in staged.items():
+            if self._in_flight.get((group, tp)) is record:
+                del self._in_flight[(group, tp)]
             current = offsets.get(tp)
             if current is None or current.version < record.version:
                 offsets[tp] = record

@@ -75,6 +75,10 @@ class EngineSettings:
     tail_cache_bytes: int = 256 << 20
     # Node-wide defaults for topic configs (log.retention.ms and friends).
     topic_defaults: dict[str, str] = field(default_factory=dict)
+    # Idempotent producers: idle ones are forgotten, and a partition keeps at
+    # most this many (the least recently used goes first).
+    producer_id_expiration_ms: int = 86_400_000
+    max_producers_per_partition: int = 10_000
 
 
 class StorageEngine:
@@ -187,7 +191,7 @@ class StorageEngine:
             tablet.release()
         ops = Ops()
         ops.delete(keys.topic_key(name))
-        for kind in (keys.META, keys.LOG, keys.TIME_INDEX, keys.PRODUCER):
+        for kind in (keys.META, keys.LOG, keys.TIME_INDEX, keys.PRODUCER, keys.TXN_BLOB):
             ops.delete_range(*keys.topic_range(kind, topic.topic_id))
         if self.consumer_offsets is not None:
             self.consumer_offsets.drop_topic(name, ops)
@@ -230,11 +234,19 @@ class StorageEngine:
         await self._write(ops)
 
     async def enforce_retention(self) -> None:
+        """Retention of every partition, and expiry of idle producers."""
         now = now_ms()
         for topic in list(self.topics.values()):
             for tablet in topic.partitions:
                 if not tablet.deleted:
                     await tablet.enforce_retention(now)
+                    await tablet.expire_producers(now, self.settings.producer_id_expiration_ms)
+
+    def producer_stats(self) -> tuple[int, int]:
+        """(producer ids kept, producer ids evicted) over every partition."""
+        tablets = [t for topic in self.topics.values() for t in topic.partitions]
+        return (sum(len(t.producers) for t in tablets),
+                sum(t.producers.evictions for t in tablets))
 
     # --------------------------------------------------------- internals
     def _write(self, ops: Ops) -> asyncio.Future[None]:
@@ -281,6 +293,7 @@ class StorageEngine:
                 timestamp_difference_max_ms=int(values["message.timestamp.difference.max.ms"]),
                 retention_ms=int(values["retention.ms"]),
                 retention_bytes=int(values["retention.bytes"]),
+                max_producers=self.settings.max_producers_per_partition,
             )
         return topic._settings
 

@@ -55,19 +55,37 @@ class UnsupportedRecordKind(TabletError):
     """Transactional or control batches where this node does not take them."""
 
 
+# ------------------------------------------------- idempotent producers
+
+
+class InvalidProducerEpoch(TabletError):
+    """A batch from an epoch older than the producer's current one."""
+
+
+class OutOfOrderSequence(TabletError):
+    """A batch that neither continues the producer's sequence nor repeats a recent one."""
+
+
+class UnknownProducerId(TabletError):
+    """A producer this partition has forgotten, continuing mid-sequence."""
+
+
 __all__ = [
     "InvalidConfig",
     "InvalidPartitions",
+    "InvalidProducerEpoch",
     "InvalidRecordBatch",
     "InvalidReplicationFactor",
     "InvalidTimestamp",
     "InvalidTopicName",
     "OffsetOutOfRange",
+    "OutOfOrderSequence",
     "RecordTooLarge",
     "StorageError",
     "TabletError",
     "TopicAlreadyExists",
     "UnknownPartition",
+    "UnknownProducerId",
     "UnknownTopic",
     "UnsupportedMagic",
     "UnsupportedRecordKind",

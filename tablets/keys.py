@@ -14,7 +14,8 @@ kind   rest of the key                            value
 ``X``  topic id, partition, base offset           time index: running max timestamp
 ``P``  topic id, partition, producer id           idempotent producer state
 ``C``  group, 0x00, topic name, 0x00, partition   committed consumer offset
-``B``  producer id, epoch, sequence, ...          transactional blob
+``B``  topic id, partition, txn instance, n        transactional blob: a record batch
+``Y``  transactional id (utf-8)                   transaction state (txn.state)
 ``N``  counter name                               counters (producer ids, ...)
 =====  =========================================  ===============================
 """
@@ -31,6 +32,7 @@ TIME_INDEX = b"X"
 PRODUCER = b"P"
 CONSUMER_OFFSET = b"C"
 TXN_BLOB = b"B"
+TXN_STATE = b"Y"
 COUNTER = b"N"
 
 _PARTITION = struct.Struct(">16si")
@@ -58,6 +60,30 @@ def offset_key(kind: bytes, prefix: bytes, offset: int) -> bytes:
 
 def offset_of_key(key: bytes) -> int:
     return _OFFSET.unpack_from(key, 21)[0]
+
+
+_INSTANCE = struct.Struct(">q")
+_ORDINAL = struct.Struct(">i")
+
+
+def blob_range(partition_prefix: bytes, instance: int) -> tuple[bytes, bytes]:
+    """[start, end) of one transaction's blobs in one partition (instance
+    numbers are node-wide, so no two transactions share a range)."""
+    start = TXN_BLOB + partition_prefix + _INSTANCE.pack(instance)
+    return start, start + b"\xff" * 4
+
+
+def blob_key(partition_prefix: bytes, instance: int, ordinal: int) -> bytes:
+    """The ``ordinal``-th blob of a transaction in a partition, in arrival order."""
+    return TXN_BLOB + partition_prefix + _INSTANCE.pack(instance) + _ORDINAL.pack(ordinal)
+
+
+def blob_ordinal(key: bytes) -> int:
+    return _ORDINAL.unpack_from(key, len(key) - 4)[0]
+
+
+def txn_state_key(transactional_id: str) -> bytes:
+    return TXN_STATE + transactional_id.encode()
 
 
 _CONSUMER_PARTITION = struct.Struct(">i")

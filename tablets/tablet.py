@@ -15,6 +15,13 @@ State in memory (rebuilt from the store at start-up):
 
 Nothing here parses records on the produce or fetch path: a batch is bytes
 plus the 61-byte header.
+
+Transactional batches do not enter the log when produced: ``append`` stores
+them as blobs of their transaction (a ``BlobSink`` names the keys), and
+``stage_commit`` later writes the small log entries that reference them
+(``log_entry``), at the end of the log, in the transaction's one commit write.
+Idempotent producers' sequences are checked and kept by ``producers``, in the
+same write as the batches they describe.
 """
 
 from __future__ import annotations
@@ -26,10 +33,10 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from . import batch as rb
-from . import keys
+from . import keys, log_entry
 from .errors import (
     InvalidTimestamp,
     OffsetOutOfRange,
@@ -37,6 +44,7 @@ from .errors import (
     UnsupportedRecordKind,
 )
 from .memory_run import MemoryRun
+from .producers import CachedBatch, ProducerStates, next_seq
 from .records import record_timestamps
 from .store import GroupCommitWriter, Ops, RocksStore
 
@@ -69,6 +77,23 @@ class ReadResult:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingBlob:
+    """A transactional batch stored outside the log until its transaction commits."""
+
+    key: bytes
+    header: bytes  # its 61-byte header, as produced
+    data: bytes | None  # the batch itself, while held in memory
+
+
+class BlobSink(Protocol):
+    """An open transaction, receiving one partition's transactional batches."""
+
+    def next_key(self, partition_prefix: bytes) -> bytes: ...
+
+    def added(self, key: bytes, batch: bytes) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
 class TabletSettings:
     """The effective configs a tablet enforces (read from the topic each time)."""
 
@@ -77,6 +102,7 @@ class TabletSettings:
     timestamp_difference_max_ms: int
     retention_ms: int
     retention_bytes: int
+    max_producers: int = 10_000  # producer ids whose sequences a partition keeps
 
 
 class PartitionTablet:
@@ -109,6 +135,7 @@ class PartitionTablet:
         self._ts_offsets = array("q")
         self._ts_values = array("q")
         self._waiters: set[asyncio.Future[None]] = set()
+        self.producers = ProducerStates(self.prefix, settings().max_producers)
 
     # ------------------------------------------------------------------ load
     def load(self) -> None:
@@ -121,6 +148,7 @@ class PartitionTablet:
         for key, value in self.store.scan(start, end):
             self._ts_offsets.append(keys.offset_of_key(key))
             self._ts_values.append(_TIMESTAMP.unpack(value)[0])
+        self.producers.load(self.store)
 
     def initial_ops(self, ops: Ops) -> None:
         ops.put(self.meta_key, self._meta())
@@ -129,12 +157,18 @@ class PartitionTablet:
         return _META.pack(self.log_start_offset, self.log_end_offset, self.size_bytes)
 
     # ---------------------------------------------------------------- append
-    def append(self, records: bytes | memoryview, now_ms: int) -> asyncio.Future[AppendResult]:
+    def append(self, records: bytes | memoryview, now_ms: int,
+               sink: BlobSink | None = None) -> asyncio.Future[AppendResult]:
         """Validate, assign offsets and queue one atomic write of a record set.
 
+        A transactional record set goes to ``sink``'s transaction instead of
+        the log, and its result has base offset -1. A retried batch of an
+        idempotent producer is not stored again: its result is the original.
+
         Raises (before anything is stored) InvalidRecordBatch, RecordTooLarge,
-        InvalidTimestamp or UnsupportedRecordKind. The returned future
-        resolves once the batches are in the WAL.
+        InvalidTimestamp, UnsupportedRecordKind, or an idempotence error
+        (InvalidProducerEpoch, OutOfOrderSequence, UnknownProducerId). The
+        returned future resolves once the batches are in the WAL.
         """
         headers = rb.parse_batches(records)
         settings = self.settings()
@@ -144,8 +178,12 @@ class PartitionTablet:
                     f"batch of {header.size} bytes exceeds max.message.bytes="
                     f"{settings.max_message_bytes}"
                 )
-            if header.is_control or header.is_transactional:
-                raise UnsupportedRecordKind("transactional and control batches need a transaction")
+            if header.is_control:
+                raise UnsupportedRecordKind("clients do not write control batches")
+            if header.is_transactional != (sink is not None):
+                raise UnsupportedRecordKind(
+                    "transactional batches need an open transaction" if sink is None else
+                    "a transaction's record set holds only transactional batches")
             if settings.timestamp_difference_max_ms < 2**63 - 1 and not settings.log_append_time:
                 limit = settings.timestamp_difference_max_ms
                 for ts in (header.base_timestamp, header.max_timestamp):
@@ -156,6 +194,13 @@ class PartitionTablet:
                         )
         view = memoryview(records)
         ops = Ops()
+        if headers[0].producer_id >= 0:
+            return self._append_idempotent(view, headers, now_ms, sink, ops)
+        return self._append_to_log(view, headers, now_ms, ops)
+
+    def _append_to_log(self, view: memoryview, headers: list[rb.BatchHeader], now_ms: int,
+                       ops: Ops) -> asyncio.Future[AppendResult]:
+        settings = self.settings()
         base_offset = self.log_end_offset
         offset = base_offset
         for header in headers:
@@ -165,13 +210,7 @@ class PartitionTablet:
                 data = rb.set_log_append_time(data, now_ms)
                 max_timestamp = now_ms
             ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
-            if not self._ts_values or max_timestamp > self._ts_values[-1]:
-                self._ts_offsets.append(offset)
-                self._ts_values.append(max_timestamp)
-                ops.put(
-                    keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
-                    _TIMESTAMP.pack(max_timestamp),
-                )
+            self._index_timestamp(offset, max_timestamp, ops)
             self._cache(offset, data)
             self.size_bytes += len(data)
             offset += header.record_count
@@ -180,6 +219,12 @@ class PartitionTablet:
         result = AppendResult(
             base_offset, now_ms if settings.log_append_time else -1, self.log_start_offset
         )
+        return self._submit(ops, result, offset)
+
+    def _submit(self, ops: Ops, result: AppendResult,
+                publish_to: int | None) -> asyncio.Future[AppendResult]:
+        """Queue ``ops``; once in the WAL, resolve with ``result`` and (for log
+        appends) move the high watermark to ``publish_to``."""
         done = self.writer.submit(ops)
         appended: asyncio.Future[AppendResult] = done.get_loop().create_future()
 
@@ -190,11 +235,84 @@ class PartitionTablet:
                 appended.set_exception(fut.exception())  # type: ignore[arg-type]
             else:
                 appended.set_result(result)
-            if fut.exception() is None:
-                self._advance_high_watermark(offset)
+            if fut.exception() is None and publish_to is not None:
+                self._advance_high_watermark(publish_to)
 
         done.add_done_callback(on_written)
         return appended
+
+    def _index_timestamp(self, offset: int, max_timestamp: int, ops: Ops) -> None:
+        if not self._ts_values or max_timestamp > self._ts_values[-1]:
+            self._ts_offsets.append(offset)
+            self._ts_values.append(max_timestamp)
+            ops.put(keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
+                    _TIMESTAMP.pack(max_timestamp))
+
+    # ------------------------------------------------ idempotent producers
+    def _append_idempotent(self, view: memoryview, headers: list[rb.BatchHeader], now_ms: int,
+                           sink: BlobSink | None, ops: Ops) -> asyncio.Future[AppendResult]:
+        """A batch of an idempotent or transactional producer: sequence checks,
+        then the log (idempotent) or the transaction's blobs (transactional).
+
+        As in Kafka (Produce v3+), such a record set is exactly one batch.
+        """
+        if len(headers) != 1:
+            raise rb.InvalidRecordBatch(
+                "an idempotent or transactional record set must be exactly one batch")
+        header = headers[0]
+        pid, epoch, first_seq = header.producer_id, header.producer_epoch, header.base_sequence
+        if first_seq < 0:
+            raise rb.InvalidRecordBatch(f"producer {pid} sent a batch without a sequence")
+        last_seq = next_seq(first_seq, header.record_count - 1)
+        duplicate = self.producers.check(pid, epoch, first_seq, last_seq)
+        if duplicate is not None:
+            done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+            done.set_result(AppendResult(duplicate.base_offset, -1, self.log_start_offset))
+            return done
+        if sink is None:
+            base_offset = self.log_end_offset
+            self.producers.stage(pid, epoch, CachedBatch(first_seq, last_seq, base_offset),
+                                 now_ms, ops)
+            return self._append_to_log(view, headers, now_ms, ops)
+        data = rb.stamp(view, header, 0, LEADER_EPOCH)
+        key = sink.next_key(self.prefix)
+        ops.put(key, data)
+        self.producers.stage(pid, epoch, CachedBatch(first_seq, last_seq, -1), now_ms, ops)
+        sink.added(key, data)
+        return self._submit(ops, AppendResult(-1, -1, self.log_start_offset), None)
+
+    # --------------------------------------------------- transaction commit
+    def stage_commit(self, blobs: list[PendingBlob], marker: bytes,
+                     ops: Ops) -> Callable[[], None]:
+        """Add a committed transaction's part of this log to ``ops``: a
+        reference to each of its blobs at the end of the log, then the COMMIT
+        ``marker``. Returns what publishes them once ``ops`` is durable.
+
+        Offsets are taken now, so the transaction's batches are consecutive.
+        Their bytes join the in-memory tail when all were held in memory;
+        otherwise the tail restarts after them (it must stay contiguous).
+        """
+        offset = self.log_end_offset
+        cached = all(blob.data is not None for blob in blobs)
+        if not cached:
+            self._tail = MemoryRun()
+        for blob in blobs:
+            ops.put(keys.offset_key(keys.LOG, self.prefix, offset),
+                    log_entry.reference(blob.header, offset, LEADER_EPOCH, blob.key))
+            self._index_timestamp(offset, rb.max_timestamp_of(blob.header), ops)
+            if cached:
+                self._cache(offset, log_entry.patch(blob.data, offset, LEADER_EPOCH))
+            self.size_bytes += log_entry.size(blob.header)
+            offset += rb.record_count_of(blob.header)
+        data = rb.stamp(memoryview(marker), rb.parse_batches(marker)[0], offset, LEADER_EPOCH)
+        ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
+        self._index_timestamp(offset, rb.max_timestamp_of(data), ops)
+        self._cache(offset, data)
+        self.size_bytes += len(data)
+        offset += 1
+        self.log_end_offset = offset
+        ops.put(self.meta_key, self._meta())
+        return lambda: self._advance_high_watermark(offset)
 
     def _advance_high_watermark(self, offset: int) -> None:
         if offset > self.high_watermark:
@@ -266,13 +384,14 @@ class PartitionTablet:
         floor = keys.LOG + self.prefix
         start = keys.offset_key(keys.LOG, self.prefix, offset)
         end = keys.offset_key(keys.LOG, self.prefix, hw)
-        for _key, data in self.store.scan_from_containing(start, floor, end):
-            if rb.last_offset_of(data) < offset:
+        for _key, entry in self.store.scan_from_containing(start, floor, end):
+            if rb.last_offset_of(entry) < offset:
                 continue
-            if total + len(data) > max_bytes and (out or not min_one):
+            size = log_entry.size(entry)
+            if total + size > max_bytes and (out or not min_one):
                 break
-            out.append(data)
-            total += len(data)
+            out.append(log_entry.resolve(entry, self.store.get))
+            total += size
         return out
 
     # ------------------------------------------------------------- long-poll
@@ -331,6 +450,15 @@ class PartitionTablet:
             return None
         return await self.offset_for_timestamp(self._ts_values[-1])
 
+    # ------------------------------------------------------ producer expiry
+    async def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms``."""
+        ops = Ops()
+        expired = self.producers.expire(now_ms, expiration_ms, ops)
+        if expired:
+            await self.writer.submit(ops)
+        return expired
+
     # ----------------------------------------------------- deleting records
     async def delete_records(self, before: int) -> int:
         """Advance the log start offset to ``before`` (DeleteRecords); returns it.
@@ -374,11 +502,12 @@ class PartitionTablet:
         what remains is still at least retention.bytes."""
         excess = self.size_bytes - retention_bytes
         floor = keys.LOG + self.prefix
-        for key, data in self.store.scan(floor, floor + b"\xff" * 8):
+        for key, entry in self.store.scan(floor, floor + b"\xff" * 8):
             base = keys.offset_of_key(key)
-            if excess - len(data) < 0 or base >= self.high_watermark:
+            size = log_entry.size(entry)
+            if excess - size < 0 or base >= self.high_watermark:
                 return base
-            excess -= len(data)
+            excess -= size
         return self.high_watermark
 
     async def _truncate_front(self, new_start: int) -> None:
@@ -387,24 +516,30 @@ class PartitionTablet:
         floor = keys.LOG + self.prefix
         start_key = keys.offset_key(keys.LOG, self.prefix, new_start)
 
-        def doomed() -> tuple[bytes, int]:
-            # Batches below the one containing new_start go; that one stays.
+        def doomed() -> tuple[bytes, int, list[bytes]]:
+            # Batches below the one containing new_start go; that one stays,
+            # and so do the blobs of the committed transactional batches.
             cut = floor
             freed = 0
-            for key, data in self.store.scan(floor, start_key + b"\x00"):
-                if rb.last_offset_of(data) >= new_start:
+            blobs = []
+            for key, entry in self.store.scan(floor, start_key + b"\x00"):
+                if rb.last_offset_of(entry) >= new_start:
                     break
                 cut = keys.offset_key(keys.LOG, self.prefix, keys.offset_of_key(key) + 1)
-                freed += len(data)
-            return cut, freed
+                freed += log_entry.size(entry)
+                if log_entry.is_reference(entry):
+                    blobs.append(log_entry.blob_key(entry))
+            return cut, freed, blobs
 
-        cut, freed = await loop.run_in_executor(self.store.readers, doomed)
+        cut, freed, blobs = await loop.run_in_executor(self.store.readers, doomed)
         if new_start <= self.log_start_offset:
             return  # another truncation got there first
         self.log_start_offset = new_start
         self.size_bytes = max(0, self.size_bytes - freed)
         ops = Ops()
         ops.delete_range(floor, cut)
+        for blob in blobs:
+            ops.delete(blob)
         # Keep the index entry that covers new_start, clamped to it.
         index = bisect_right(self._ts_offsets, new_start) - 1
         if index > 0:

@@ -1,4 +1,9 @@
-"""Transaction coordinator: producer ids, transaction state, conflict checks.
+"""Transactions, YDB-style: the coordinator state machine (``state.py``,
+``coordinator.py``), producer-id allocation (``producer_ids.py``), open
+transactions' pending data (``pending.py``) and the optimistic offset-range
+conflict check (``conflicts.py``). Knows nothing of sockets or the wire."""
 
-Knows nothing of sockets. See ../shared/DESIGN.md, "Transactions, YDB-style".
-"""
+from .coordinator import TransactionCoordinator, TxnSettings, TxnStats
+from .state import TxnMetadata, TxnState
+
+__all__ = ["TransactionCoordinator", "TxnMetadata", "TxnSettings", "TxnState", "TxnStats"]

@@ -14,6 +14,8 @@ from types import ModuleType
 from typing import Any
 
 from . import (
+    add_offsets_to_txn,
+    add_partitions_to_txn,
     alter_configs,
     api_versions,
     create_partitions,
@@ -24,14 +26,19 @@ from . import (
     describe_cluster,
     describe_configs,
     describe_groups,
+    describe_producers,
+    describe_transactions,
+    end_txn,
     fetch,
     find_coordinator,
     heartbeat,
     incremental_alter_configs,
+    init_producer_id,
     join_group,
     leave_group,
     list_groups,
     list_offsets,
+    list_transactions,
     metadata,
     offset_commit,
     offset_delete,
@@ -39,6 +46,7 @@ from . import (
     offset_for_leader_epoch,
     produce,
     sync_group,
+    txn_offset_commit,
 )
 
 Handler = Callable[[Any, Any], Awaitable[Any]]
@@ -96,6 +104,14 @@ APIS: dict[int, Api] = {
             list_groups,
             delete_groups,
             offset_delete,
+            init_producer_id,
+            add_partitions_to_txn,
+            add_offsets_to_txn,
+            end_txn,
+            txn_offset_commit,
+            describe_producers,
+            describe_transactions,
+            list_transactions,
         ),
     )
 }

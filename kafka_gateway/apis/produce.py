@@ -7,6 +7,13 @@ the WAL, for acks 1 and -1 alike (one copy: there is no ISR to wait for).
 acks=0 gets no answer at all, as in Kafka. A topic is not auto-created here
 (Kafka creates topics on Metadata, which clients send first).
 
+Idempotent producers' batches are checked against their sequences: a retry
+is answered with its original offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER.
+A transactional batch must belong to its producer's open transaction, which
+must include the partition (AddPartitionsToTxn); it is stored outside the log
+until the transaction commits, so its answer carries base offset -1 (as YDB's
+Kafka API answers): its offsets are assigned at commit.
+
 v0-2 are answered too, as by Kafka 3.4: librdkafka before 2.11.1 compresses
 (gzip, snappy, lz4) only for a broker that advertises Produce v0. kio has no
 schemas for them, so their answer is encoded here; a message set in the old
@@ -22,10 +29,11 @@ import struct
 
 from kio.schema.errors import ErrorCode
 
+from tablets.batch import transactional_producer
 from tablets.tablet import now_ms
 
 from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
-from ..errors import KafkaError, error_code, error_message
+from ..errors import KafkaError, error_message, txn_error_code
 from .produce_request import decode
 
 __all__ = ["API_KEY", "VERSIONS", "decode", "handle"]
@@ -51,7 +59,11 @@ async def handle(broker, request):
                 tablet = broker.engine.partition(topic_data.name, part.index)
                 if part.records is None:
                     raise KafkaError(ErrorCode.corrupt_message, "null record set")
-                outcome = tablet.append(part.records, now)
+                sink = None
+                if (producer := transactional_producer(part.records)) is not None:
+                    sink = broker.txns.sink_for(*producer, topic_data.name, part.index,
+                                                request.connection)
+                outcome = tablet.append(part.records, now, sink)
                 broker.metrics.produced_bytes += len(part.records)
             except Exception as exc:
                 outcome = exc
@@ -77,7 +89,7 @@ async def handle(broker, request):
             part = build(
                 schema.PartitionProduceResponse,
                 index=index,
-                error_code=error_code(exc),
+                error_code=txn_error_code(exc, request.version, fenced_since=None),
                 base_offset=-1,
                 log_append_time=None,
                 log_start_offset=-1,

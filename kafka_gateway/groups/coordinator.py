@@ -306,6 +306,25 @@ class GroupCoordinator(Rebalancer):
         self._schedule_session_expiry(group, group.members[member_id])
         return ErrorCode.none
 
+    def fence_txn_commit(self, group_id: str, generation_id: int, member_id: str,
+                         instance_id: str | None) -> ErrorCode:
+        """The group fences of a TxnOffsetCommit (KIP-447), as lenient as
+        Kafka's: a member and a generation are checked only when sent (v3+
+        clients with the consumer's group metadata)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return (ErrorCode.none if generation_id < 0 and not member_id
+                    else ErrorCode.illegal_generation)
+        if group.is_(DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.static_member_fenced(member_id, instance_id):
+            return ErrorCode.fenced_instance_id
+        if member_id and member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
+
     # ------------------------------------------------------------ SyncGroup
     async def sync_group(self, group_id: str, generation_id: int, member_id: str,
                          instance_id: str | None, protocol_type: str | None,

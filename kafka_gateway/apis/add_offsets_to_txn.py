@@ -1,0 +1,34 @@
+"""AddOffsetsToTxn (key 25), v0-3: a group's offsets will be part of a transaction.
+
+Begins the transaction if needed; TxnOffsetCommit then stages the offsets.
+PRODUCER_FENCED from v2 (KIP-588), INVALID_PRODUCER_EPOCH before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..errors import txn_error_code
+from ..groups.coordinator import is_valid_group_id
+
+API_KEY = 25
+VERSIONS = (0, 3)
+
+
+async def handle(broker: Any, request: Request) -> Any:
+    body = request.body
+    schema = response_schema(API_KEY, request.version)
+    code = ErrorCode.none
+    if not is_valid_group_id(body.group_id, allow_empty=False):
+        code = ErrorCode.invalid_group_id
+    else:
+        try:
+            await broker.txns.add_offsets(body.transactional_id, body.producer_id,
+                                          body.producer_epoch, body.group_id,
+                                          request.connection)
+        except Exception as exc:
+            code = txn_error_code(exc, request.version, fenced_since=2)
+    return build(schema.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -1,0 +1,50 @@
+"""AddPartitionsToTxn (key 24), v0-3: register partitions in a transaction.
+
+The first AddPartitionsToTxn (or AddOffsetsToTxn) of a transaction begins it.
+Partitions that do not exist get UNKNOWN_TOPIC_OR_PARTITION and the others
+OPERATION_NOT_ATTEMPTED, as in Kafka; a fenced producer gets PRODUCER_FENCED
+from v2 (KIP-588), INVALID_PRODUCER_EPOCH before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..errors import txn_error_code
+
+API_KEY = 24
+VERSIONS = (0, 3)
+
+
+async def handle(broker: Any, request: Request) -> Any:
+    body = request.body
+    schema = response_schema(API_KEY, request.version)
+    wanted = [(topic.name, index) for topic in body.v3_and_below_topics
+              for index in topic.partitions]
+    unknown = {tp for tp in wanted if not broker.engine.has_partition(*tp)}
+    codes: dict[tuple[str, int], ErrorCode]
+    if unknown:
+        codes = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
+                 else ErrorCode.operation_not_attempted for tp in wanted}
+    else:
+        try:
+            await broker.txns.add_partitions(
+                body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
+                body.v3_and_below_producer_epoch, wanted, request.connection)
+            code = ErrorCode.none
+        except Exception as exc:
+            code = txn_error_code(exc, request.version, fenced_since=2)
+        codes = dict.fromkeys(wanted, code)
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), code in codes.items():
+        by_topic.setdefault(topic, []).append(build(
+            schema.AddPartitionsToTxnPartitionResult, partition_index=index,
+            partition_error_code=code))
+    return build(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                 results_by_topic_v3_and_below=tuple(
+                     build(schema.AddPartitionsToTxnTopicResult, name=name,
+                           results_by_partition=tuple(parts))
+                     for name, parts in by_topic.items()))

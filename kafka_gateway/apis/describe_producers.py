@@ -1,0 +1,41 @@
+"""DescribeProducers (key 61), v0: the idempotent and transactional producers a
+partition knows (``kafka-transactions describe-producers``).
+
+Each has its epoch, last sequence and last write time. No producer has an
+open transaction in a log here (its data waits outside the log until its
+commit), so the current transaction's start offset is always -1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, Request, build, response_schema
+
+API_KEY = 61
+VERSIONS = (0, 0)
+
+
+async def handle(broker: Any, request: Request) -> Any:
+    schema = response_schema(API_KEY, request.version)
+    topics = []
+    for topic in request.body.topics:
+        parts = []
+        for index in topic.partition_indexes:
+            code, producers = ErrorCode.none, []
+            if not broker.engine.has_partition(topic.name, index):
+                code = ErrorCode.unknown_topic_or_partition
+            else:
+                tablet = broker.engine.partition(topic.name, index)
+                producers = [build(
+                    schema.ProducerState, producer_id=pid, producer_epoch=entry.epoch,
+                    last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
+                    coordinator_epoch=-1, current_txn_start_offset=-1)
+                    for pid, entry in tablet.producers.items()]
+            parts.append(build(schema.PartitionResponse, partition_index=index, error_code=code,
+                               error_message=None, active_producers=tuple(producers)))
+        topics.append(build(schema.TopicResponse, name=topic.name, partitions=tuple(parts)))
+    return build(schema.DescribeProducersResponse, throttle_time=NO_THROTTLE,
+                 topics=tuple(topics))

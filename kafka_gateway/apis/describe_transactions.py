@@ -1,0 +1,51 @@
+"""DescribeTransactions (key 65), v0: the state of transactional ids
+(``kafka-transactions describe``): Kafka's state name, producer id and epoch,
+timeout, when the open transaction began, and its partitions.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
+
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..errors import error_code
+
+API_KEY = 65
+VERSIONS = (0, 0)
+
+
+async def handle(broker: Any, request: Request) -> Any:
+    schema = response_schema(API_KEY, request.version)
+    states = []
+    for transactional_id in request.body.transactional_ids:
+        try:
+            meta = broker.txns.describe(transactional_id)
+        except Exception as exc:
+            states.append(build(
+                schema.TransactionState, error_code=error_code(exc),
+                transactional_id=transactional_id, transaction_state="",
+                transaction_timeout=i32Timedelta.parse(datetime.timedelta(0)),
+                transaction_start_time=_time(-1), producer_id=-1, producer_epoch=-1,
+                topics=()))
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in sorted(meta.partitions if meta.is_open else ()):
+            by_topic.setdefault(topic, []).append(index)
+        states.append(build(
+            schema.TransactionState, error_code=ErrorCode.none,
+            transactional_id=transactional_id, transaction_state=meta.state.value,
+            transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=meta.timeout_ms)),
+            transaction_start_time=_time(meta.started_ms if meta.is_open else -1),
+            producer_id=meta.producer_id, producer_epoch=meta.epoch,
+            topics=tuple(build(schema.TopicData, topic=topic, partitions=tuple(parts))
+                         for topic, parts in by_topic.items())))
+    return build(schema.DescribeTransactionsResponse, throttle_time=NO_THROTTLE,
+                 transaction_states=tuple(states))
+
+
+def _time(ms: int) -> datetime.datetime:
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)

@@ -1,0 +1,37 @@
+"""EndTxn (key 26), v0-3: commit or abort a transaction, in one store write.
+
+- A commit writes, atomically: the transaction's batches into each of its
+  partitions' logs (references to the blobs stored at Produce time), a COMMIT
+  marker after them, its consumer offsets, and its new state.
+- An abort deletes the blobs: aborted data never enters a log.
+- A retry of a completed EndTxn succeeds again; a delayed EndTxn of an earlier
+  transaction cannot end a later one (INVALID_TXN_STATE; see txn/coordinator.py).
+- A commit that fails the offset-range check is aborted and answered
+  UNKNOWN_PRODUCER_ID, which the Java client and librdkafka both treat as
+  abortable with an epoch bump (KIP-360): the application aborts and goes on.
+- PRODUCER_FENCED from v2 (KIP-588), INVALID_PRODUCER_EPOCH before.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..errors import txn_error_code
+
+API_KEY = 26
+VERSIONS = (0, 3)
+
+
+async def handle(broker: Any, request: Request) -> Any:
+    body = request.body
+    schema = response_schema(API_KEY, request.version)
+    code = ErrorCode.none
+    try:
+        await broker.txns.end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
+                                  body.committed, request.connection)
+    except Exception as exc:
+        code = txn_error_code(exc, request.version, fenced_since=2)
+    return build(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

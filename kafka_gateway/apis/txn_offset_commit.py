@@ -1,0 +1,66 @@
+"""TxnOffsetCommit (key 28), v0-3: stage a group's offsets in a transaction.
+
+The offsets become visible only when the transaction commits, in the same
+store write as its data; meanwhile OffsetFetch with require_stable answers
+UNSTABLE_OFFSET_COMMIT for them. Checked in order:
+
+- KIP-447 (v3): the group's generation and member, when the client sends them
+  (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID);
+- the producer's id and epoch against its transaction (INVALID_PRODUCER_EPOCH,
+  fatal for every client), and that AddOffsetsToTxn named the group;
+- the optimistic offset-range check: a conflict dooms the transaction and is
+  answered ILLEGAL_GENERATION, abortable in the Java client
+  (CommitFailedException) and in librdkafka alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from tablets.consumer_offsets import OffsetCommit
+from txn.errors import TxnConflict
+
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..errors import txn_error_code
+from ..groups.coordinator import is_valid_group_id
+
+API_KEY = 28
+VERSIONS = (0, 3)
+
+
+async def handle(broker: Any, request: Request) -> Any:
+    body = request.body
+    schema = response_schema(API_KEY, request.version)
+    wanted = {(topic.name, part.partition_index): OffsetCommit(
+                  part.committed_offset, getattr(part, "committed_leader_epoch", -1),
+                  part.committed_metadata or "")
+              for topic in body.topics for part in topic.partitions}
+    codes = {tp: ErrorCode.unknown_topic_or_partition for tp in wanted
+             if not broker.engine.has_partition(*tp)}
+    commits = {tp: commit for tp, commit in wanted.items() if tp not in codes}
+    code = ErrorCode.none
+    if not is_valid_group_id(body.group_id, allow_empty=False):
+        code = ErrorCode.invalid_group_id
+    else:
+        code = broker.groups.fence_txn_commit(
+            body.group_id, getattr(body, "generation_id", -1), getattr(body, "member_id", ""),
+            getattr(body, "group_instance_id", None))
+    if code is ErrorCode.none and commits:
+        try:
+            await broker.txns.txn_offset_commit(
+                body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
+                commits, request.connection)
+        except TxnConflict:
+            code = ErrorCode.illegal_generation
+        except Exception as exc:
+            code = txn_error_code(exc, request.version, fenced_since=None)
+    codes.update(dict.fromkeys(commits, code))
+    by_topic: dict[str, list[Any]] = {}
+    for (topic, index), each in codes.items():
+        by_topic.setdefault(topic, []).append(build(
+            schema.TxnOffsetCommitResponsePartition, partition_index=index, error_code=each))
+    return build(schema.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        build(schema.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(parts))
+        for name, parts in by_topic.items()))

@@ -1,0 +1,102 @@
+"""The data of an open transaction: blobs written at Produce time, per partition.
+
+A transactional batch is stored once, as a blob outside the log
+(``keys.blob_key``: the partition, the transaction's node-wide instance, the
+arrival order). The coordinator keeps the list of each open transaction's
+blobs, so EndTxn(commit) can write one small log entry per blob without
+reading any of them; after a restart the list is rebuilt by one scan of the
+transaction's key range. While the node's budget allows, a blob's bytes are
+also kept in memory so the commit can put them in the partition's in-memory
+tail, where consumers at the head of the log read them without the disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tablets import keys
+from tablets.batch import HEADER_SIZE
+from tablets.consumer_offsets import TopicPartition
+from tablets.store import Ops, RocksStore
+from tablets.tablet import PendingBlob
+
+
+@dataclass(slots=True)
+class MemoryBudget:
+    """Bytes of open transactions' blobs held in memory, node-wide."""
+
+    limit: int
+    used: int = 0
+
+    def take(self, nbytes: int) -> bool:
+        if self.used + nbytes > self.limit:
+            return False
+        self.used += nbytes
+        return True
+
+    def give_back(self, nbytes: int) -> None:
+        self.used -= nbytes
+
+
+@dataclass(slots=True)
+class PendingData:
+    """The blobs of one open transaction (``instance``)."""
+
+    instance: int
+    budget: MemoryBudget
+    blobs: dict[TopicPartition, list[PendingBlob]] = field(default_factory=dict)
+    next_ordinal: int = 0
+    nbytes: int = 0  # bytes stored as blobs (on disk)
+    held: int = 0  # bytes of them held in memory (from the budget)
+
+    def sink(self, tp: TopicPartition) -> PartitionSink:
+        return PartitionSink(self, tp)
+
+    def release(self) -> None:
+        """The transaction completed: its in-memory bytes go back to the budget."""
+        self.budget.give_back(self.held)
+        self.held = 0
+        self.blobs.clear()
+
+    @classmethod
+    def recover(cls, store: RocksStore, instance: int, budget: MemoryBudget,
+                partitions: dict[TopicPartition, bytes]) -> PendingData:
+        """Rebuild an open transaction's blob lists from the store (start-up).
+
+        ``partitions`` maps the transaction's partitions (those still
+        existing) to their key prefixes.
+        """
+        pending = cls(instance, budget)
+        for tp, prefix in partitions.items():
+            for key, value in store.scan(*keys.blob_range(prefix, instance)):
+                pending.next_ordinal = max(pending.next_ordinal, keys.blob_ordinal(key) + 1)
+                pending.blobs.setdefault(tp, []).append(
+                    PendingBlob(key, bytes(value[:HEADER_SIZE]), None))
+                pending.nbytes += len(value)
+        return pending
+
+    def abort(self, partitions: dict[TopicPartition, bytes], ops: Ops) -> None:
+        """Delete every blob of this transaction (its partitions and their prefixes)."""
+        for prefix in partitions.values():
+            ops.delete_range(*keys.blob_range(prefix, self.instance))
+
+
+@dataclass(slots=True)
+class PartitionSink:
+    """Where ``PartitionTablet.append`` puts one partition's transactional batches."""
+
+    pending: PendingData
+    tp: TopicPartition
+
+    def next_key(self, partition_prefix: bytes) -> bytes:
+        ordinal = self.pending.next_ordinal
+        self.pending.next_ordinal += 1
+        return keys.blob_key(partition_prefix, self.pending.instance, ordinal)
+
+    def added(self, key: bytes, batch: bytes) -> None:
+        pending = self.pending
+        keep = pending.budget.take(len(batch))
+        pending.held += len(batch) if keep else 0
+        pending.nbytes += len(batch)
+        pending.blobs.setdefault(self.tp, []).append(
+            PendingBlob(key, batch[:HEADER_SIZE], batch if keep else None))
