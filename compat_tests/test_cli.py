@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
 TIMEOUT = 30
 
@@ -73,3 +73,42 @@ def test_groups_list_and_describe_show_offsets_and_lag(gateway, topic_name):
     # topic, partition, committed offset, log end offset, lag
     assert (topic_name, "0", "4", "5", "1") in rows, described
     assert (topic_name, "1", "1", "5", "4") in rows, described
+
+
+def test_transactions_list_describe_producers_abort(gateway, topic_name):
+    """``kafka-gateway transactions``: an open transaction is listed, described
+    with its partitions, its producer shown per partition, and aborted (fencing
+    the producer, whose commit then fails and whose data never appears)."""
+    txn_id = f"cli-{topic_name}"
+    cli(gateway, "topics", "create", topic_name, "--partitions", "2")
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(TIMEOUT)
+    producer.begin_transaction()
+    producer.produce(topic_name, value=b"never seen", partition=1)
+    assert producer.flush(TIMEOUT) == 0
+
+    listed = cli(gateway, "transactions", "list").stdout
+    assert any(line.split()[0::2] == [txn_id, "Ongoing"] for line in listed.splitlines()[1:])
+    described = cli(gateway, "transactions", "describe", txn_id).stdout.splitlines()[1].split()
+    assert described[2:4] == ["0", "Ongoing"] and described[-1] == f"{topic_name}-1"
+    producers = cli(gateway, "transactions", "producers", topic_name, "1").stdout.splitlines()
+    assert producers[1].split()[1:3] == ["0", "0"]  # epoch 0, last sequence 0
+
+    aborted = cli(gateway, "transactions", "abort", txn_id).stdout
+    assert "is fenced (now epoch 1)" in aborted
+    assert cli(gateway, "transactions", "describe", txn_id).stdout.splitlines()[1].split()[2:4] \
+        == ["1", "Empty"]
+    again = cli(gateway, "transactions", "abort", txn_id, check=False)
+    assert again.returncode == 1 and "no open transaction" in again.stdout
+    missing = cli(gateway, "transactions", "describe", "no-such-id", check=False)
+    assert missing.returncode == 1 and "does not exist" in missing.stdout
+
+    try:
+        producer.commit_transaction(TIMEOUT)
+        raise AssertionError("the fenced producer committed")
+    except KafkaException as exc:
+        assert exc.args[0].fatal()
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": txn_id})
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 1), TIMEOUT)
+    consumer.close()
+    assert (low, high) == (0, 0)  # nothing of the aborted transaction entered the log

@@ -56,6 +56,8 @@ class AdminHttp:
         }
         if self.broker.groups is not None:
             extra["group_rebalances_total"] = self.broker.groups.rebalances
+        if self.broker.txns is not None:
+            extra.update(self._transactions())
         lines = [self.broker.metrics.render(extra)]
         for topic in self.broker.engine.topics.values():
             for tablet in topic.partitions:
@@ -66,6 +68,24 @@ class AdminHttp:
                 lines.append(f"kafka_gateway_partition_bytes{{{labels}}} {tablet.size_bytes}\n")
         lines.extend(self._consumer_lag())
         return web.Response(text="".join(lines), content_type="text/plain")
+
+    def _transactions(self) -> dict[str, float]:
+        txns = self.broker.txns
+        assert txns is not None
+        stats = txns.stats
+        kept, evicted = self.broker.engine.producer_stats()
+        return {
+            "txn_commits_total": stats.commits,
+            "txn_aborts_total": stats.aborts,
+            "txn_timeouts_total": stats.timeouts,
+            "txn_conflicts_total": stats.conflicts,
+            "txn_fenced_total": stats.fenced,
+            "txn_stale_end_txn_total": stats.stale_end_txn,
+            "txn_open": txns.open_count,
+            "txn_pending_bytes": txns.pending_bytes,
+            "producer_ids": kept,
+            "producer_ids_evicted_total": evicted,
+        }
 
     def _consumer_lag(self) -> list[str]:
         """Per group and partition: high watermark minus the committed offset."""

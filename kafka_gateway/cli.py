@@ -29,6 +29,7 @@ from kio.static.primitive import i32Timedelta
 from . import config as settings
 from .client import KafkaClient
 from .groups_cli import add_groups_parser, run_groups
+from .transactions_cli import add_transactions_parser, run_transactions
 
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 
@@ -62,12 +63,15 @@ def main(argv: list[str] | None = None) -> None:
     alter.add_argument("--delete", action="append", default=[], metavar="KEY")
 
     add_groups_parser(commands)
+    add_transactions_parser(commands)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
         _serve(args)
     elif args.command == "groups":
         sys.exit(asyncio.run(run_groups(args)))
+    elif args.command == "transactions":
+        sys.exit(asyncio.run(run_transactions(args)))
     else:
         sys.exit(asyncio.run(_topics(args)))
 

@@ -37,6 +37,26 @@ class KafkaClient:
         return cls(reader, writer)
 
     async def request(self, body: Any) -> Any:
+        api_key = int(type(body).__api_key__)
+        frame = await self.request_frame(body)
+        schema = response_schema(api_key, int(type(body).__version__))
+        response_cls = next(
+            obj for name, obj in vars(schema).items()
+            if name.endswith("Response") and isinstance(obj, type)
+            and getattr(obj, "__api_key__", None) == api_key
+            and obj.__name__ == type(body).__name__.replace("Request", "Response")
+        )
+        pos = 4
+        if response_cls.__flexible__ and api_key != API_VERSIONS_KEY:
+            pos = skip_tagged_fields(frame, pos)
+        value, _ = entity_reader_for(response_cls)(frame, pos)
+        return value
+
+    async def request_frame(self, body: Any) -> bytes:
+        """Send a request; the response frame, unread (correlation id first).
+
+        For the few answers kio's reader refuses although Kafka sends them
+        (a -1 timestamp in DescribeTransactions)."""
         cls = type(body)
         api_key, version = int(cls.__api_key__), int(cls.__version__)
         self._correlation += 1
@@ -53,18 +73,7 @@ class KafkaClient:
         (correlation,) = struct.unpack_from(">i", frame, 0)
         if correlation != self._correlation:
             raise RuntimeError(f"correlation id {correlation} != {self._correlation}")
-        schema = response_schema(api_key, version)
-        response_cls = next(
-            obj for name, obj in vars(schema).items()
-            if name.endswith("Response") and isinstance(obj, type)
-            and getattr(obj, "__api_key__", None) == api_key
-            and obj.__name__ == cls.__name__.replace("Request", "Response")
-        )
-        pos = 4
-        if response_cls.__flexible__ and api_key != API_VERSIONS_KEY:
-            pos = skip_tagged_fields(frame, pos)
-        value, _ = entity_reader_for(response_cls)(frame, pos)
-        return value
+        return frame
 
     async def close(self) -> None:
         self._writer.close()

@@ -211,6 +211,9 @@ class ConsumerOffsets:
         if not pending:
             del self._pending[group]
 
+    def has_pending(self, group: str) -> bool:
+        return bool(self._pending.get(group))
+
     def is_pending(self, group: str, topic: str, partition: int) -> bool:
         return self._pending.get(group, {}).get((topic, partition), 0) > 0
 

@@ -83,6 +83,9 @@ class GroupOffsets:
     async def delete_group(self, group_id: str) -> ErrorCode:
         if not is_valid_group_id(group_id, allow_empty=True):
             return ErrorCode.invalid_group_id
+        if self.offsets.has_pending(group_id):
+            # An open transaction will commit offsets for it: Kafka refuses too.
+            return ErrorCode.non_empty_group
         group = self.membership.groups.get(group_id)
         if group is not None:
             if not group.is_(EMPTY):
