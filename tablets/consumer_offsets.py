@@ -198,14 +198,15 @@ class ConsumerOffsets:
     # ------------------------------------------- transactional (pending) offsets
     def hold_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         """Mark offsets an open transaction has staged for this group."""
-        self._pending.setdefault(group, Counter()).update(partitions)
+        # list(): a Counter takes a mapping's values as counts; only its keys count here.
+        self._pending.setdefault(group, Counter()).update(list(partitions))
 
     def release_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         """The transaction holding these offsets committed or aborted."""
         pending = self._pending.get(group)
         if pending is None:
             return
-        pending.subtract(partitions)
+        pending.subtract(list(partitions))
         for tp in [tp for tp, n in pending.items() if n <= 0]:
             del pending[tp]
         if not pending:

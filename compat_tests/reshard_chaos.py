@@ -1,0 +1,244 @@
+"""The exactly-once resharding check, shared by its test and by longer runs.
+
+Several worker processes in one group read a source topic, route each record
+by the user id in its value to a target topic, and commit the offsets, all in
+one transaction per batch. Meanwhile, at random moments, the check SIGKILLs a
+worker (and starts a new one), SIGSTOPs one past its session timeout and then
+SIGCONTs it (the seeds' zombie), and kills the gateway with ``kill -9`` and
+restarts it. Afterwards every source record must be in the target exactly
+once, and each source partition's records in order within each target
+partition.
+
+    python -m compat_tests.reshard_chaos --rounds 40   # a longer run by hand
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+SESSION_TIMEOUT_S = 6.0
+WORKER = Path(__file__).with_name("reshard_worker.py")
+
+
+@dataclass
+class ChaosReport:
+    messages: int = 0
+    kills: int = 0
+    hangs: int = 0
+    restarts: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    reordered: int = 0
+    aborted: int = 0  # transactions the workers aborted (zombies, conflicts, restarts)
+    seconds: float = 0.0
+    events: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        return (f"messages={self.messages} kills={self.kills} hangs={self.hangs} "
+                f"restarts={self.restarts} lost={self.lost} duplicated={self.duplicated} "
+                f"reordered={self.reordered} aborted={self.aborted} "
+                f"seconds={self.seconds:.1f}")
+
+
+class Workers:
+    """Worker processes, started by a command builder, logging to files."""
+
+    def __init__(self, command: Callable[[str], list[str]], log_dir: Path) -> None:
+        self.command = command
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._next = 0
+
+    def start(self) -> str:
+        name = f"w{self._next}"
+        self._next += 1
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        self.procs[name] = subprocess.Popen(self.command(name), stdout=log,
+                                            stderr=subprocess.STDOUT)
+        return name
+
+    def kill(self, name: str) -> None:
+        self.procs.pop(name).kill()
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            proc.send_signal(signal.SIGCONT)
+            proc.terminate()
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self.procs.clear()
+
+    def count(self, pattern: str) -> int:
+        """Lines of the workers' logs that start with ``pattern``."""
+        return sum(line.startswith(pattern) for p in self.log_dir.glob("*.log")
+                   for line in p.read_text(errors="replace").splitlines())
+
+    def logs(self) -> str:
+        return "".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+                       for p in sorted(self.log_dir.glob("*.log")))
+
+
+def python_worker(bootstrap: str, group: str, source: str, target: str,
+                  target_partitions: int) -> Callable[[str], list[str]]:
+    return lambda name: [sys.executable, str(WORKER), bootstrap, group, source, target,
+                         str(target_partitions), name]
+
+
+def produce_source(bootstrap: str, source: str, partitions: int, messages: int,
+                   users: int = 50) -> None:
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "linger.ms": 5})
+    for seq in range(messages):
+        user = f"u{seq % users}"
+        producer.produce(source, partition=seq % partitions,
+                         value=f"{user} seq={seq}".encode())
+        if seq % 1000 == 999:
+            producer.flush(30)
+    assert producer.flush(60) == 0, "the source could not be written"
+
+
+def committed_everything(bootstrap: str, group: str, source: str, partitions: int) -> bool:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                         "isolation.level": "read_committed"})
+    try:
+        tps = [TopicPartition(source, p) for p in range(partitions)]
+        committed = consumer.committed(tps, timeout=10)
+        return all(tp.offset >= consumer.get_watermark_offsets(tp, timeout=10)[1]
+                   for tp in committed)
+    except Exception:
+        return False
+    finally:
+        consumer.close()
+
+
+def check_target(bootstrap: str, target: str, target_partitions: int, source_partitions: int,
+                 source_counts: dict[int, int], report: ChaosReport) -> None:
+    """Every (source partition, offset) exactly once; per target partition, each
+    source partition's offsets increasing."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{target}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    seen: Counter[tuple[int, int]] = Counter()
+    for partition in range(target_partitions):
+        tp = TopicPartition(target, partition, 0)
+        _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        consumer.assign([tp])
+        last: dict[int, int] = {}
+        position = 0
+        while position < high - 1:  # the last offset is a COMMIT marker
+            message = consumer.poll(5)
+            if message is None:
+                break
+            if message.error():
+                continue
+            position = message.offset()
+            src_partition, src_offset, _rest = message.value().split(b":", 2)
+            key = (int(src_partition), int(src_offset))
+            seen[key] += 1
+            if last.get(key[0], -1) > key[1]:
+                report.reordered += 1
+            last[key[0]] = key[1]
+    consumer.close()
+    expected = {(p, o) for p in range(source_partitions) for o in range(source_counts[p])}
+    report.lost = len(expected - set(seen))
+    report.duplicated = sum(n - 1 for n in seen.values() if n > 1)
+
+
+WorkerCommand = Callable[[str, str, str, str, int], Callable[[str], list[str]]]
+
+
+def run(gateway, workers_command: WorkerCommand,
+        rounds: int = 6, messages: int = 3000, seed: int = 7, workers: int = 3,
+        deadline_s: float = 150.0, log_dir: Path | None = None) -> ChaosReport:
+    """Run the check against a ``testkit.gateway.GatewayProcess``."""
+    rng = random.Random(seed)
+    started = time.monotonic()
+    report = ChaosReport(messages=messages)
+    suffix = f"{seed}-{int(time.time() * 1000) % 10**8}"
+    source, target, group = f"src-{suffix}", f"dst-{suffix}", f"reshard-{suffix}"
+    source_partitions, target_partitions = 4, 3
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    for future in admin.create_topics([NewTopic(source, source_partitions),
+                                       NewTopic(target, target_partitions)]).values():
+        future.result(30)
+    produce_source(gateway.bootstrap, source, source_partitions, messages)
+    log_dir = log_dir or Path(tempfile.mkdtemp(prefix="reshard-"))
+    pool = Workers(workers_command(gateway.bootstrap, group, source, target,
+                                   target_partitions), log_dir)
+    try:
+        for _ in range(workers):
+            pool.start()
+        for _ in range(rounds):
+            time.sleep(rng.uniform(1.0, 3.0))
+            action = rng.choice(("kill", "hang", "restart"))
+            if action == "kill" and pool.procs:
+                victim = rng.choice(sorted(pool.procs))
+                pool.kill(victim)
+                pool.start()
+                report.kills += 1
+                report.events.append(f"SIGKILL {victim}")
+            elif action == "hang" and pool.procs:
+                victim = rng.choice(sorted(pool.procs))
+                pool.procs[victim].send_signal(signal.SIGSTOP)
+                time.sleep(SESSION_TIMEOUT_S + rng.uniform(1.0, 3.0))
+                pool.procs[victim].send_signal(signal.SIGCONT)
+                report.hangs += 1
+                report.events.append(f"SIGSTOP/SIGCONT {victim}")
+            else:
+                gateway.kill()
+                time.sleep(rng.uniform(0.0, 1.0))
+                gateway.start()
+                report.restarts += 1
+                report.events.append("kill -9 gateway")
+        while not committed_everything(gateway.bootstrap, group, source, source_partitions):
+            if time.monotonic() - started > deadline_s:
+                raise AssertionError(f"the workers did not finish in {deadline_s}s "
+                                     f"({report.line()}):\n{pool.logs()}")
+            time.sleep(1.0)
+    finally:
+        pool.stop_all()
+    report.aborted = pool.count("abort") + pool.count("fatal") + pool.count("retriable")
+    counts = {p: len(range(p, messages, source_partitions)) for p in range(source_partitions)}
+    check_target(gateway.bootstrap, target, target_partitions, source_partitions, counts, report)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def main() -> None:
+    from testkit.gateway import GatewayProcess
+
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--messages", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument("--workers", type=int, default=3)
+    args = parser.parse_args()
+    with GatewayProcess(Path(tempfile.mkdtemp()) / "data") as gateway:
+        report = run(gateway, python_worker, args.rounds, args.messages, args.seed,
+                     args.workers, deadline_s=60 + 10 * args.rounds)
+    print(report.line())
+    print(json.dumps(report.events))
+    sys.exit(0 if report.lost == report.duplicated == report.reordered == 0 else 1)
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()
