@@ -33,7 +33,10 @@ DEFAULTS = {
     "cleanup.policy": ["delete", "DEFAULT_CONFIG", False, False, "LIST"],
     "segment.bytes": ["1073741824", "DEFAULT_CONFIG", False, False, "INT"],
 }
-TOPIC_CONFIGS = 29  # every topic config of Kafka 3.4 is described
+# Every topic config the gateway knows. Kafka 3.4.1 describes 26: it leaves
+# out remote.storage.enable, local.retention.ms and local.retention.bytes
+# (internal until tiered storage); a difference for the differential tests.
+TOPIC_CONFIGS = 29
 
 
 def watched(overrides: dict[str, str]) -> dict:
@@ -140,7 +143,8 @@ def test_admin_list_offsets_and_delete_records(gateway, java_classes, topic_name
     # After deleting below 13, lookups start at the new log start offset.
     after = {**before, "earliest": [13, -1], "ts-1": [13, 130], "ts30": [13, 130],
              "ts35": [13, 130]}
-    # Nothing left: no record to find by timestamp.
+    # Nothing left: no record to find by timestamp. (Kafka 3.4.1 still answers
+    # max_timestamp with the deleted record 14, below its log start offset.)
     emptied = {spec: [-1, -1] for spec in before} | {"earliest": [20, -1], "latest": [20, -1]}
     for phase, expected in (("before_delete", before), ("after_delete", after),
                             ("after_delete_all", emptied)):
