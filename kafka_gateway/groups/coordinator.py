@@ -445,8 +445,6 @@ class GroupCoordinator(Rebalancer):
         return out
 
 
-        del self.groups[group.group_id]
-
 def _done(value: T) -> asyncio.Future[T]:
     """An already-answered future, for requests the group answers at once."""
     future: asyncio.Future[T] = asyncio.get_running_loop().create_future()

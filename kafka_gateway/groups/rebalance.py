@@ -187,3 +187,4 @@ class Rebalancer:
             timer.cancel()
         group.pending_members.clear()
         self._transition(group, DEAD)
+        del self.groups[group.group_id]
