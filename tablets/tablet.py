@@ -266,9 +266,11 @@ class PartitionTablet:
         last_seq = next_seq(first_seq, header.record_count - 1)
         duplicate = self.producers.check(pid, epoch, first_seq, last_seq)
         if duplicate is not None:
-            done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-            done.set_result(AppendResult(duplicate.base_offset, -1, self.log_start_offset))
-            return done
+            # The original may still be on its way to the WAL: an empty change
+            # lands after it (writes land in submission order), so the retry
+            # is never acknowledged before the data it stands for is durable.
+            return self._submit(Ops(), AppendResult(duplicate.base_offset, -1,
+                                                    self.log_start_offset), None)
         if sink is None:
             base_offset = self.log_end_offset
             self.producers.stage(pid, epoch, CachedBatch(first_seq, last_seq, base_offset),

@@ -220,3 +220,16 @@ def test_expired_producers_leave_the_store(tmp_path):
     run(first, tmp_path)
     run(after_restart, tmp_path)
 
+
+def test_a_duplicate_is_answered_only_once_its_original_is_durable(tmp_path):
+    async def scenario(engine):
+        await engine.create_topic("t", 1, {})
+        tablet = engine.partition("t", 0)
+        original = tablet.append(idempotent([b"x"] * 2, 0), 0)
+        retried = tablet.append(idempotent([b"x"] * 2, 0), 0)  # before the original landed
+        assert not retried.done()
+        first = await retried
+        assert original.done() and first.base_offset == (await original).base_offset == 0
+        assert tablet.high_watermark == 2
+
+    run(scenario, tmp_path)
