@@ -183,8 +183,9 @@ class TransactionCoordinator:
                 self._register(meta)
                 return meta.producer_id, meta.epoch
             if producer_id >= 0:
-                if (producer_id, epoch) == (meta.producer_id, meta.last_epoch) or (
-                        producer_id == meta.last_producer_id and epoch >= EPOCH_EXHAUSTED):
+                # The session before the last bump (or, after an exhausted
+                # epoch, before the move to a new producer id) asks again.
+                if (producer_id, epoch) == (meta.last_producer_id, meta.last_epoch):
                     return meta.producer_id, meta.epoch  # a retry of the bump it asked for
                 if producer_id != meta.producer_id or epoch != meta.epoch:
                     self.stats.fenced += 1
@@ -385,7 +386,11 @@ class TransactionCoordinator:
             if not self.engine.has_partition(topic, index):
                 continue  # deleted while the transaction was open
             tablet = self.engine.partition(topic, index)
-            blobs = opened.data.blobs.get((topic, index), [])
+            # Blobs of a deleted topic were deleted with it, even when a topic
+            # of the same name replaced it: the log must never name them.
+            own = keys.TXN_BLOB + tablet.prefix
+            blobs = [blob for blob in opened.data.blobs.get((topic, index), [])
+                     if blob.key.startswith(own)]
             publishers.append(tablet.stage_commit(blobs, marker, ops))
         staged = {group: self.offsets.stage(group, commits, now, ops)
                   for group, commits in meta.offsets.items()}
