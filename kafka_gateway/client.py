@@ -39,20 +39,7 @@ class KafkaClient:
     async def request(self, body: Any) -> Any:
         cls = type(body)
         api_key, version = int(cls.__api_key__), int(cls.__version__)
-        self._correlation += 1
-        out = ChunkWriter()
-        out.write(struct.pack(">hhih", api_key, version, self._correlation, len(self._client_id)))
-        out.write(self._client_id)
-        if cls.__flexible__:
-            out.write(b"\x00")
-        entity_writer_for(cls)(out, body)
-        self._writer.write(_SIZE.pack(out.size) + b"".join(out.chunks))
-        await self._writer.drain()
-        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
-        frame = await self._reader.readexactly(size)
-        (correlation,) = struct.unpack_from(">i", frame, 0)
-        if correlation != self._correlation:
-            raise RuntimeError(f"correlation id {correlation} != {self._correlation}")
+        frame = await self.request_frame(body)
         schema = response_schema(api_key, version)
         response_cls = next(
             obj for name, obj in vars(schema).items()
@@ -65,6 +52,27 @@ class KafkaClient:
             pos = skip_tagged_fields(frame, pos)
         value, _ = entity_reader_for(response_cls)(frame, pos)
         return value
+
+    async def request_frame(self, body: Any) -> bytes:
+        """Send one request; the response frame, from its correlation id on, undecoded
+        (for fields kio cannot read, e.g. Kafka's -1 for "no timestamp")."""
+        cls = type(body)
+        self._correlation += 1
+        out = ChunkWriter()
+        out.write(struct.pack(">hhih", int(cls.__api_key__), int(cls.__version__),
+                              self._correlation, len(self._client_id)))
+        out.write(self._client_id)
+        if cls.__flexible__:
+            out.write(b"\x00")
+        entity_writer_for(cls)(out, body)
+        self._writer.write(_SIZE.pack(out.size) + b"".join(out.chunks))
+        await self._writer.drain()
+        (size,) = _SIZE.unpack(await self._reader.readexactly(4))
+        frame = await self._reader.readexactly(size)
+        (correlation,) = struct.unpack_from(">i", frame, 0)
+        if correlation != self._correlation:
+            raise RuntimeError(f"correlation id {correlation} != {self._correlation}")
+        return frame
 
     async def close(self) -> None:
         self._writer.close()
