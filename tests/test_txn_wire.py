@@ -28,6 +28,7 @@ from kafka_gateway.server import GatewayServer
 from tablets.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, parse_batches
 from tablets.records import record_timestamps
 from testkit.batches import make_batch
+from testkit.gateway import GatewayProcess
 
 PRODUCE, FETCH, OFFSET_FETCH, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 9, 19, 22
 ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
@@ -231,15 +232,19 @@ def transactional(values: list[bytes], pid: int, epoch: int, seq: int) -> bytes:
                       attributes=ATTR_TRANSACTIONAL)
 
 
+async def topic_id(client: KafkaClient, topic: str):
+    metadata = await client.request(NEWEST.make(
+        3, "MetadataRequest", allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+        topics=(NEWEST.make(3, "MetadataRequestTopic", name=topic, topic_id=None),)))
+    return metadata.topics[0].topic_id
+
+
 async def scenario(client: KafkaClient, step: int) -> None:
     t = Txn(client, step)
     v = t.v
     await t.create_topic()
-    metadata = await client.request(NEWEST.make(
-        3, "MetadataRequest", allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False,
-        topics=(NEWEST.make(3, "MetadataRequestTopic", name=t.topic, topic_id=None),)))
-    t.topic_id = metadata.topics[0].topic_id
+    t.topic_id = await topic_id(client, t.topic)
 
     # --- an idempotent producer: fresh id, duplicate, gap
     answer = await t.init(None)
@@ -384,3 +389,65 @@ def test_every_version_of_every_transaction_api(tmp_path):
             await server.stop()
 
     asyncio.run(main())
+
+
+@pytest.mark.timeout(120)
+def test_producer_state_and_transactions_survive_kill_9(tmp_path):
+    """A retried idempotent batch keeps its offset, an open transaction stays
+    open (and commits), a committed one stays committed, across kill -9."""
+    newest = 1 << 10
+
+    async def before(gw: GatewayProcess) -> tuple[int, int]:
+        client = await KafkaClient.connect(*gw.host_port)
+        t = Txn(client, newest)
+        await t.create_topic()
+        idem = (await t.init(None)).producer_id
+        for seq, offset in ((0, 0), (2, 2)):
+            batch = make_batch([b"a", b"b"], producer_id=idem, producer_epoch=0,
+                               base_sequence=seq)
+            assert await t.produce(batch) == (ErrorCode.none, offset)
+        pid = (await t.init(t.tid)).producer_id
+        assert await t.add_partitions(pid, 0, {t.topic: [1]}) == {(t.topic, 1): ErrorCode.none}
+        assert await t.produce(transactional([b"open"], pid, 0, 0), 1, t.tid) == (
+            ErrorCode.none, -1)
+        assert await t.add_offsets(pid, 0) is ErrorCode.none
+        assert await t.txn_offset_commit(pid, 0, 5) is ErrorCode.none
+        await client.close()
+        return idem, pid
+
+    async def after_kill(gw: GatewayProcess, idem: int, pid: int) -> None:
+        client = await KafkaClient.connect(*gw.host_port)
+        t = Txn(client, newest)
+        t.topic_id = await topic_id(client, t.topic)
+        for seq, offset in ((0, 0), (2, 2)):  # retries: recognised, not stored again
+            batch = make_batch([b"a", b"b"], producer_id=idem, producer_epoch=0,
+                               base_sequence=seq)
+            assert await t.produce(batch) == (ErrorCode.none, offset)
+        batch = make_batch([b"c"], producer_id=idem, producer_epoch=0, base_sequence=4)
+        assert await t.produce(batch) == (ErrorCode.none, 4)
+        [state] = await t.describe(t.tid)
+        assert (state.state, state.topics) == ("Ongoing", [(t.topic, [1])])
+        assert await t.stable_offset() == (ErrorCode.unstable_offset_commit, -1)
+        assert (await t.fetch(1)).high_watermark == 0
+        assert await t.end(pid, 0, True) is ErrorCode.none
+        assert await t.stable_offset() == (ErrorCode.none, 5)
+        data = await t.fetch(1)
+        assert data.high_watermark == 2
+        assert [h.record_count for h in parse_batches(bytes(data.records))] == [1, 1]
+        await client.close()
+
+    async def after_second_kill(gw: GatewayProcess, pid: int) -> None:
+        client = await KafkaClient.connect(*gw.host_port)
+        t = Txn(client, newest)
+        [state] = await t.describe(t.tid)
+        assert state.state == "CompleteCommit"
+        assert await t.end(pid, 0, True) is ErrorCode.none  # a retry of the commit
+        assert await t.stable_offset() == (ErrorCode.none, 5)
+        await client.close()
+
+    with GatewayProcess(tmp_path / "data") as gw:
+        idem, pid = asyncio.run(before(gw))
+        gw.restart(hard=True)
+        asyncio.run(after_kill(gw, idem, pid))
+        gw.restart(hard=True)
+        asyncio.run(after_second_kill(gw, pid))
