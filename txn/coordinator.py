@@ -21,10 +21,12 @@ Fences, in the order they are checked:
 - KIP-447: group generation and member at TxnOffsetCommit, when sent;
 - the offset-range check (``conflicts.py``) at TxnOffsetCommit and EndTxn;
 - KAFKA-17754: an EndTxn must come from a connection that carried a request
-  of the transaction it ends, or from one opened after that transaction's
-  last request; a delayed EndTxn of an earlier transaction, retried by the
-  client elsewhere and answered already, can neither commit nor abort a later
-  transaction of the same producer. A delayed Produce cannot either: its
+  of the transaction it ends, or from one opened after that transaction
+  began; a delayed EndTxn of an earlier transaction, retried by the client
+  elsewhere and answered already, can neither commit nor abort a later
+  transaction of the same producer (the connection it waited on existed
+  before the later transaction began, which the client could begin only
+  after the retry was answered). A delayed Produce cannot either: its
   sequence number repeats or precedes the producer's (``tablets.producers``).
 
 State is persisted with every change (``keys.TXN_STATE``), so after ``kill
@@ -91,7 +93,7 @@ class _Open:
 
     data: PendingData
     connections: set[int] = field(default_factory=set)
-    # The newest connection id when a request of this transaction last came.
+    # The newest connection id when this transaction began.
     newest_connection: int = -1
 
 
@@ -239,11 +241,11 @@ class TransactionCoordinator:
             meta.groups.clear()
             meta.offsets.clear()
             meta.doomed = None
-            self._open[meta.transactional_id] = _Open(PendingData(meta.instance, self.budget))
+            self._open[meta.transactional_id] = _Open(PendingData(meta.instance, self.budget),
+                                                      newest_connection=self.newest_connection())
         meta.updated_ms = now
         opened = self._open[meta.transactional_id]
         opened.connections.add(connection)
-        opened.newest_connection = self.newest_connection()
         return opened
 
     def _put(self, meta: TxnMetadata, ops: Ops) -> None:
@@ -345,7 +347,7 @@ class TransactionCoordinator:
                     and connection <= opened.newest_connection):
                 self.stats.stale_end_txn += 1
                 log.warning("%s: EndTxn from connection %d, which carried none of the open "
-                            "transaction's requests and is older than them: a delayed request "
+                            "transaction's requests and is older than it: a delayed request "
                             "of an earlier transaction, refused", transactional_id, connection)
                 raise InvalidTxnState(f"{transactional_id}: a delayed EndTxn of an earlier "
                                       "transaction cannot end this one")
@@ -438,7 +440,6 @@ class TransactionCoordinator:
                                   f"{meta.transactional_id} (AddPartitionsToTxn first)")
         opened = self._open[meta.transactional_id]
         opened.connections.add(connection)
-        opened.newest_connection = self.newest_connection()
         return opened.data.sink((topic, partition))
 
     # ---------------------------------------------------------- expiry
