@@ -733,6 +733,28 @@ def test_idle_transactional_ids_expire(tmp_path):
     run(tmp_path, phase, after_restart, clock=clock)
 
 
+def test_an_id_used_while_its_expiry_is_written_is_not_forgotten(tmp_path):
+    clock = Clock()
+    epochs: list[int] = []
+
+    async def phase(env: Env) -> None:
+        await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        clock.now += env.txns.settings.id_expiration_ms + 1
+        expiry = asyncio.create_task(env.txns.expire())
+        await asyncio.sleep(0)  # its deletion is on its way to the store
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        await expiry
+        assert env.txns.describe(TID).epoch == epoch == 1
+        await env.begin(pid, epoch, [("a", 0)])
+        epochs.append(epoch)
+
+    async def after_restart(env: Env) -> None:
+        meta = env.txns.describe(TID)
+        assert (meta.epoch, meta.state) == (epochs[0], TxnState.ONGOING)
+
+    run(tmp_path, phase, after_restart, clock=clock)
+
+
 # ------------------------------------------------------------------ recovery
 
 

@@ -454,8 +454,12 @@ class TransactionCoordinator:
                   and not self._lock(meta.transactional_id).locked()):
                 ops = Ops()
                 ops.delete(keys.txn_state_key(meta.transactional_id))
+                updated = meta.updated_ms
                 await self.writer.submit(ops)
-                if self.txns.get(meta.transactional_id) is meta and not meta.is_open:
+                # A request that used the id meanwhile wrote it again after
+                # this deletion (writes land in order): it stays.
+                if (self.txns.get(meta.transactional_id) is meta and not meta.is_open
+                        and meta.updated_ms == updated):
                     meta.move(TxnState.DEAD)
                     del self.txns[meta.transactional_id]
                     self._by_producer.pop(meta.producer_id, None)
