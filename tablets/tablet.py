@@ -277,11 +277,15 @@ class PartitionTablet:
                                  now_ms, ops)
             return self._append_to_log(view, headers, now_ms, ops)
         data = rb.stamp(view, header, 0, LEADER_EPOCH)
+        append_time = -1
+        if self.settings().log_append_time:  # stamped when stored, as Kafka stamps its log
+            append_time = now_ms
+            data = rb.set_log_append_time(data, now_ms)
         key = sink.next_key(self.prefix)
         ops.put(key, data)
         self.producers.stage(pid, epoch, CachedBatch(first_seq, last_seq, -1), now_ms, ops)
         sink.added(key, data)
-        return self._submit(ops, AppendResult(-1, -1, self.log_start_offset), None)
+        return self._submit(ops, AppendResult(-1, append_time, self.log_start_offset), None)
 
     # --------------------------------------------------- transaction commit
     def stage_commit(self, blobs: list[PendingBlob], marker: bytes,

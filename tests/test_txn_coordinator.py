@@ -891,3 +891,27 @@ def test_a_topic_deleted_and_recreated_under_an_open_transaction(tmp_path):
         assert await _record_values(env, ("b", 0)) == [(0, b"kept")]
 
     run(tmp_path, phase, after_restart)
+
+
+def test_log_append_time_topics_stamp_transactional_batches(tmp_path):
+    async def phase(env: Env) -> None:
+        await env.engine.create_topic("lat", 1, {"message.timestamp.type": "LogAppendTime"})
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        await env.begin(pid, epoch, [("lat", 0)])
+        batch = make_batch([b"x", b"y"], base_timestamp=5, producer_id=pid,
+                           producer_epoch=epoch, base_sequence=0,
+                           attributes=rb.ATTR_TRANSACTIONAL)
+        sink = env.txns.sink_for(pid, epoch, "lat", 0)
+        produced_at = env.clock()
+        result = await env.engine.partition("lat", 0).append(batch, produced_at, sink)
+        assert (result.base_offset, result.log_append_time) == (-1, produced_at)
+        env.clock.now += 1000
+        await env.txns.end_txn(TID, pid, epoch, True)
+        read = await env.engine.partition("lat", 0).read(0, 1 << 20)
+        [header] = rb.parse_batches(read.batches[0])  # the CRC still holds
+        assert header.attributes & rb.ATTR_TIMESTAMP_TYPE
+        assert header.max_timestamp == produced_at
+        assert await env.engine.partition("lat", 0).offset_for_timestamp(produced_at) == (
+            0, produced_at)
+
+    run(tmp_path, phase)
