@@ -493,11 +493,11 @@ async def _two_transactions(env: Env, tp=("a", 0)) -> tuple[tuple[int, int], tup
 
 
 async def _assert_nothing_of(env: Env, tid: str, tp=("a", 0)) -> None:
+    """The transaction aborted and its blobs are gone."""
     meta = env.txns.describe(tid)
     assert meta.state is TxnState.COMPLETE_ABORT
-    assert not [k for k in env.blobs() if keys.blob_range(
-        env.engine.partition(*tp).prefix, meta.instance)[0] <= k < keys.blob_range(
-        env.engine.partition(*tp).prefix, meta.instance)[1]]
+    start, end = keys.blob_range(env.engine.partition(*tp).prefix, meta.instance)
+    assert not [key for key in env.blobs() if start <= key < end]
 
 
 def test_conflict_at_txn_offset_commit_when_the_version_moved(tmp_path):
@@ -565,6 +565,22 @@ def test_conflict_at_end_txn_exactly_one_of_two_wins(tmp_path):
         assert env.offsets.committed(GROUP, "a", 0).offset == 5
         assert not env.offsets.is_pending(GROUP, "a", 0)
         assert env.txns.stats.conflicts == 1
+
+    run(tmp_path, phase)
+
+
+def test_conflict_at_end_txn_with_a_plain_commit_after_txn_offset_commit(tmp_path):
+    async def phase(env: Env) -> None:
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        await env.begin(pid, epoch, [("a", 0)], group=GROUP)
+        await env.produce(pid, epoch, ("a", 0), [b"late"])
+        await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {("a", 0): OffsetCommit(5)})
+        await env.offsets.commit(GROUP, {("a", 0): OffsetCommit(5)}, env.clock())  # the successor
+        with pytest.raises(TxnConflict):
+            await env.txns.end_txn(TID, pid, epoch, True)
+        await _assert_nothing_of(env, TID)
+        assert await env.log(("a", 0)) == []
+        assert env.offsets.committed(GROUP, "a", 0).offset == 5
 
     run(tmp_path, phase)
 
