@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import struct
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -22,12 +21,12 @@ from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.codec import read_uvarint, skip_tagged_fields
 from kafka_gateway.config import GatewayConfig
 from kafka_gateway.server import GatewayServer
 from tablets.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, parse_batches
 from tablets.records import record_timestamps
 from testkit.batches import make_batch
+from testkit.describe_transactions import DescribedTxn, decode_describe_transactions
 from testkit.gateway import GatewayProcess
 
 PRODUCE, FETCH, OFFSET_FETCH, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 9, 19, 22
@@ -162,69 +161,6 @@ class Txn:
                            partition_indexes=(0,)),)),)))
         part = answer.groups[0].topics[0].partitions[0]
         return part.error_code, part.committed_offset
-
-
-@dataclasses.dataclass
-class DescribedTxn:
-    error_code: ErrorCode
-    transactional_id: str
-    state: str
-    timeout_ms: int
-    start_ms: int
-    producer_id: int
-    producer_epoch: int
-    topics: list[tuple[str, list[int]]]
-
-
-class _Reader:
-    """Just enough of the flexible encoding for a DescribeTransactions v0 response."""
-
-    def __init__(self, frame: bytes) -> None:
-        self.buf, self.pos = frame, 0
-
-    def fixed(self, fmt: str) -> int:
-        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += struct.calcsize(fmt)
-        return value
-
-    def uvarint(self) -> int:
-        value, self.pos = read_uvarint(self.buf, self.pos)
-        return value
-
-    def string(self) -> str:
-        length = self.uvarint() - 1
-        self.pos += length
-        return self.buf[self.pos - length:self.pos].decode()
-
-    def array(self, item):
-        return [item() for _ in range(self.uvarint() - 1)]
-
-    def tags(self) -> None:
-        self.pos = skip_tagged_fields(self.buf, self.pos)
-
-
-def decode_describe_transactions(frame: bytes) -> list[DescribedTxn]:
-    r = _Reader(frame)
-    r.fixed(">i")  # correlation id
-    r.tags()
-    r.fixed(">i")  # throttle time
-
-    def topic() -> tuple[str, list[int]]:
-        name, partitions = r.string(), r.array(lambda: r.fixed(">i"))
-        r.tags()
-        return name, partitions
-
-    def state() -> DescribedTxn:
-        described = DescribedTxn(ErrorCode(r.fixed(">h")), r.string(), r.string(),
-                                 r.fixed(">i"), r.fixed(">q"), r.fixed(">q"), r.fixed(">h"),
-                                 r.array(topic))
-        r.tags()
-        return described
-
-    states = r.array(state)
-    r.tags()
-    assert r.pos == len(frame)
-    return states
 
 
 def transactional(values: list[bytes], pid: int, epoch: int, seq: int) -> bytes:
