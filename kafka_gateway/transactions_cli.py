@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import struct
-from dataclasses import dataclass
 
 from kio.schema.describe_producers.v0 import request as describe_producers
 from kio.schema.describe_transactions.v0 import request as describe_transactions
@@ -27,7 +25,7 @@ from kio.static.primitive import i32Timedelta
 
 from . import config as settings
 from .client import KafkaClient
-from .codec import read_uvarint, skip_tagged_fields
+from .described_txns import DescribedTxn, decode_describe_transactions
 from .groups_cli import _rows
 
 ABORT_TIMEOUT = i32Timedelta.parse(datetime.timedelta(minutes=1))
@@ -76,21 +74,11 @@ async def _list(client: KafkaClient) -> int:
     return 0
 
 
-@dataclass(frozen=True, slots=True)
-class TxnDescription:
-    transactional_id: str
-    state: str
-    timeout_ms: int
-    start_time_ms: int  # -1 without an open transaction
-    producer_id: int
-    producer_epoch: int
-    partitions: list[tuple[str, int]]
-
-
-async def _describe(client: KafkaClient, transactional_id: str) -> TxnDescription | None:
+async def _describe(client: KafkaClient, transactional_id: str) -> DescribedTxn | None:
     frame = await client.request_frame(describe_transactions.DescribeTransactionsRequest(
         transactional_ids=(transactional_id,)))
-    code, state = _read_description(frame)
+    [state] = decode_describe_transactions(frame)
+    code = state.error_code
     if code is ErrorCode.transactional_id_not_found:
         print(f"Transactional id {transactional_id} does not exist.")
         return None
@@ -99,47 +87,16 @@ async def _describe(client: KafkaClient, transactional_id: str) -> TxnDescriptio
     return state
 
 
-def _read_description(frame: bytes) -> tuple[ErrorCode, TxnDescription]:
-    """The first state of a DescribeTransactions v0 answer, read by hand: kio's
-    reader refuses the -1 start time Kafka sends without an open transaction."""
-    pos = skip_tagged_fields(frame, 4) + 4  # header, throttle time
-
-    def string() -> str:
-        nonlocal pos
-        length, pos = read_uvarint(frame, pos)
-        value = frame[pos:pos + length - 1].decode()
-        pos += length - 1
-        return value
-
-    _count, pos = read_uvarint(frame, pos)
-    (code,) = struct.unpack_from(">h", frame, pos)
-    pos += 2
-    txn_id, state = string(), string()
-    timeout, started, pid, epoch = struct.unpack_from(">iqqh", frame, pos)
-    pos += 22
-    partitions = []
-    topics, pos = read_uvarint(frame, pos)
-    for _ in range(topics - 1):
-        topic = string()
-        count, pos = read_uvarint(frame, pos)
-        for _ in range(count - 1):
-            partitions.append((topic, struct.unpack_from(">i", frame, pos)[0]))
-            pos += 4
-        pos = skip_tagged_fields(frame, pos)
-    return ErrorCode(code), TxnDescription(txn_id, state, timeout, started, pid, epoch,
-                                           partitions)
-
-
-def _print_state(state: TxnDescription) -> None:
+def _print_state(state: DescribedTxn) -> None:
     started = "-"
-    if state.start_time_ms >= 0:
-        started = datetime.datetime.fromtimestamp(state.start_time_ms / 1000,
+    if state.start_ms >= 0:
+        started = datetime.datetime.fromtimestamp(state.start_ms / 1000,
                                                   tz=datetime.UTC).isoformat()
     _rows([("TRANSACTIONAL-ID", "PRODUCER-ID", "EPOCH", "STATE", "TIMEOUT-MS", "START-TIME",
             "PARTITIONS"),
            (state.transactional_id, str(state.producer_id), str(state.producer_epoch),
             state.state, str(state.timeout_ms), started,
-            ",".join(f"{t}-{p}" for t, p in state.partitions) or "-")])
+            ",".join(f"{t}-{p}" for t, ps in state.topics for p in ps) or "-")])
 
 
 async def _producers(client: KafkaClient, topic: str, partition: int) -> int:
@@ -155,7 +112,7 @@ async def _producers(client: KafkaClient, topic: str, partition: int) -> int:
     return 0
 
 
-async def _abort(client: KafkaClient, state: TxnDescription) -> int:
+async def _abort(client: KafkaClient, state: DescribedTxn) -> int:
     if state.state != "Ongoing":
         print(f"Transactional id {state.transactional_id} has no open transaction "
               f"(state {state.state}): nothing to abort.")

@@ -197,16 +197,22 @@ class ConsumerOffsets:
 
     # ------------------------------------------- transactional (pending) offsets
     def hold_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
-        """Mark offsets an open transaction has staged for this group."""
-        # list(): a Counter takes a mapping's values as counts; only its keys count here.
-        self._pending.setdefault(group, Counter()).update(list(partitions))
+        """Mark offsets an open transaction has staged for this group.
+
+        ``partitions`` may be a mapping keyed by partition: only its keys count
+        (``Counter.update`` would add a mapping's values as counts).
+        """
+        pending = self._pending.setdefault(group, Counter())
+        for tp in partitions:
+            pending[tp] += 1
 
     def release_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         """The transaction holding these offsets committed or aborted."""
         pending = self._pending.get(group)
         if pending is None:
             return
-        pending.subtract(list(partitions))
+        for tp in partitions:  # keys only, as in hold_pending
+            pending[tp] -= 1
         for tp in [tp for tp, n in pending.items() if n <= 0]:
             del pending[tp]
         if not pending:

@@ -66,8 +66,8 @@ class ProducerEntry:
     def decode(cls, value: bytes) -> ProducerEntry:
         epoch, timestamp, count = _HEAD.unpack_from(value)
         entry = cls(epoch, timestamp)
-        for i in range(count):
-            entry.batches.append(CachedBatch(*_BATCH.unpack_from(value, _HEAD.size + i * 12)))
+        for at in range(_HEAD.size, _HEAD.size + count * _BATCH.size, _BATCH.size):
+            entry.batches.append(CachedBatch(*_BATCH.unpack_from(value, at)))
         return entry
 
 

@@ -266,20 +266,26 @@ class PartitionTablet:
         last_seq = next_seq(first_seq, header.record_count - 1)
         duplicate = self.producers.check(pid, epoch, first_seq, last_seq)
         if duplicate is not None:
-            done: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-            done.set_result(AppendResult(duplicate.base_offset, -1, self.log_start_offset))
-            return done
+            # The original may still be on its way to the WAL: an empty change
+            # lands after it (writes land in submission order), so the retry
+            # is never acknowledged before the data it stands for is durable.
+            return self._submit(Ops(), AppendResult(duplicate.base_offset, -1,
+                                                    self.log_start_offset), None)
         if sink is None:
             base_offset = self.log_end_offset
             self.producers.stage(pid, epoch, CachedBatch(first_seq, last_seq, base_offset),
                                  now_ms, ops)
             return self._append_to_log(view, headers, now_ms, ops)
         data = rb.stamp(view, header, 0, LEADER_EPOCH)
+        append_time = -1
+        if self.settings().log_append_time:  # stamped when stored, as Kafka stamps its log
+            append_time = now_ms
+            data = rb.set_log_append_time(data, now_ms)
         key = sink.next_key(self.prefix)
         ops.put(key, data)
         self.producers.stage(pid, epoch, CachedBatch(first_seq, last_seq, -1), now_ms, ops)
         sink.added(key, data)
-        return self._submit(ops, AppendResult(-1, -1, self.log_start_offset), None)
+        return self._submit(ops, AppendResult(-1, append_time, self.log_start_offset), None)
 
     # --------------------------------------------------- transaction commit
     def stage_commit(self, blobs: list[PendingBlob], marker: bytes,

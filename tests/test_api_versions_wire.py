@@ -4,8 +4,9 @@ Version-specific layouts are where bugs hide (a field one version lacks, a
 nested schema another version renames), so one scenario runs per version step
 against an in-process gateway: each API is used at ``min(its lowest version +
 step, its highest)``, so every version is encoded, decoded and answered at
-least once. Group APIs have their own test (test_group_apis.py); Produce v0-2,
-which kio cannot encode, theirs (test_produce_v0_2.py).
+least once. Group APIs have their own test (test_group_apis.py), transaction
+APIs theirs (test_txn_wire.py); Produce v0-2, which kio cannot encode, theirs
+(test_produce_v0_2.py).
 """
 
 from __future__ import annotations

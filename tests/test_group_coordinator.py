@@ -303,6 +303,25 @@ def test_commit_fences(tmp_path):
     run(tmp_path, test)
 
 
+def test_txn_commit_fences(tmp_path):
+    """KIP-447's checks of a TxnOffsetCommit, as Kafka's handleTxnCommitOffsets
+    makes them: a group it does not know is created empty (generation 0)."""
+
+    async def test(coordinator):
+        fence = coordinator.fence_txn_commit
+        assert fence("unknown", -1, "", None) is ErrorCode.none  # no group metadata sent
+        assert fence("unknown", 0, "", None) is ErrorCode.none
+        assert fence("unknown", 4, "", None) is ErrorCode.illegal_generation
+        assert fence("unknown", 4, "someone", None) is ErrorCode.unknown_member_id
+        (only,) = await stable_group(coordinator, 1)
+        assert fence(GROUP, -1, "", None) is ErrorCode.none
+        assert fence(GROUP, 1, only.member_id, None) is ErrorCode.none
+        assert fence(GROUP, 2, only.member_id, None) is ErrorCode.illegal_generation
+        assert fence(GROUP, 1, "stranger", None) is ErrorCode.unknown_member_id
+
+    run(tmp_path, test)
+
+
 def test_require_stable_reports_offsets_a_transaction_holds(tmp_path):
     async def test(coordinator):
         offsets = offsets_of(coordinator)

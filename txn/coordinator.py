@@ -21,10 +21,12 @@ Fences, in the order they are checked:
 - KIP-447: group generation and member at TxnOffsetCommit, when sent;
 - the offset-range check (``conflicts.py``) at TxnOffsetCommit and EndTxn;
 - KAFKA-17754: an EndTxn must come from a connection that carried a request
-  of the transaction it ends, or from one opened after that transaction's
-  last request; a delayed EndTxn of an earlier transaction, retried by the
-  client elsewhere and answered already, can neither commit nor abort a later
-  transaction of the same producer. A delayed Produce cannot either: its
+  of the transaction it ends, or from one opened after that transaction
+  began; a delayed EndTxn of an earlier transaction, retried by the client
+  elsewhere and answered already, can neither commit nor abort a later
+  transaction of the same producer (the connection it waited on existed
+  before the later transaction began, which the client could begin only
+  after the retry was answered). A delayed Produce cannot either: its
   sequence number repeats or precedes the producer's (``tablets.producers``).
 
 State is persisted with every change (``keys.TXN_STATE``), so after ``kill
@@ -91,7 +93,7 @@ class _Open:
 
     data: PendingData
     connections: set[int] = field(default_factory=set)
-    # The newest connection id when a request of this transaction last came.
+    # The newest connection id when this transaction began.
     newest_connection: int = -1
 
 
@@ -183,8 +185,9 @@ class TransactionCoordinator:
                 self._register(meta)
                 return meta.producer_id, meta.epoch
             if producer_id >= 0:
-                if (producer_id, epoch) == (meta.producer_id, meta.last_epoch) or (
-                        producer_id == meta.last_producer_id and epoch >= EPOCH_EXHAUSTED):
+                # The session before the last bump (or, after an exhausted
+                # epoch, before the move to a new producer id) asks again.
+                if (producer_id, epoch) == (meta.last_producer_id, meta.last_epoch):
                     return meta.producer_id, meta.epoch  # a retry of the bump it asked for
                 if producer_id != meta.producer_id or epoch != meta.epoch:
                     self.stats.fenced += 1
@@ -238,11 +241,11 @@ class TransactionCoordinator:
             meta.groups.clear()
             meta.offsets.clear()
             meta.doomed = None
-            self._open[meta.transactional_id] = _Open(PendingData(meta.instance, self.budget))
+            self._open[meta.transactional_id] = _Open(PendingData(meta.instance, self.budget),
+                                                      newest_connection=self.newest_connection())
         meta.updated_ms = now
         opened = self._open[meta.transactional_id]
         opened.connections.add(connection)
-        opened.newest_connection = self.newest_connection()
         return opened
 
     def _put(self, meta: TxnMetadata, ops: Ops) -> None:
@@ -344,7 +347,7 @@ class TransactionCoordinator:
                     and connection <= opened.newest_connection):
                 self.stats.stale_end_txn += 1
                 log.warning("%s: EndTxn from connection %d, which carried none of the open "
-                            "transaction's requests and is older than them: a delayed request "
+                            "transaction's requests and is older than it: a delayed request "
                             "of an earlier transaction, refused", transactional_id, connection)
                 raise InvalidTxnState(f"{transactional_id}: a delayed EndTxn of an earlier "
                                       "transaction cannot end this one")
@@ -385,7 +388,11 @@ class TransactionCoordinator:
             if not self.engine.has_partition(topic, index):
                 continue  # deleted while the transaction was open
             tablet = self.engine.partition(topic, index)
-            blobs = opened.data.blobs.get((topic, index), [])
+            # Blobs of a deleted topic were deleted with it, even when a topic
+            # of the same name replaced it: the log must never name them.
+            own = keys.TXN_BLOB + tablet.prefix
+            blobs = [blob for blob in opened.data.blobs.get((topic, index), [])
+                     if blob.key.startswith(own)]
             publishers.append(tablet.stage_commit(blobs, marker, ops))
         staged = {group: self.offsets.stage(group, commits, now, ops)
                   for group, commits in meta.offsets.items()}
@@ -433,7 +440,6 @@ class TransactionCoordinator:
                                   f"{meta.transactional_id} (AddPartitionsToTxn first)")
         opened = self._open[meta.transactional_id]
         opened.connections.add(connection)
-        opened.newest_connection = self.newest_connection()
         return opened.data.sink((topic, partition))
 
     # ---------------------------------------------------------- expiry
@@ -448,8 +454,12 @@ class TransactionCoordinator:
                   and not self._lock(meta.transactional_id).locked()):
                 ops = Ops()
                 ops.delete(keys.txn_state_key(meta.transactional_id))
+                updated = meta.updated_ms
                 await self.writer.submit(ops)
-                if self.txns.get(meta.transactional_id) is meta and not meta.is_open:
+                # A request that used the id meanwhile wrote it again after
+                # this deletion (writes land in order): it stays.
+                if (self.txns.get(meta.transactional_id) is meta and not meta.is_open
+                        and meta.updated_ms == updated):
                     meta.move(TxnState.DEAD)
                     del self.txns[meta.transactional_id]
                     self._by_producer.pop(meta.producer_id, None)

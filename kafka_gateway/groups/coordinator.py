@@ -310,11 +310,14 @@ class GroupCoordinator(Rebalancer):
                          instance_id: str | None) -> ErrorCode:
         """The group fences of a TxnOffsetCommit (KIP-447), as lenient as
         Kafka's: a member and a generation are checked only when sent (v3+
-        clients with the consumer's group metadata)."""
+        clients with the consumer's group metadata). A group not known here
+        is checked as Kafka checks the empty group it creates then: no
+        members, generation 0."""
         group = self.groups.get(group_id)
         if group is None:
-            return (ErrorCode.none if generation_id < 0 and not member_id
-                    else ErrorCode.illegal_generation)
+            if member_id:
+                return ErrorCode.unknown_member_id
+            return ErrorCode.illegal_generation if generation_id > 0 else ErrorCode.none
         if group.is_(DEAD):
             return ErrorCode.coordinator_not_available
         if group.static_member_fenced(member_id, instance_id):

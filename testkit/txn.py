@@ -1,0 +1,157 @@
+"""A transaction coordinator over a real storage engine, for the txn tests.
+
+    run(tmp_path, first, after_restart, clock=Clock())
+
+runs each phase on a freshly opened StorageEngine and TransactionCoordinator
+over the same data directory (topics ``a`` and ``b``, 2 partitions each), so
+a test can close and reopen the store between phases as a restart would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from kafka_gateway.codec import read_uvarint
+from tablets import StorageEngine, keys
+from tablets import batch as rb
+from tablets.consumer_offsets import ConsumerOffsets
+from testkit.batches import make_batch
+from txn import TransactionCoordinator, TxnSettings, TxnState
+
+TID = "tx"
+GROUP = "g"
+TIMEOUT_MS = 60_000
+PARTITIONS = [("a", 0), ("a", 1), ("b", 0), ("b", 1)]
+
+
+class Clock:
+    """Milliseconds that move only when a test moves them."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+@dataclass
+class Env:
+    engine: StorageEngine
+    txns: TransactionCoordinator
+    clock: Clock
+    newest: list[int]  # newest connection id, as the server would report it
+    seqs: dict[tuple[int, str, int], int] = field(default_factory=dict)
+
+    @property
+    def offsets(self) -> ConsumerOffsets:
+        assert self.engine.consumer_offsets is not None
+        return self.engine.consumer_offsets
+
+    def connect(self) -> int:
+        """A new client connection: the newest id."""
+        self.newest[0] += 1
+        return self.newest[0]
+
+    async def produce(self, pid: int, epoch: int, tp: tuple[str, int], values: list[bytes],
+                      connection: int = -1, seq: int | None = None) -> int:
+        """A transactional batch through the coordinator's sink: its base offset.
+        Sequences continue per producer and partition unless ``seq`` is given."""
+        key = (pid, *tp)
+        first = self.seqs.get(key, 0) if seq is None else seq
+        batch = make_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=first,
+                           attributes=rb.ATTR_TRANSACTIONAL)
+        sink = self.txns.sink_for(pid, epoch, *tp, connection)
+        result = await self.engine.partition(*tp).append(batch, self.clock(), sink)
+        self.seqs[key] = max(self.seqs.get(key, 0), first + len(values))
+        return result.base_offset
+
+    async def begin(self, pid: int, epoch: int, partitions: list[tuple[str, int]] = PARTITIONS,
+                    group: str | None = None, connection: int = -1, tid: str = TID) -> None:
+        await self.txns.add_partitions(tid, pid, epoch, partitions, connection)
+        if group is not None:
+            await self.txns.add_offsets(tid, pid, epoch, group, connection)
+
+    def blobs(self) -> list[bytes]:
+        """Every transactional blob key in the store."""
+        return [k for k, _ in self.engine.store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")]
+
+    async def log(self, tp: tuple[str, int]) -> list[tuple[int, bool, int]]:
+        """(base offset, is control, record count) of every batch in a partition,
+        each CRC-checked."""
+        tablet = self.engine.partition(*tp)
+        read = await tablet.read(tablet.log_start_offset, 1 << 30)
+        out = []
+        for data in read.batches:
+            [header] = rb.parse_batches(data)
+            out.append((rb.base_offset_of(data), header.is_control, header.record_count))
+        return out
+
+    async def record_values(self, tp: tuple[str, int]) -> list[tuple[int, bytes]]:
+        """(offset, value) of every data record of a partition."""
+        read = await self.engine.partition(*tp).read(0, 1 << 30)
+        out: list[tuple[int, bytes]] = []
+        for batch in read.batches:
+            values = batch_values(batch)
+            if values is not None:
+                out.extend(enumerate(values, rb.base_offset_of(batch)))
+        return out
+
+    def assert_aborted(self, tid: str, tp: tuple[str, int] = ("a", 0)) -> None:
+        """The transaction aborted and its blobs in ``tp`` are gone."""
+        meta = self.txns.describe(tid)
+        assert meta.state is TxnState.COMPLETE_ABORT
+        start, end = keys.blob_range(self.engine.partition(*tp).prefix, meta.instance)
+        assert not [key for key in self.blobs() if start <= key < end]
+
+
+Phase = Callable[[Env], Awaitable[None]]
+
+
+def run(tmp_path, *phases: Phase, settings: TxnSettings | None = None,
+        clock: Clock | None = None) -> None:
+    """Each phase on a freshly opened engine and coordinator over the same data."""
+    clock = clock or Clock()
+
+    async def main() -> None:
+        for phase in phases:
+            engine = StorageEngine(str(tmp_path / "data"))
+            engine.start(asyncio.get_running_loop())
+            newest = [-1]
+            txns = TransactionCoordinator(engine, settings or TxnSettings(), clock,
+                                          lambda newest=newest: newest[0])
+            try:
+                if not engine.topics:
+                    for topic in ("a", "b"):
+                        await engine.create_topic(topic, 2, {})
+                txns.load()
+                await asyncio.wait_for(phase(Env(engine, txns, clock, newest)), 60)
+            finally:
+                engine.close()
+
+    asyncio.run(main())
+
+
+def batch_values(batch: bytes) -> list[bytes] | None:
+    """The values of an uncompressed batch (None for a control batch)."""
+    if rb.parse_batches(batch)[0].is_control:
+        return None
+    out, pos = [], rb.HEADER_SIZE
+
+    def varint(at: int) -> tuple[int, int]:
+        raw, at = read_uvarint(batch, at)
+        return (raw >> 1) ^ -(raw & 1), at
+
+    for _ in range(rb.record_count_of(batch)):
+        length, pos = varint(pos)
+        end = pos + length
+        pos += 1  # attributes
+        _, pos = varint(pos)  # timestamp delta
+        _, pos = varint(pos)  # offset delta
+        key_len, pos = varint(pos)
+        pos += max(key_len, 0)
+        value_len, pos = varint(pos)
+        out.append(batch[pos:pos + value_len])
+        pos = end
+    return out

@@ -1,0 +1,75 @@
+"""The transaction state machine (txn.state): every allowed and every forbidden
+transition, and the persisted form of a transactional id's metadata."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tablets.consumer_offsets import OffsetCommit
+from txn.state import TRANSITIONS, IllegalTransition, TxnMetadata, TxnState
+
+E, ON, CC, CA = TxnState.EMPTY, TxnState.ONGOING, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT
+DEAD = TxnState.DEAD
+
+# Kafka's machine with the prepare states collapsed: a commit or an abort is
+# one write, and InitProducerId aborts an open transaction in its own write.
+ALLOWED = {
+    (E, E), (E, ON), (E, DEAD),
+    (ON, ON), (ON, CC), (ON, CA), (ON, E),
+    (CC, E), (CC, ON), (CC, DEAD),
+    (CA, E), (CA, ON), (CA, DEAD),
+}
+
+
+def meta(state: TxnState) -> TxnMetadata:
+    return TxnMetadata("tid", 1, 0, 60_000, state)
+
+
+def test_the_table_is_exactly_the_allowed_transitions():
+    table = {(a, b) for a, targets in TRANSITIONS.items() for b in targets}
+    assert table == ALLOWED
+    assert set(TRANSITIONS) == set(TxnState)
+
+
+@pytest.mark.parametrize(("before", "after"), list(itertools.product(TxnState, TxnState)),
+                         ids=lambda s: s.value)
+def test_move(before: TxnState, after: TxnState):
+    m = meta(before)
+    if (before, after) in ALLOWED:
+        m.move(after)
+        assert m.state is after
+    else:
+        with pytest.raises(IllegalTransition):
+            m.move(after)
+        assert m.state is before
+
+
+def test_prepare_states_are_never_entered_and_dead_is_final():
+    never = {TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT, TxnState.PREPARE_EPOCH_FENCE}
+    assert all(not targets & never for targets in TRANSITIONS.values())
+    assert all(TRANSITIONS[state] == frozenset() for state in never | {DEAD})
+
+
+def test_only_ongoing_is_open():
+    assert [s for s in TxnState if meta(s).is_open] == [ON]
+
+
+@pytest.mark.parametrize("state", list(TxnState), ids=lambda s: s.value)
+def test_metadata_round_trips(state: TxnState):
+    full = TxnMetadata(
+        "tx-é/1", producer_id=4242, epoch=32766, timeout_ms=900_000, state=state,
+        last_producer_id=17, last_epoch=32765, instance=99, started_ms=1_700_000_000_001,
+        updated_ms=1_700_000_000_500, begin_version=12345,
+        partitions={("a", 0), ("a", 1), ("b.c", 7)},
+        offsets={"g1": {("a", 0): OffsetCommit(10, 3, "meta"), ("b.c", 7): OffsetCommit(0)},
+                 "g2": {("a", 1): OffsetCommit(2**40, -1, "ünïcode")}},
+        groups={"g1", "g2"}, doomed="conflict: version moved")
+    decoded = TxnMetadata.decode("tx-é/1", full.encode())
+    assert decoded == full
+
+
+def test_fresh_metadata_round_trips():
+    fresh = TxnMetadata("t", 0, 0, 1)
+    assert TxnMetadata.decode("t", fresh.encode()) == fresh
