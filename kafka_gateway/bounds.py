@@ -165,14 +165,15 @@ def _field(field: Any, where: str, flexible: bool, tagged: bool) -> tuple[Step, 
     if type(kind) is PrimitiveTupleField:
         item, item_min = _primitive(get_schema_field_type(field), flexible, False, where)
         item_fixed = _FIXED.get(get_schema_field_type(field))
+        item_tagged_after = None
     elif type(kind) is EntityTupleField:
         compiled = _entity(kind.type_, False)
         item, item_min, item_fixed = compiled.walk, compiled.min_size, compiled.fixed_size
-        if compiled.tagged_after is not None:
-            item = _fixed_then_tags(compiled.tagged_after, item)
+        item_tagged_after = compiled.tagged_after
     else:  # pragma: no cover - kio knows no other kind
         raise TypeError(f"{where}: unknown field kind {kind!r}")
-    step = _array(item, max(item_min, 1), item_fixed, flexible, nullable, where)
+    step = _array(item, max(item_min, 1), item_fixed, item_tagged_after, flexible, nullable,
+                  where)
     return step, 1 if flexible else 4
 
 
@@ -193,15 +194,6 @@ def _skip(size: int) -> Step:
     # Past the end is caught by the next length read, or by check_request's last test.
     def walk(buf: Any, pos: int, end: int) -> int:
         return pos + size
-    return walk
-
-
-def _fixed_then_tags(size: int, walk_entity: Step) -> Step:
-    # Most entries carry no tagged fields: one byte, 0, after the fixed ones.
-    def walk(buf: Any, pos: int, end: int) -> int:
-        if buf[pos + size] == 0:
-            return pos + size + 1
-        return walk_entity(buf, pos, end)
     return walk
 
 
@@ -264,8 +256,8 @@ def _legacy_length(size: int, pos: int, end: int, nullable: bool, where: str) ->
     return pos + size
 
 
-def _array(item: Step, item_min: int, item_fixed: int | None, flexible: bool,
-           nullable: bool, where: str) -> Step:
+def _array(item: Step, item_min: int, item_fixed: int | None, item_tagged_after: int | None,
+           flexible: bool, nullable: bool, where: str) -> Step:
     def walk(buf: Any, pos: int, end: int) -> int:
         if flexible:
             count, pos = _uvarint(buf, pos)
@@ -282,6 +274,14 @@ def _array(item: Step, item_min: int, item_fixed: int | None, flexible: bool,
             raise _refuse(where, "array count", count, end - pos)
         if item_fixed is not None:
             return pos + count * item_fixed
+        if item_tagged_after is not None:
+            # Most such items carry no tagged fields: their count, 0, after the fixed ones.
+            for _ in range(count):
+                if buf[pos + item_tagged_after] == 0:
+                    pos += item_tagged_after + 1
+                else:
+                    pos = item(buf, pos, end)
+            return pos
         for _ in range(count):
             pos = item(buf, pos, end)
         return pos
