@@ -82,6 +82,20 @@ def test_every_huge_count_or_length_is_refused(seed):
             _check(_with(seed, span, _huge(span)), seed)
 
 
+@pytest.mark.parametrize("seed", [s for s in SEEDS if s.api_key == 0], ids=lambda s: s.name)
+def test_produce_reads_its_own_requests_within_the_same_bounds(seed):
+    """Produce's hand-written reader (every version): no count beyond the bytes
+    left, no null array, no length past the end."""
+    assert _decode(frame(seed, 1)).body.topic_data
+    for span in (s for s in seed.spans if s.kind in LENGTHS):
+        with pytest.raises(MalformedRequest):
+            _decode(_with(seed, span, _huge(span)))
+        if span.kind in ("count", "ucount"):
+            null = b"\x00" if span.kind == "ucount" else b"\xff\xff\xff\xff"
+            with pytest.raises(MalformedRequest, match="where the schema has no null"):
+                _decode(_with(seed, span, null))
+
+
 def test_the_reported_frames_are_refused():
     metadata = bytes.fromhex(
         "0000001e0003000c000000010006726f6275737400ffffffff0f0000000000000000")
