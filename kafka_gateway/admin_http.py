@@ -12,6 +12,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .broker import Broker
+from .metrics import label
 
 
 class AdminHttp:
@@ -61,7 +62,7 @@ class AdminHttp:
         lines = [self.broker.metrics.render(extra)]
         for topic in self.broker.engine.topics.values():
             for tablet in topic.partitions:
-                labels = f'topic="{topic.name}",partition="{tablet.partition}"'
+                labels = f'topic="{label(topic.name)}",partition="{tablet.partition}"'
                 lines.append(f"kafka_gateway_high_watermark{{{labels}}} {tablet.high_watermark}\n")
                 lines.append(f"kafka_gateway_log_start_offset{{{labels}}} "
                              f"{tablet.log_start_offset}\n")
@@ -99,8 +100,8 @@ class AdminHttp:
                     continue
                 tablet = self.broker.engine.partition(topic, partition)
                 lag = max(tablet.high_watermark - max(committed.offset, tablet.log_start_offset), 0)
-                lines.append(f'kafka_gateway_consumer_lag{{group="{group}",topic="{topic}",'
-                             f'partition="{partition}"}} {lag}\n')
+                lines.append(f'kafka_gateway_consumer_lag{{group="{label(group)}",'
+                             f'topic="{label(topic)}",partition="{partition}"}} {lag}\n')
         return lines
 
     async def topics(self, _request: web.Request) -> web.Response:

@@ -20,6 +20,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
 
+from .bounds import check_request
+
 API_VERSIONS_KEY = 18
 _HEADER = struct.Struct(">hhih")
 _SIZE = struct.Struct(">i")
@@ -148,6 +150,7 @@ def decode_request(
         elif cls is None:
             raise MalformedRequest(f"no schema for API {header.api_key} v{version}")
         else:
+            check_request(cls, frame, pos)  # before kio allocates for any count
             body, _size = entity_reader_for(cls)(frame, pos)
     except MalformedRequest:
         raise

@@ -6,6 +6,14 @@ from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+
+def label(value: object) -> str:
+    """A label value as the Prometheus text format writes it: backslash, double
+    quote and newline escaped, so no value (a client's group id) can end its
+    label and forge a line."""
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 # Seconds; an operator alarms when simple requests land in the top buckets.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -38,15 +46,17 @@ class Metrics:
     def render(self, extra: dict[str, float]) -> str:
         lines = [
             "# TYPE kafka_gateway_requests_total counter",
-            *(f'kafka_gateway_requests_total{{api="{a}"}} {n}' for a, n in self.requests.items()),
+            *(f'kafka_gateway_requests_total{{api="{label(a)}"}} {n}'
+              for a, n in self.requests.items()),
             "# TYPE kafka_gateway_request_errors_total counter",
             *(
-                f'kafka_gateway_request_errors_total{{api="{a}"}} {n}'
+                f'kafka_gateway_request_errors_total{{api="{label(a)}"}} {n}'
                 for a, n in self.request_errors.items()
             ),
             "# TYPE kafka_gateway_request_seconds histogram",
         ]
-        for api, hist in self.latency.items():
+        for name, hist in self.latency.items():
+            api = label(name)
             running = 0
             for bound, count in zip((*LATENCY_BUCKETS, "+Inf"), hist.counts, strict=True):
                 running += count

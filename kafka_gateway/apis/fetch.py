@@ -5,12 +5,13 @@
   the first batch of the response is returned even when larger (KIP-74), and
   each partition returns at least one batch while the response has room.
 - Waits up to max_wait for min_bytes, woken when any fetched partition's high
-  watermark moves. Errors answer at once.
+  watermark moves. Errors, and a request naming no partition, answer at once.
 - Both isolation levels read the same data: transactional data reaches a
   log only when committed, so the last stable offset is the high watermark
   and the aborted-transactions list is always empty.
-- v13 addresses topics by id. Fetch sessions (KIP-227) are not kept: the
-  answer's session id is 0, which tells clients to send full requests.
+- v13 addresses topics by id (the zero id is UNKNOWN_TOPIC_ID, answered as
+  sent). Fetch sessions (KIP-227) are not kept: the answer's session id is 0,
+  which tells clients to send full requests.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .fetch_response import PartitionResult, encode
 
 API_KEY = 1
 VERSIONS = (4, 13)
+_NO_ID = UUID(int=0)
 ONE_AT_A_TIME = True  # answers can be large: at most one waits for a slow reader
 
 
@@ -52,7 +54,8 @@ async def handle(broker, request):
     version = request.version
     by_id = version >= 13
     wanted = [
-        _resolve(broker, topic.topic_id if by_id else topic.topic, part, by_id)
+        # kio reads the zero id (an id never assigned) as None; it is answered as sent
+        _resolve(broker, (topic.topic_id or _NO_ID) if by_id else topic.topic, part, by_id)
         for topic in body.topics
         for part in topic.partitions
     ]
@@ -62,7 +65,8 @@ async def handle(broker, request):
     while True:
         parts, total, failed = await _read_all(wanted, max_bytes)
         remaining = deadline - time.monotonic()
-        if total >= min_bytes or failed or remaining <= 0 or broker.stopping:
+        # No partitions at all is answered at once, as Kafka does.
+        if total >= min_bytes or failed or remaining <= 0 or broker.stopping or not wanted:
             break
         await _wait_for_data([w.tablet for w in wanted if w.tablet is not None], remaining)
     broker.metrics.fetched_bytes += total

@@ -6,6 +6,12 @@ the gateway could avoid (the batch is copied once anyway, when its offset is
 stamped). This reads v0-9 (Kafka 3.4's range: v0-2 have no transactional id,
 v9 is flexible) into plain tuples with the attribute names kio uses, so the
 handler reads either alike. A test checks it against kio on the same bytes.
+
+Every read is bounded by the frame, and no list is sized from a declared
+count (items are appended as they are read), so this reader needs none of
+the checks bounds.py runs before kio. A count larger than the bytes left, or
+a null topic or partition array (their schemas have none), fails the parse
+as in Kafka.
 """
 
 from __future__ import annotations
@@ -62,6 +68,16 @@ class _Reader:
         """An array, string or bytes length; -1 for null."""
         return self.uvarint() - 1 if self.flexible else self.int32()
 
+    def count(self, what: str) -> int:
+        """An array count that is neither null nor more than the bytes left."""
+        count = self.length()
+        if count < 0:
+            raise MalformedRequest(f"{what}: array count {count} where the schema has no null")
+        if count > len(self.buf) - self.pos:
+            raise MalformedRequest(f"{what}: array count of {count} does not fit in the "
+                                   f"{len(self.buf) - self.pos} bytes left")
+        return count
+
     def string_length(self) -> int:
         return self.uvarint() - 1 if self.flexible else self.int16()
 
@@ -92,12 +108,12 @@ def decode(frame: memoryview | bytes, pos: int, version: int) -> ProduceRequest:
         acks = reader.int16()
         timeout_ms = reader.int32()
         topics = []
-        for _ in range(max(reader.length(), 0)):
+        for _ in range(reader.count("ProduceRequest.topic_data")):
             name = reader.string()
             if name is None:
                 raise MalformedRequest("null topic name")
             partitions = []
-            for _ in range(max(reader.length(), 0)):
+            for _ in range(reader.count("TopicProduceData.partition_data")):
                 index = reader.int32()
                 size = reader.length()
                 partitions.append(
