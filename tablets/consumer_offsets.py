@@ -25,8 +25,13 @@ from dataclasses import dataclass
 from . import keys
 from .store import GroupCommitWriter, Ops, RocksStore
 
-_VALUE = struct.Struct(">qiqq")  # offset, leader epoch, commit timestamp, version
+# offset, leader epoch, commit timestamp, version, committer length; then the
+# committer (a transactional id, or empty) and the metadata.
+_VALUE = struct.Struct(">qiqqH")
+_VALUE_V1 = struct.Struct(">qiqq")  # before the committer was kept
 _VERSION_COUNTER = keys.COUNTER + b"consumer.offsets.version"
+_FORMAT_KEY = keys.COUNTER + b"consumer.offsets.format"
+_FORMAT = b"2"
 _COUNTER = struct.Struct(">q")
 
 TopicPartition = tuple[str, int]
@@ -48,15 +53,26 @@ class CommittedOffset:
     metadata: str
     commit_timestamp: int  # ms since the epoch
     version: int
+    # The transactional id whose transaction committed it ("" for OffsetCommit):
+    # the offset-range check lets a transaction re-commit its own offset.
+    committer: str = ""
 
     def encode(self) -> bytes:
-        return _VALUE.pack(self.offset, self.leader_epoch, self.commit_timestamp,
-                           self.version) + self.metadata.encode()
+        committer = self.committer.encode()
+        return (_VALUE.pack(self.offset, self.leader_epoch, self.commit_timestamp,
+                            self.version, len(committer)) + committer + self.metadata.encode())
 
     @classmethod
     def decode(cls, value: bytes) -> CommittedOffset:
-        offset, epoch, timestamp, version = _VALUE.unpack_from(value)
-        return cls(offset, epoch, value[_VALUE.size:].decode(), timestamp, version)
+        offset, epoch, timestamp, version, length = _VALUE.unpack_from(value)
+        end = _VALUE.size + length
+        return cls(offset, epoch, value[end:].decode(), timestamp, version,
+                   value[_VALUE.size:end].decode())
+
+    @classmethod
+    def decode_v1(cls, value: bytes) -> CommittedOffset:
+        offset, epoch, timestamp, version = _VALUE_V1.unpack_from(value)
+        return cls(offset, epoch, value[_VALUE_V1.size:].decode(), timestamp, version)
 
 
 class ConsumerOffsets:
@@ -76,10 +92,20 @@ class ConsumerOffsets:
         """Read every committed offset (start-up: small, sequential reads)."""
         raw = self.store.get(_VERSION_COUNTER)
         self._last_version = _COUNTER.unpack(raw)[0] if raw else 0
+        # A store written before committers were kept is rewritten once.
+        upgrade = self.store.get(_FORMAT_KEY) != _FORMAT
+        decode = CommittedOffset.decode_v1 if upgrade else CommittedOffset.decode
+        ops = Ops()
         start = keys.CONSUMER_OFFSET
         for key, value in self.store.scan(start, start + b"\xff"):
             group, topic, partition = keys.parse_consumer_offset_key(key)
-            self._groups.setdefault(group, {})[(topic, partition)] = CommittedOffset.decode(value)
+            record = decode(value)
+            self._groups.setdefault(group, {})[(topic, partition)] = record
+            if upgrade:
+                ops.put(key, record.encode())
+        if upgrade:
+            ops.put(_FORMAT_KEY, _FORMAT)
+            self.store.write_now(ops)
 
     # ------------------------------------------------------------ reading
     def groups(self) -> list[str]:
@@ -114,10 +140,12 @@ class ConsumerOffsets:
 
     # ------------------------------------------------------------ writing
     def stage(
-        self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int, ops: Ops
+        self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int, ops: Ops,
+        committer: str = "",
     ) -> dict[TopicPartition, CommittedOffset]:
         """Add a commit to ``ops`` (which may carry other changes, e.g. a
-        transaction's); call ``publish`` with the result once ``ops`` is durable.
+        transaction's, whose id is the ``committer``); call ``publish`` with
+        the result once ``ops`` is durable.
 
         Versions are taken now, in call order, so two commits staged one after
         the other get increasing versions whatever order they land in.
@@ -126,7 +154,7 @@ class ConsumerOffsets:
         for (topic, partition), commit in commits.items():
             self._last_version += 1
             record = CommittedOffset(commit.offset, commit.leader_epoch, commit.metadata, now_ms,
-                                     self._last_version)
+                                     self._last_version, committer)
             ops.put(keys.consumer_offset_key(group, topic, partition), record.encode())
             staged[(topic, partition)] = record
             self._in_flight[(group, (topic, partition))] = record

@@ -77,6 +77,68 @@ def test_conflict_when_the_new_offset_does_not_move_past_the_committed_one(tmp_p
     run(tmp_path, phase)
 
 
+def test_a_transaction_may_recommit_its_own_offset_but_not_anothers(tmp_path):
+    """Clients send the position of every assigned partition, also of one with
+    no new records: re-committing the offset its own transaction committed
+    claims an empty range and passes. The same offset committed by another
+    transactional id, or by a plain OffsetCommit, was processed by someone
+    else: the hung worker's case, a conflict."""
+
+    async def commit(tid: str, offsets: dict) -> None:
+        pid, epoch = await env.txns.init_producer_id(tid, TIMEOUT_MS)
+        await env.begin(pid, epoch, [("b", 0)], group=GROUP, tid=tid)
+        await env.produce(pid, epoch, ("b", 0), [tid.encode()], seq=0)  # a new epoch each time
+        await env.txns.txn_offset_commit(tid, pid, epoch, GROUP, offsets)
+        await env.txns.end_txn(tid, pid, epoch, True)
+
+    async def phase(e: Env) -> None:
+        nonlocal env
+        env = e
+        await commit("mine", {("a", 0): OffsetCommit(5), ("a", 1): OffsetCommit(7)})
+        # New records on a-0 only; a-1 is sent unchanged: both land.
+        await commit("mine", {("a", 0): OffsetCommit(9), ("a", 1): OffsetCommit(7)})
+        assert env.offsets.committed(GROUP, "a", 1).committer == "mine"
+        with pytest.raises(TxnConflict):  # another id re-sends the offset "mine" committed
+            await commit("theirs", {("a", 1): OffsetCommit(7)})
+        await env.offsets.commit(GROUP, {("a", 1): OffsetCommit(8)}, env.clock())
+        with pytest.raises(TxnConflict):  # a plain commit is someone else's too
+            await commit("mine", {("a", 1): OffsetCommit(8)})
+        assert env.txns.stats.conflicts == 2
+
+    env: Env
+    run(tmp_path, phase)
+
+
+def test_the_committer_survives_a_restart_and_old_stores_are_upgraded(tmp_path):
+    """A committer is persisted; offsets written before committers were kept
+    (format 1, no format key) are read and rewritten once at start-up."""
+    from tablets import keys
+    from tablets.consumer_offsets import _VALUE_V1
+    from tablets.store import Ops
+
+    async def first(env: Env) -> None:
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        await env.begin(pid, epoch, [("a", 0)], group=GROUP)
+        await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {("a", 0): OffsetCommit(4)})
+        await env.txns.end_txn(TID, pid, epoch, True)
+
+    async def committer_kept(env: Env) -> None:
+        assert env.offsets.committed(GROUP, "a", 0).committer == TID
+        ops = Ops()  # make the store look like the previous format's
+        ops.put(keys.consumer_offset_key(GROUP, "a", 0), _VALUE_V1.pack(4, -1, 99, 1))
+        ops.put(keys.consumer_offset_key("old", "a", 1), _VALUE_V1.pack(6, -1, 123, 2) + b"m")
+        ops.delete(keys.COUNTER + b"consumer.offsets.format")
+        env.engine.store.write_now(ops)
+
+    async def upgraded(env: Env) -> None:
+        old = env.offsets.committed("old", "a", 1)
+        assert (old.offset, old.metadata, old.commit_timestamp, old.committer) == (6, "m", 123, "")
+        assert (env.offsets.committed(GROUP, "a", 0).offset,
+                env.offsets.committed(GROUP, "a", 0).committer) == (4, "")
+
+    run(tmp_path, first, committer_kept, upgraded, upgraded)
+
+
 def test_conflict_at_end_txn_exactly_one_of_two_wins(tmp_path):
     async def phase(env: Env) -> None:
         (p1, e1), (p2, e2) = await two_transactions(env)

@@ -98,6 +98,28 @@ def test_kip_360_bump_retry_and_fencing(tmp_path):
     run(tmp_path, phase)
 
 
+def test_a_fenced_session_cannot_bump_its_way_back(tmp_path):
+    """Only a bump the current session asked for may be retried by it. A
+    session fenced by a new one (InitProducerId without an epoch) or by its
+    transaction's timeout gets PRODUCER_FENCED for InitProducerId with its
+    old epoch, not the new epoch."""
+
+    async def phase(env: Env) -> None:
+        pid, _ = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        assert await env.txns.init_producer_id(TID, TIMEOUT_MS) == (pid, 1)  # a new session
+        with pytest.raises(ProducerFenced):
+            await env.txns.init_producer_id(TID, TIMEOUT_MS, pid, 0)
+        await env.begin(pid, 1)
+        env.clock.now += TIMEOUT_MS + 1
+        await env.txns.expire()  # the open transaction times out: epoch 2
+        assert env.txns.describe(TID).epoch == 2
+        with pytest.raises(ProducerFenced):
+            await env.txns.init_producer_id(TID, TIMEOUT_MS, pid, 1)
+        assert env.txns.describe(TID).epoch == 2
+
+    run(tmp_path, phase)
+
+
 def test_an_exhausted_epoch_moves_to_a_new_producer_id(tmp_path):
     async def phase(env: Env) -> None:
         pid, _ = await env.txns.init_producer_id(TID, TIMEOUT_MS)

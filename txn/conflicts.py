@@ -9,7 +9,10 @@ abort, when
   version is newer than ``begin_version``): another commit claimed a range
   that overlaps this one; or
 - ``new`` does not move past the offset committed now: that range was
-  already processed (the hung worker whose successor committed first).
+  already processed (the hung worker whose successor committed first) -
+  unless this transactional id committed that offset itself: re-committing
+  its own offset claims an empty range (clients send the positions of every
+  assigned partition, also of those with no new records).
 
 The check runs at TxnOffsetCommit and again, in the same event-loop step as
 the commit's write is staged, at EndTxn(commit).
@@ -24,7 +27,7 @@ from tablets.consumer_offsets import ConsumerOffsets, OffsetCommit, TopicPartiti
 
 def offset_conflict(offsets: ConsumerOffsets, group: str,
                     commits: Mapping[TopicPartition, OffsetCommit],
-                    begin_version: int) -> str | None:
+                    begin_version: int, transactional_id: str) -> str | None:
     """Why these offsets cannot be committed by this transaction, or None."""
     for (topic, partition), commit in commits.items():
         current = offsets.latest(group, topic, partition)
@@ -34,7 +37,8 @@ def offset_conflict(offsets: ConsumerOffsets, group: str,
             return (f"group {group} {topic}-{partition}: offset {current.offset} was committed "
                     f"after this transaction began (version {current.version} > "
                     f"{begin_version})")
-        if commit.offset <= current.offset:
+        if commit.offset < current.offset or (
+                commit.offset == current.offset and current.committer != transactional_id):
             return (f"group {group} {topic}-{partition}: new offset {commit.offset} does not move "
                     f"past the committed {current.offset}: that range was already processed")
     return None

@@ -195,7 +195,7 @@ class TransactionCoordinator:
                         f"{transactional_id}: producer {producer_id} epoch {epoch} is not the "
                         f"current {meta.producer_id} epoch {meta.epoch}")
             publish = self._stage_abort(meta, ops) if meta.is_open else None
-            self._bump_epoch(meta, ops)
+            self._bump_epoch(meta, ops, asked_by_current=producer_id >= 0)
             meta.timeout_ms = timeout_ms
             meta.move(TxnState.EMPTY)
             meta.updated_ms = now
@@ -205,9 +205,13 @@ class TransactionCoordinator:
                 publish()
             return meta.producer_id, meta.epoch
 
-    def _bump_epoch(self, meta: TxnMetadata, ops: Ops) -> None:
+    def _bump_epoch(self, meta: TxnMetadata, ops: Ops, asked_by_current: bool) -> None:
+        """A new epoch (or producer id). Only a bump the current session asked
+        for itself (KIP-360) may be retried by it; a fence (a new session, a
+        timeout) leaves no way back for the old epoch."""
         old_pid = meta.producer_id
-        meta.last_producer_id, meta.last_epoch = meta.producer_id, meta.epoch
+        meta.last_producer_id = meta.producer_id
+        meta.last_epoch = meta.epoch if asked_by_current else -1
         if meta.epoch >= EPOCH_EXHAUSTED:
             meta.producer_id, meta.epoch = self.ids.allocate(ops), 0
         else:
@@ -302,7 +306,7 @@ class TransactionCoordinator:
                     "(AddOffsetsToTxn)")
             self._touch(meta, connection)
             reason = meta.doomed or offset_conflict(self.offsets, group, commits,
-                                                    meta.begin_version)
+                                                    meta.begin_version, transactional_id)
             if reason is not None:
                 await self._doom(meta, reason)
                 raise TxnConflict(reason)
@@ -354,7 +358,8 @@ class TransactionCoordinator:
             reason = meta.doomed if commit else None
             if commit and reason is None:
                 for group, commits in meta.offsets.items():
-                    reason = offset_conflict(self.offsets, group, commits, meta.begin_version)
+                    reason = offset_conflict(self.offsets, group, commits, meta.begin_version,
+                                             transactional_id)
                     if reason is not None:
                         break
                 if reason is not None and meta.doomed is None:
@@ -394,7 +399,7 @@ class TransactionCoordinator:
             blobs = [blob for blob in opened.data.blobs.get((topic, index), [])
                      if blob.key.startswith(own)]
             publishers.append(tablet.stage_commit(blobs, marker, ops))
-        staged = {group: self.offsets.stage(group, commits, now, ops)
+        staged = {group: self.offsets.stage(group, commits, now, ops, meta.transactional_id)
                   for group, commits in meta.offsets.items()}
 
         def publish() -> None:
@@ -473,7 +478,7 @@ class TransactionCoordinator:
                      meta.transactional_id, meta.producer_id, meta.epoch, meta.timeout_ms)
             ops = Ops()
             publish = self._stage_abort(meta, ops)
-            self._bump_epoch(meta, ops)
+            self._bump_epoch(meta, ops, asked_by_current=False)
             meta.move(TxnState.COMPLETE_ABORT)
             meta.updated_ms = self.clock()
             self._put(meta, ops)
