@@ -11,8 +11,6 @@ APIs theirs (test_txn_wire.py); Produce v0-2, which kio cannot encode, theirs
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
 from uuid import UUID
 
 import pytest
@@ -23,10 +21,10 @@ from wire_versions import Versions, ms
 from kafka_gateway.apis import APIS
 from kafka_gateway.client import KafkaClient
 from kafka_gateway.codec import request_schema
-from kafka_gateway.config import GatewayConfig
 from kafka_gateway.server import GatewayServer
 from tablets.records import record_timestamps
 from testkit.batches import make_batch
+from testkit.inprocess import serve
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 18, 19, 20, 21
@@ -175,19 +173,8 @@ async def _topic_id(client: KafkaClient, topic: str) -> UUID:
 
 @pytest.mark.timeout(120)
 def test_every_version_of_every_api(tmp_path):
-    async def main() -> None:
-        config = dataclasses.replace(GatewayConfig(), listen=("127.0.0.1", 0),
-                                     data_dir=str(tmp_path / "data"))
-        server = GatewayServer(config)
-        await server.start()
-        try:
-            client = await KafkaClient.connect(*server.config.listen)
-            try:
-                for step in range(STEPS):
-                    await scenario(client, step)
-            finally:
-                await client.close()
-        finally:
-            await server.stop()
+    async def main(client: KafkaClient, _server: GatewayServer) -> None:
+        for step in range(STEPS):
+            await scenario(client, step)
 
-    asyncio.run(main())
+    serve(tmp_path, main)

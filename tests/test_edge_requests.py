@@ -9,7 +9,6 @@ empty Fetch is answered at once, not after max_wait.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import datetime
 from collections.abc import Awaitable, Callable
 from uuid import UUID
@@ -19,8 +18,8 @@ from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
 from kafka_gateway.codec import build, request_schema
-from kafka_gateway.config import GatewayConfig
 from kafka_gateway.server import GatewayServer
+from testkit.inprocess import serve
 
 FETCH, METADATA, OFFSET_COMMIT, OFFSET_FETCH, LIST_OFFSETS = 1, 3, 8, 9, 2
 CREATE_TOPICS, DESCRIBE_CONFIGS, CREATE_PARTITIONS = 19, 32, 37
@@ -29,27 +28,18 @@ TEN_MINUTES = datetime.timedelta(minutes=10)
 
 
 def _serve(tmp_path, scenario: Callable[[KafkaClient, GatewayServer], Awaitable[None]]) -> None:
-    async def main() -> None:
-        config = dataclasses.replace(GatewayConfig(), listen=("127.0.0.1", 0),
-                                     data_dir=str(tmp_path / "data"))
-        server = GatewayServer(config)
-        await server.start()
-        try:
-            client = await KafkaClient.connect(*server.config.listen)
-            try:
-                schema = request_schema(CREATE_TOPICS, 7)
-                await client.request(schema.CreateTopicsRequest(
-                    topics=(schema.CreatableTopic(name=TOPIC, num_partitions=2,
-                                                  replication_factor=1, assignments=(),
-                                                  configs=()),),
-                    timeout=datetime.timedelta(seconds=5), validate_only=False))
-                await scenario(client, server)
-            finally:
-                await client.close()
-        finally:
-            await server.stop()
+    """The scenario against a fresh gateway holding topic ``edge`` (2 partitions)."""
 
-    asyncio.run(main())
+    async def with_topic(client: KafkaClient, server: GatewayServer) -> None:
+        schema = request_schema(CREATE_TOPICS, 7)
+        await client.request(schema.CreateTopicsRequest(
+            topics=(schema.CreatableTopic(name=TOPIC, num_partitions=2,
+                                          replication_factor=1, assignments=(),
+                                          configs=()),),
+            timeout=datetime.timedelta(seconds=5), validate_only=False))
+        await scenario(client, server)
+
+    serve(tmp_path, with_topic)
 
 
 @pytest.mark.parametrize("version", [4, 11, 13])

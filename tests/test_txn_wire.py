@@ -12,7 +12,6 @@ Requests are raw kio entities on one connection (kafka_gateway.client).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -21,13 +20,13 @@ from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.config import GatewayConfig
 from kafka_gateway.described_txns import DescribedTxn, decode_describe_transactions
 from kafka_gateway.server import GatewayServer
 from tablets.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, parse_batches
 from tablets.records import record_timestamps
 from testkit.batches import make_batch
 from testkit.gateway import GatewayProcess
+from testkit.inprocess import serve
 
 PRODUCE, FETCH, OFFSET_FETCH, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 9, 19, 22
 ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28
@@ -310,22 +309,11 @@ async def scenario(client: KafkaClient, step: int) -> None:
 
 @pytest.mark.timeout(120)
 def test_every_version_of_every_transaction_api(tmp_path):
-    async def main() -> None:
-        config = dataclasses.replace(GatewayConfig(), listen=("127.0.0.1", 0),
-                                     data_dir=str(tmp_path / "data"))
-        server = GatewayServer(config)
-        await server.start()
-        try:
-            client = await KafkaClient.connect(*server.config.listen)
-            try:
-                for step in range(STEPS):
-                    await scenario(client, step)
-            finally:
-                await client.close()
-        finally:
-            await server.stop()
+    async def main(client: KafkaClient, _server: GatewayServer) -> None:
+        for step in range(STEPS):
+            await scenario(client, step)
 
-    asyncio.run(main())
+    serve(tmp_path, main)
 
 
 @pytest.mark.timeout(120)

@@ -1,0 +1,38 @@
+"""A gateway in this process, on a free loopback port, with one client.
+
+    serve(tmp_path, scenario)   # scenario(client, server) runs, then both stop
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from kafka_gateway.client import KafkaClient
+from kafka_gateway.config import GatewayConfig
+from kafka_gateway.server import GatewayServer
+
+Scenario = Callable[[KafkaClient, GatewayServer], Awaitable[None]]
+
+
+def serve(tmp_path: Path, scenario: Scenario, **settings: Any) -> None:
+    """Run ``scenario`` against a fresh gateway (``settings``: GatewayConfig fields)."""
+
+    async def main() -> None:
+        config = dataclasses.replace(GatewayConfig(), listen=("127.0.0.1", 0),
+                                     data_dir=str(tmp_path / "data"), **settings)
+        server = GatewayServer(config)
+        await server.start()
+        try:
+            client = await KafkaClient.connect(*server.config.listen)
+            try:
+                await scenario(client, server)
+            finally:
+                await client.close()
+        finally:
+            await server.stop()
+
+    asyncio.run(main())
