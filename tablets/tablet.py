@@ -4,8 +4,8 @@ State in memory (rebuilt from the store at start-up):
 
 - ``log_start_offset``  first offset still readable (retention, DeleteRecords);
 - ``log_end_offset``    next offset to assign; appends take offsets from here
-  synchronously, on the event loop, so concurrent produce requests are
-  ordered by arrival;
+  on the event loop, in the order ``append`` was called, so concurrent
+  produce requests are ordered by arrival;
 - ``high_watermark``    end of what is in the WAL; readers see nothing above
   it. Writes complete in submission order, so it only moves forward;
 - the *tail*: the newest batches as bytes, so consumers at the head of the log
@@ -13,8 +13,12 @@ State in memory (rebuilt from the store at start-up):
 - the time index: (base offset, running max timestamp) each time the running
   max grows, for ListOffsets by timestamp and time-based retention.
 
-Nothing here parses records on the produce or fetch path: a batch is bytes
-plus the 61-byte header.
+A batch is stored as the bytes the producer sent, with its offset, leader
+epoch and (when Kafka would rewrite it) max timestamp patched. Its records
+are checked once, at produce time (``validate``): on the event loop when
+that is cheap, otherwise on a worker thread, and appends to one partition
+take their offsets in the order they arrived either way. Fetch never parses
+records; ListOffsets by timestamp streams one batch (``records``).
 """
 
 from __future__ import annotations
@@ -24,21 +28,22 @@ import struct
 import time
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import batch as rb
-from . import keys
+from . import keys, validate
 from .errors import (
-    InvalidTimestamp,
     OffsetOutOfRange,
-    RecordTooLarge,
+    UnknownPartition,
     UnsupportedRecordKind,
 )
 from .memory_run import MemoryRun
-from .records import record_timestamps
-from .store import GroupCommitWriter, Ops, RocksStore
+from .records import first_record_at_or_after
+from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -79,11 +84,24 @@ class TabletSettings:
     retention_bytes: int
 
 
+@dataclass(slots=True)
+class _Checking:
+    """An append waiting for its records to be checked, or for those before it."""
+
+    checked: asyncio.Future[int]  # the batch's max timestamp, once checked
+    appended: asyncio.Future[AppendResult]
+    view: memoryview
+    header: rb.BatchHeader
+    settings: TabletSettings
+    now_ms: int
+
+
 class PartitionTablet:
     def __init__(
         self,
         store: RocksStore,
         writer: GroupCommitWriter,
+        validators: Executor,
         topic_id: UUID,
         partition: int,
         settings: Callable[[], TabletSettings],
@@ -91,6 +109,7 @@ class PartitionTablet:
     ) -> None:
         self.store = store
         self.writer = writer
+        self.validators = validators
         self.topic_id = topic_id
         self.partition = partition
         self.settings = settings
@@ -109,6 +128,7 @@ class PartitionTablet:
         self._ts_offsets = array("q")
         self._ts_values = array("q")
         self._waiters: set[asyncio.Future[None]] = set()
+        self._checking: deque[_Checking] = deque()
 
     # ------------------------------------------------------------------ load
     def load(self) -> None:
@@ -132,59 +152,98 @@ class PartitionTablet:
     def append(self, records: bytes | memoryview, now_ms: int) -> asyncio.Future[AppendResult]:
         """Validate, assign offsets and queue one atomic write of a record set.
 
-        Raises (before anything is stored) InvalidRecordBatch, RecordTooLarge,
-        InvalidTimestamp or UnsupportedRecordKind. The returned future
-        resolves once the batches are in the WAL.
+        Raises at once, before anything is stored, what the batch header shows
+        (InvalidRecordBatch, InvalidRecord, RecordTooLarge,
+        UnsupportedRecordKind); the returned future fails with what the
+        records show (InvalidRecord, InvalidTimestamp, InvalidRecordBatch),
+        and otherwise resolves once the batch is in the WAL.
+
+        Offsets are assigned in the order of the calls: an append whose
+        records are checked on a worker thread (compressed or large batches)
+        holds back the appends after it until it is checked.
         """
-        headers = rb.parse_batches(records)
-        settings = self.settings()
-        for header in headers:
-            if header.size > settings.max_message_bytes:
-                raise RecordTooLarge(
-                    f"batch of {header.size} bytes exceeds max.message.bytes="
-                    f"{settings.max_message_bytes}"
-                )
-            if header.is_control or header.is_transactional:
-                raise UnsupportedRecordKind("transactional and control batches need a transaction")
-            if settings.timestamp_difference_max_ms < 2**63 - 1 and not settings.log_append_time:
-                limit = settings.timestamp_difference_max_ms
-                for ts in (header.base_timestamp, header.max_timestamp):
-                    if abs(now_ms - ts) > limit:
-                        raise InvalidTimestamp(
-                            f"timestamp {ts} is out of range (message.timestamp.difference.max.ms"
-                            f"={limit})"
-                        )
         view = memoryview(records)
+        settings = self.settings()
+        header = validate.check_header(view, settings)
+        if header.is_transactional:
+            raise UnsupportedRecordKind("transactional batches need a transaction")
+        loop = self.writer.loop
+        checked: asyncio.Future[int]
+        if validate.runs_inline(header):
+            max_timestamp = validate.check_records(view, header, settings, now_ms)
+            if not self._checking:
+                return self._commit(view, header, max_timestamp, settings, now_ms,
+                                    loop.create_future())
+            checked = loop.create_future()
+            checked.set_result(max_timestamp)
+        else:
+            checked = asyncio.wrap_future(
+                self.validators.submit(validate.check_records, view, header, settings, now_ms),
+                loop=loop,
+            )
+        appended: asyncio.Future[AppendResult] = loop.create_future()
+        self._checking.append(_Checking(checked, appended, view, header, settings, now_ms))
+        checked.add_done_callback(self._commit_checked)
+        return appended
+
+    def _commit_checked(self, _checked: asyncio.Future[int] | None = None) -> None:
+        """Commit, in arrival order, the appends whose records are checked."""
+        queue = self._checking
+        while queue and queue[0].checked.done():
+            item = queue.popleft()
+            if item.checked.cancelled():
+                error: BaseException | None = StorageError("record validation was cancelled")
+            else:
+                error = item.checked.exception()
+            if error is None and self.deleted:
+                error = UnknownPartition(f"partition {self.partition} was deleted")
+            if error is not None:
+                if not item.appended.done():
+                    item.appended.set_exception(error)
+                continue
+            self._commit(item.view, item.header, item.checked.result(), item.settings,
+                         item.now_ms, item.appended)
+
+    def _commit(
+        self,
+        view: memoryview,
+        header: rb.BatchHeader,
+        max_timestamp: int,
+        settings: TabletSettings,
+        now_ms: int,
+        appended: asyncio.Future[AppendResult],
+    ) -> asyncio.Future[AppendResult]:
+        """Assign offsets to a checked batch and queue its write; resolve ``appended``."""
         ops = Ops()
         base_offset = self.log_end_offset
-        offset = base_offset
-        for header in headers:
-            data = rb.stamp(view, header, offset, LEADER_EPOCH)
-            max_timestamp = header.max_timestamp
-            if settings.log_append_time:
-                data = rb.set_log_append_time(data, now_ms)
-                max_timestamp = now_ms
-            ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
-            if not self._ts_values or max_timestamp > self._ts_values[-1]:
-                self._ts_offsets.append(offset)
-                self._ts_values.append(max_timestamp)
-                ops.put(
-                    keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
-                    _TIMESTAMP.pack(max_timestamp),
-                )
-            self._cache(offset, data)
-            self.size_bytes += len(data)
-            offset += header.record_count
+        data = rb.stamp(view, header, base_offset, LEADER_EPOCH)
+        if settings.log_append_time:
+            max_timestamp = now_ms
+            data = rb.set_max_timestamp(data, now_ms, log_append_time=True)
+        elif max_timestamp != header.max_timestamp:
+            # Kafka stores the records' true max timestamp, whatever the
+            # producer wrote; the time index relies on it.
+            data = rb.set_max_timestamp(data, max_timestamp)
+        ops.put(keys.offset_key(keys.LOG, self.prefix, base_offset), data)
+        if not self._ts_values or max_timestamp > self._ts_values[-1]:
+            self._ts_offsets.append(base_offset)
+            self._ts_values.append(max_timestamp)
+            ops.put(
+                keys.offset_key(keys.TIME_INDEX, self.prefix, base_offset),
+                _TIMESTAMP.pack(max_timestamp),
+            )
+        self._cache(base_offset, data)
+        self.size_bytes += len(data)
+        offset = base_offset + header.record_count
         self.log_end_offset = offset
         ops.put(self.meta_key, self._meta())
         result = AppendResult(
             base_offset, now_ms if settings.log_append_time else -1, self.log_start_offset
         )
         done = self.writer.submit(ops)
-        appended: asyncio.Future[AppendResult] = done.get_loop().create_future()
 
         def on_written(fut: asyncio.Future[None]) -> None:
-            if appended.cancelled():
+            if appended.done():
                 pass
             elif fut.exception() is not None:
                 appended.set_exception(fut.exception())  # type: ignore[arg-type]
@@ -312,9 +371,9 @@ class PartitionTablet:
             if data is None:
                 return None
             if rb.max_timestamp_of(data) >= target:
-                for record_offset, timestamp in record_timestamps(data):
-                    if timestamp >= target and record_offset >= self.log_start_offset:
-                        return record_offset, timestamp
+                found = first_record_at_or_after(data, target, self.log_start_offset)
+                if found is not None:
+                    return found
             offset = rb.last_offset_of(data) + 1
         return None
 
