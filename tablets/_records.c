@@ -19,7 +19,9 @@
  * whose timestamp falls outside an allowed range, and can stop at the first
  * record at or after a target timestamp (ListOffsets by time).
  *
- * The walk itself runs without the GIL on large chunks.
+ * With release_gil (worker threads), large chunks are walked without the GIL;
+ * on the event loop, where batches are small, releasing it costs more than the
+ * walk (the loop may then wait for another thread to hand it back).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -43,7 +45,8 @@ enum {
     P_RECORD_END,
 };
 
-#define RELEASE_GIL_BYTES 16384
+/* With release_gil, chunks this large are walked without the GIL. */
+#define RELEASE_GIL_BYTES 65536
 
 static PyObject *RecordError;
 
@@ -59,6 +62,7 @@ typedef struct {
     int64_t target;
     int64_t min_delta;
     int collect;
+    int release_gil;
     Py_ssize_t max_errors;
     /* where the walk is */
     int phase, after_skip;
@@ -452,15 +456,15 @@ static int
 Walker_init(Walker *w, PyObject *args, PyObject *kwargs)
 {
     static char *kwlist[] = {"count", "base_timestamp", "contiguous", "timestamp_range",
-                             "max_errors", "target", "min_delta", "collect", NULL};
+                             "max_errors", "target", "min_delta", "collect", "release_gil", NULL};
     int count;
     long long base_timestamp, min_delta = 0;
-    int contiguous = 1, collect = 0;
+    int contiguous = 1, collect = 0, release_gil = 0;
     PyObject *range = Py_None, *target = Py_None;
     Py_ssize_t max_errors = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iL|pOnOLp", kwlist, &count, &base_timestamp,
-                                     &contiguous, &range, &max_errors, &target, &min_delta,
-                                     &collect))
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "iL|pOnOLpp", kwlist, &count,
+                                     &base_timestamp, &contiguous, &range, &max_errors, &target,
+                                     &min_delta, &collect, &release_gil))
         return -1;
     if (count < 0 || max_errors < 0) {
         PyErr_SetString(PyExc_ValueError, "count and max_errors must not be negative");
@@ -475,6 +479,7 @@ Walker_init(Walker *w, PyObject *args, PyObject *kwargs)
     w->base_timestamp = base_timestamp;
     w->contiguous = contiguous;
     w->collect = collect;
+    w->release_gil = release_gil;
     w->min_delta = min_delta;
     w->max_timestamp = -1; /* Kafka's NO_TIMESTAMP */
     w->phase = P_LENGTH;
@@ -522,7 +527,7 @@ Walker_feed(Walker *w, PyObject *arg)
     int status;
     w->busy = 1;
     w->col_len = 0;
-    if (view.len >= RELEASE_GIL_BYTES) {
+    if (w->release_gil && view.len >= RELEASE_GIL_BYTES) {
         Py_BEGIN_ALLOW_THREADS
         status = walk(w, (const uint8_t *)view.buf, view.len);
         Py_END_ALLOW_THREADS
@@ -643,7 +648,7 @@ static PyTypeObject WalkerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "tablets._records.RecordWalker",
     .tp_doc = "RecordWalker(count, base_timestamp, contiguous=True, timestamp_range=None, "
-              "max_errors=0, target=None, min_delta=0, collect=False)",
+              "max_errors=0, target=None, min_delta=0, collect=False, release_gil=False)",
     .tp_basicsize = sizeof(Walker),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,

@@ -63,6 +63,7 @@ _XERIAL_HEADER = 16  # magic, version, compatible version
 _INT32 = struct.Struct(">i")
 _LE32 = struct.Struct("<I")
 _ZSTD_MAGIC = 0xFD2FB528
+_LZ4_MAGIC = 0x184D2204
 _CODEC_ERRORS = (zlib.error, RuntimeError, zstandard.ZstdError, cramjam.DecompressionError)
 
 
@@ -129,7 +130,16 @@ def _snappy_block(block: memoryview) -> memoryview:
 
 
 def _lz4(data: memoryview) -> Iterator[bytes]:
-    # One frame, as Kafka's KafkaLZ4BlockInputStream reads.
+    # One frame of independent blocks, no dictionary: all that Kafka's
+    # KafkaLZ4BlockInputStream reads (so all that Java consumers can read).
+    if len(data) < 7 or _LE32.unpack_from(data, 0)[0] != _LZ4_MAGIC:
+        raise InvalidRecordBatch("not an lz4 frame")
+    flags = data[4]
+    if flags >> 6 != 1 or flags & 0x03 or not flags & 0x20:
+        raise InvalidRecordBatch(
+            f"lz4 frame flags {flags:#04x}: Kafka reads only version 1 frames of independent "
+            "blocks without a dictionary"
+        )
     inflater = lz4.frame.LZ4FrameDecompressor()
     out = inflater.decompress(data, max_length=CHUNK_BYTES)
     while True:
@@ -236,7 +246,7 @@ def first_record_at_or_after(
         return offset, header.max_timestamp
     walker = RecordWalker(
         header.record_count, header.base_timestamp, contiguous=False, target=target,
-        min_delta=min_offset - base,
+        min_delta=min_offset - base, release_gil=True,  # on a reader thread
     )
     try:
         walk(view, header, walker)

@@ -110,6 +110,7 @@ def check_records(
         contiguous=True,
         timestamp_range=None if producer_log_append_time else window,
         max_errors=MAX_RECORD_ERRORS,
+        release_gil=not runs_inline(header),  # then this runs on a worker thread
     )
     try:
         walk(records, header, walker)
