@@ -88,6 +88,30 @@ def test_any_chunking_gives_the_same_answer(name):
         assert outcome(data, count, _splits(len(data), seed)) == whole, seed
 
 
+def test_mutated_records_walk_alike_in_any_chunking():
+    """Bit flips, insertions, deletions and cuts: whatever the walker answers for
+    the bytes whole, it answers for them cut anywhere (its state between chunks,
+    and its fast path for whole records, agree with its step-by-step path)."""
+    rng = random.Random(2024)
+    bases = [data for data, _ in _valid_records().values()]
+    for i in range(3000):
+        data = bytearray(rng.choice(bases))
+        for _ in range(rng.randint(1, 4)):
+            pos = rng.randrange(len(data) + 1)
+            op = rng.randrange(4)
+            if op == 0 and pos < len(data):
+                data[pos] = rng.randrange(256)
+            elif op == 1:
+                data.insert(pos, rng.randrange(256))
+            elif op == 2 and pos < len(data):
+                del data[pos]
+            elif op == 3:
+                del data[pos:]
+        count = rng.randint(0, 6)
+        whole = outcome(bytes(data), count, [len(data)])
+        assert outcome(bytes(data), count, _splits(len(data), i)) == whole, (i, bytes(data))
+
+
 def test_valid_cases_are_valid():
     for name, (data, count) in _valid_records().items():
         assert outcome(data, count, [len(data)])[0] == "ok", name
