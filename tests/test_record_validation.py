@@ -15,6 +15,7 @@ from tablets import keys
 from tablets import validate as validation
 from tablets.batch import build_batch, parse_batches
 from tablets.records import record_timestamps
+from tablets.store import Ops
 from tablets.tablet import now_ms
 from testkit.batches import (
     GZIP,
@@ -208,5 +209,24 @@ def test_oversized_batch_is_refused_before_its_records_are_read(tmp_path):
         with pytest.raises(Exception) as refused:
             tablet.append(bytes(big), 0)
         assert error_code(refused.value) is ErrorCode.message_too_large
+
+    run(scenario, tmp_path)
+
+
+def test_a_corrupt_stored_batch_answers_corrupt_message(tmp_path):
+    """Bytes stored before validation existed, or damaged since: a timestamp
+    lookup through them is CORRUPT_MESSAGE, not UNKNOWN_SERVER_ERROR."""
+    async def scenario(engine):
+        await engine.create_topic("t", 1, {})
+        tablet = engine.partition("t", 0)
+        await tablet.append(make_batch([b"a", b"b"], base_timestamp=100, codec=ZSTD), 0)
+        [stored] = (await tablet.read(0, 1 << 20)).batches
+        damaged = stored[:61] + bytes(len(stored) - 61)  # the zstd frame zeroed
+        ops = Ops()
+        ops.put(keys.offset_key(keys.LOG, tablet.prefix, 0), damaged)
+        engine.store.write_now(ops)
+        with pytest.raises(Exception) as refused:
+            await tablet.offset_for_timestamp(50)
+        assert error_code(refused.value) is ErrorCode.corrupt_message
 
     run(scenario, tmp_path)
