@@ -34,6 +34,7 @@ _BY_TYPE: dict[type[BaseException], ErrorCode] = {
     storage.OffsetOutOfRange: ErrorCode.offset_out_of_range,
     storage.UnsupportedMagic: ErrorCode.unsupported_for_message_format,
     storage.InvalidRecordBatch: ErrorCode.corrupt_message,
+    storage.InvalidRecord: ErrorCode.invalid_record,
     storage.UnsupportedRecordKind: ErrorCode.invalid_txn_state,
     storage.StorageError: ErrorCode.kafka_storage_error,
     storage.InvalidProducerEpoch: ErrorCode.invalid_producer_epoch,
@@ -79,3 +80,10 @@ def txn_error_code(exc: BaseException, version: int, fenced_since: int | None) -
 
 def error_message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
+
+
+def record_errors(exc: BaseException) -> tuple[tuple[int, str], ...]:
+    """(index in its batch, message) of each record a rejected batch was refused for."""
+    if isinstance(exc, storage.RejectedRecords):
+        return exc.record_errors
+    return ()

@@ -1,10 +1,11 @@
-"""Kafka v2 record batch headers: parse, validate and patch, never the records.
+"""Kafka v2 record batch headers: parse, check and patch.
 
-The gateway treats record batches as opaque bytes. Only the 61-byte header is
-read: it carries everything storage needs (offset delta, timestamps, producer
-id, epoch and sequence, the transactional flag). Offsets are assigned by
-patching ``baseOffset``, which lies outside the CRC, so compressed batches pass
-through untouched.
+Storage keeps a batch as the bytes the producer sent. This module reads and
+patches only the 61-byte header, which carries everything storage needs
+(offset delta, timestamps, producer id, epoch and sequence, the transactional
+flag). Offsets are assigned by patching ``baseOffset``, which lies outside
+the CRC, so compressed batches pass through untouched. The records
+themselves are checked once, at produce time, by ``validate``.
 
 Layout (all big-endian)::
 
@@ -38,6 +39,7 @@ CRC_START = 21
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
+_CRC = struct.Struct(">I")
 _BEFORE_CRC = struct.Struct(">qiibI")
 _AFTER_CRC = struct.Struct(">hiqqqhii")
 
@@ -45,7 +47,6 @@ ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
-
 
 
 class InvalidRecordBatch(ValueError):
@@ -62,6 +63,7 @@ class BatchHeader:
 
     start: int  # position of the batch in the buffer it was parsed from
     size: int  # whole batch size in bytes, header included
+    base_offset: int
     attributes: int
     last_offset_delta: int
     base_timestamp: int
@@ -83,11 +85,12 @@ class BatchHeader:
     def is_control(self) -> bool:
         return bool(self.attributes & ATTR_CONTROL)
 
-def parse_batches(data: bytes | memoryview, verify_crc: bool = True) -> list[BatchHeader]:
-    """Parse and validate every batch in a Produce request's record set.
 
-    Raises InvalidRecordBatch on a truncated, malformed or corrupt batch: the
-    caller rejects the whole record set, so nothing of it is stored.
+def parse_batches(data: bytes | memoryview, verify_crc: bool = True) -> list[BatchHeader]:
+    """Parse and check the header of every batch in a record set.
+
+    Raises InvalidRecordBatch on a truncated, malformed or (with
+    ``verify_crc``) corrupt batch, UnsupportedMagic on the v0/v1 formats.
     """
     view = memoryview(data)
     end = len(view)
@@ -102,11 +105,11 @@ def parse_batches(data: bytes | memoryview, verify_crc: bool = True) -> list[Bat
                 raise UnsupportedMagic(f"message format v{view[pos + 16]} is not supported")
             raise InvalidRecordBatch(f"truncated batch header at byte {pos}")
         (
-            _base_offset,
+            base_offset,
             batch_length,
             _leader_epoch,
             magic,
-            crc,
+            _crc,
             attributes,
             last_offset_delta,
             base_timestamp,
@@ -123,30 +126,34 @@ def parse_batches(data: bytes | memoryview, verify_crc: bool = True) -> list[Bat
         size = batch_length + LOG_OVERHEAD
         if batch_length < HEADER_SIZE - LOG_OVERHEAD or pos + size > end:
             raise InvalidRecordBatch(f"batch length {batch_length} does not fit the record set")
-        if record_count <= 0 or last_offset_delta != record_count - 1:
-            raise InvalidRecordBatch(
-                f"record count {record_count} does not match last offset delta {last_offset_delta}"
-            )
         if attributes & ATTR_COMPRESSION_MASK > 4:
             raise InvalidRecordBatch(f"unknown compression codec {attributes & 7}")
-        if verify_crc and crc32c(view[pos + CRC_START : pos + size]) != crc:
-            raise InvalidRecordBatch("CRC-32C mismatch")
-        headers.append(
-            BatchHeader(
-                pos,
-                size,
-                attributes,
-                last_offset_delta,
-                base_timestamp,
-                max_timestamp,
-                producer_id,
-                producer_epoch,
-                base_sequence,
-                record_count,
-            )
+        header = BatchHeader(
+            pos,
+            size,
+            base_offset,
+            attributes,
+            last_offset_delta,
+            base_timestamp,
+            max_timestamp,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            record_count,
         )
+        if verify_crc:
+            check_crc(view, header)
+        headers.append(header)
         pos += size
     return headers
+
+
+def check_crc(view: memoryview, header: BatchHeader) -> None:
+    """Raise InvalidRecordBatch unless the batch's CRC-32C matches its bytes."""
+    start = header.start
+    (crc,) = _CRC.unpack_from(view, start + 17)
+    if crc32c(view[start + CRC_START : start + header.size]) != crc:
+        raise InvalidRecordBatch("CRC-32C mismatch")
 
 
 def build_batch(
@@ -161,11 +168,14 @@ def build_batch(
     base_sequence: int = -1,
     attributes: int = 0,
     leader_epoch: int = -1,
+    last_offset_delta: int | None = None,
 ) -> bytes:
     """A v2 batch around already-encoded (and, per ``attributes``, compressed)
     records: the header, and the CRC-32C over attributes..end."""
+    if last_offset_delta is None:
+        last_offset_delta = record_count - 1
     after_crc = _AFTER_CRC.pack(
-        attributes, record_count - 1, base_timestamp, max_timestamp,
+        attributes, last_offset_delta, base_timestamp, max_timestamp,
         producer_id, producer_epoch, base_sequence, record_count,
     ) + records
     length = 4 + 1 + 4 + len(after_crc)  # leader epoch, magic, crc, then the rest
@@ -188,11 +198,13 @@ def stamp(view: memoryview, header: BatchHeader, base_offset: int, leader_epoch:
     )
 
 
-def set_log_append_time(batch: bytes, timestamp_ms: int) -> bytes:
-    """Rewrite a batch for a LogAppendTime topic: flag and max timestamp, new CRC."""
+def set_max_timestamp(batch: bytes, timestamp_ms: int, log_append_time: bool = False) -> bytes:
+    """Rewrite a batch's max timestamp (and, for a LogAppendTime topic, its
+    timestamp type), with a new CRC: as Kafka does when it appends."""
     buf = bytearray(batch)
-    attributes = struct.unpack_from(">h", buf, 21)[0] | ATTR_TIMESTAMP_TYPE
-    struct.pack_into(">h", buf, 21, attributes)
+    if log_append_time:
+        attributes = struct.unpack_from(">h", buf, 21)[0] | ATTR_TIMESTAMP_TYPE
+        struct.pack_into(">h", buf, 21, attributes)
     struct.pack_into(">q", buf, 35, timestamp_ms)
     struct.pack_into(">I", buf, 17, crc32c(memoryview(buf)[CRC_START:]))
     return bytes(buf)

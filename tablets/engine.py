@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -89,6 +90,9 @@ class StorageEngine:
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[UUID, Topic] = {}
         self.writer: GroupCommitWriter | None = None
+        # Checks the records of compressed and large batches off the event
+        # loop; two threads bound the memory decompression holds at once.
+        self.validators = ThreadPoolExecutor(max_workers=2, thread_name_prefix="validate")
         self.consumer_offsets: ConsumerOffsets | None = None  # set by start()
         self.cluster_id = self._load_cluster_id()
 
@@ -111,6 +115,7 @@ class StorageEngine:
                  len(self.consumer_offsets.groups()))
 
     def close(self) -> None:
+        self.validators.shutdown(wait=True, cancel_futures=True)
         if self.writer is not None:
             self.writer.close()
         self.store.close()
@@ -277,6 +282,7 @@ class StorageEngine:
                 PartitionTablet(
                     self.store,
                     self.writer,
+                    self.validators,
                     topic.topic_id,
                     index,
                     lambda t=topic: self._tablet_settings(t),

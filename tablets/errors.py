@@ -6,6 +6,8 @@ The gateway maps each to a Kafka error code in one place
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .batch import InvalidRecordBatch, UnsupportedMagic
 from .store import StorageError
 from .topic_config import InvalidConfig
@@ -43,7 +45,20 @@ class RecordTooLarge(TabletError):
     pass
 
 
-class InvalidTimestamp(TabletError):
+class RejectedRecords(TabletError):
+    """A batch refused for what its records hold. Kafka names the records at
+    fault by their index in the batch (Produce's record_errors)."""
+
+    def __init__(self, message: str, record_errors: Sequence[tuple[int, str]] = ()) -> None:
+        super().__init__(message)
+        self.record_errors = tuple(record_errors)
+
+
+class InvalidRecord(RejectedRecords):
+    """A batch Kafka's LogValidator refuses: counts, offsets or record structure."""
+
+
+class InvalidTimestamp(RejectedRecords):
     pass
 
 
@@ -74,6 +89,7 @@ __all__ = [
     "InvalidConfig",
     "InvalidPartitions",
     "InvalidProducerEpoch",
+    "InvalidRecord",
     "InvalidRecordBatch",
     "InvalidReplicationFactor",
     "InvalidTimestamp",
@@ -81,6 +97,7 @@ __all__ = [
     "OffsetOutOfRange",
     "OutOfOrderSequence",
     "RecordTooLarge",
+    "RejectedRecords",
     "StorageError",
     "TabletError",
     "TopicAlreadyExists",

@@ -4,8 +4,8 @@ State in memory (rebuilt from the store at start-up):
 
 - ``log_start_offset``  first offset still readable (retention, DeleteRecords);
 - ``log_end_offset``    next offset to assign; appends take offsets from here
-  synchronously, on the event loop, so concurrent produce requests are
-  ordered by arrival;
+  on the event loop, in the order ``append`` was called, so concurrent
+  produce requests are ordered by arrival;
 - ``high_watermark``    end of what is in the WAL; readers see nothing above
   it. Writes complete in submission order, so it only moves forward;
 - the *tail*: the newest batches as bytes, so consumers at the head of the log
@@ -13,8 +13,12 @@ State in memory (rebuilt from the store at start-up):
 - the time index: (base offset, running max timestamp) each time the running
   max grows, for ListOffsets by timestamp and time-based retention.
 
-Nothing here parses records on the produce or fetch path: a batch is bytes
-plus the 61-byte header.
+A batch is stored as the bytes the producer sent, with its offset, leader
+epoch and (when Kafka would rewrite it) max timestamp patched. Its records
+are checked once, at produce time (``validate``): on the event loop when
+that is cheap, otherwise on a worker thread, and appends to one partition
+take their offsets in the order they arrived either way. Fetch never parses
+records; ListOffsets by timestamp streams one batch (``records``).
 
 Transactional batches do not enter the log when produced: ``append`` stores
 them as blobs of their transaction (a ``BlobSink`` names the keys), and
@@ -31,22 +35,24 @@ import struct
 import time
 from array import array
 from bisect import bisect_left, bisect_right
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from . import batch as rb
-from . import keys, log_entry
+from . import keys, log_entry, validate
 from .errors import (
-    InvalidTimestamp,
     OffsetOutOfRange,
-    RecordTooLarge,
+    TabletError,
+    UnknownPartition,
     UnsupportedRecordKind,
 )
 from .memory_run import MemoryRun
 from .producers import CachedBatch, ProducerStates, next_seq
-from .records import record_timestamps
-from .store import GroupCommitWriter, Ops, RocksStore
+from .records import first_record_at_or_after
+from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -105,11 +111,25 @@ class TabletSettings:
     max_producers: int = 10_000  # producer ids whose sequences a partition keeps
 
 
+@dataclass(slots=True)
+class _Checking:
+    """An append waiting for its records to be checked, or for those before it."""
+
+    checked: asyncio.Future[int]  # the batch's max timestamp, once checked
+    appended: asyncio.Future[AppendResult]
+    view: memoryview
+    header: rb.BatchHeader
+    settings: TabletSettings
+    now_ms: int
+    sink: BlobSink | None
+
+
 class PartitionTablet:
     def __init__(
         self,
         store: RocksStore,
         writer: GroupCommitWriter,
+        validators: Executor,
         topic_id: UUID,
         partition: int,
         settings: Callable[[], TabletSettings],
@@ -117,6 +137,7 @@ class PartitionTablet:
     ) -> None:
         self.store = store
         self.writer = writer
+        self.validators = validators
         self.topic_id = topic_id
         self.partition = partition
         self.settings = settings
@@ -135,6 +156,7 @@ class PartitionTablet:
         self._ts_offsets = array("q")
         self._ts_values = array("q")
         self._waiters: set[asyncio.Future[None]] = set()
+        self._checking: deque[_Checking] = deque()
         self.producers = ProducerStates(self.prefix, settings().max_producers)
 
     # ------------------------------------------------------------------ load
@@ -161,75 +183,144 @@ class PartitionTablet:
                sink: BlobSink | None = None) -> asyncio.Future[AppendResult]:
         """Validate, assign offsets and queue one atomic write of a record set.
 
-        A transactional record set goes to ``sink``'s transaction instead of
-        the log, and its result has base offset -1. A retried batch of an
+        A transactional batch goes to ``sink``'s transaction instead of the
+        log, and its result has base offset -1. A retried batch of an
         idempotent producer is not stored again: its result is the original.
 
-        Raises (before anything is stored) InvalidRecordBatch, RecordTooLarge,
-        InvalidTimestamp, UnsupportedRecordKind, or an idempotence error
-        (InvalidProducerEpoch, OutOfOrderSequence, UnknownProducerId). The
-        returned future resolves once the batches are in the WAL.
-        """
-        headers = rb.parse_batches(records)
-        settings = self.settings()
-        for header in headers:
-            if header.size > settings.max_message_bytes:
-                raise RecordTooLarge(
-                    f"batch of {header.size} bytes exceeds max.message.bytes="
-                    f"{settings.max_message_bytes}"
-                )
-            if header.is_control:
-                raise UnsupportedRecordKind("clients do not write control batches")
-            if header.is_transactional != (sink is not None):
-                raise UnsupportedRecordKind(
-                    "transactional batches need an open transaction" if sink is None else
-                    "a transaction's record set holds only transactional batches")
-            if settings.timestamp_difference_max_ms < 2**63 - 1 and not settings.log_append_time:
-                limit = settings.timestamp_difference_max_ms
-                for ts in (header.base_timestamp, header.max_timestamp):
-                    if abs(now_ms - ts) > limit:
-                        raise InvalidTimestamp(
-                            f"timestamp {ts} is out of range (message.timestamp.difference.max.ms"
-                            f"={limit})"
-                        )
-        view = memoryview(records)
-        ops = Ops()
-        if headers[0].producer_id >= 0:
-            return self._append_idempotent(view, headers, now_ms, sink, ops)
-        return self._append_to_log(view, headers, now_ms, ops)
+        Raises at once, before anything is stored, what the batch header shows
+        (InvalidRecordBatch, InvalidRecord, RecordTooLarge,
+        UnsupportedRecordKind); the returned future fails with what the
+        records show (InvalidRecord, InvalidTimestamp, InvalidRecordBatch) or
+        what the producer's sequences show (InvalidProducerEpoch,
+        OutOfOrderSequence, UnknownProducerId), and otherwise resolves once
+        the batch is in the WAL.
 
-    def _append_to_log(self, view: memoryview, headers: list[rb.BatchHeader], now_ms: int,
-                       ops: Ops) -> asyncio.Future[AppendResult]:
+        Offsets (and sequences) are taken in the order of the calls: an append
+        whose records are checked on a worker thread (compressed or large
+        batches) holds back the appends after it until it is checked.
+        """
+        view = memoryview(records)
         settings = self.settings()
+        header = validate.check_header(view, settings)
+        if header.is_transactional != (sink is not None):
+            raise UnsupportedRecordKind(
+                "transactional batches need an open transaction" if sink is None else
+                "a transaction's record set holds only transactional batches")
+        loop = self.writer.loop
+        checked: asyncio.Future[int]
+        if validate.runs_inline(header):
+            max_timestamp = validate.check_records(view, header, settings, now_ms)
+            if not self._checking:
+                return self._commit(view, header, max_timestamp, settings, now_ms,
+                                    loop.create_future(), sink)
+            checked = loop.create_future()
+            checked.set_result(max_timestamp)
+        else:
+            checked = asyncio.wrap_future(
+                self.validators.submit(validate.check_records, view, header, settings, now_ms),
+                loop=loop,
+            )
+        appended: asyncio.Future[AppendResult] = loop.create_future()
+        self._checking.append(_Checking(checked, appended, view, header, settings, now_ms, sink))
+        checked.add_done_callback(self._commit_checked)
+        return appended
+
+    def _commit_checked(self, _checked: asyncio.Future[int] | None = None) -> None:
+        """Commit, in arrival order, the appends whose records are checked."""
+        queue = self._checking
+        while queue and queue[0].checked.done():
+            item = queue.popleft()
+            if item.checked.cancelled():
+                error: BaseException | None = StorageError("record validation was cancelled")
+            else:
+                error = item.checked.exception()
+            if error is None and self.deleted:
+                error = UnknownPartition(f"partition {self.partition} was deleted")
+            if error is not None:
+                if not item.appended.done():
+                    item.appended.set_exception(error)
+                continue
+            self._commit(item.view, item.header, item.checked.result(), item.settings,
+                         item.now_ms, item.appended, item.sink)
+
+    def _commit(
+        self,
+        view: memoryview,
+        header: rb.BatchHeader,
+        max_timestamp: int,
+        settings: TabletSettings,
+        now_ms: int,
+        appended: asyncio.Future[AppendResult],
+        sink: BlobSink | None,
+    ) -> asyncio.Future[AppendResult]:
+        """Check a checked batch's sequence, assign it offsets (or a blob of its
+        transaction) and queue its write; resolve ``appended``."""
+        ops = Ops()
+        cached = None
+        if header.producer_id >= 0:
+            try:
+                duplicate = self._check_sequence(header)
+            except TabletError as exc:
+                if not appended.done():
+                    appended.set_exception(exc)
+                return appended
+            if duplicate is not None:
+                # The original may still be on its way to the WAL: an empty change
+                # lands after it (writes land in submission order), so the retry
+                # is never acknowledged before the data it stands for is durable.
+                result = AppendResult(duplicate.base_offset, -1, self.log_start_offset)
+                return self._write(ops, appended, result, None)
+            cached = CachedBatch(header.base_sequence,
+                                 next_seq(header.base_sequence, header.record_count - 1), -1)
+        data = rb.stamp(view, header, 0 if sink is not None else self.log_end_offset,
+                        LEADER_EPOCH)
+        if settings.log_append_time:  # stamped when stored, as Kafka stamps its log
+            max_timestamp = now_ms
+            data = rb.set_max_timestamp(data, now_ms, log_append_time=True)
+        elif max_timestamp != header.max_timestamp:
+            # Kafka stores the records' true max timestamp, whatever the
+            # producer wrote; the time index relies on it.
+            data = rb.set_max_timestamp(data, max_timestamp)
+        append_time = now_ms if settings.log_append_time else -1
+        if sink is not None:
+            key = sink.next_key(self.prefix)
+            ops.put(key, data)
+            if cached is not None:
+                self.producers.stage(header.producer_id, header.producer_epoch, cached, now_ms,
+                                     ops)
+            sink.added(key, data)
+            return self._write(ops, appended, AppendResult(-1, append_time,
+                                                           self.log_start_offset), None)
         base_offset = self.log_end_offset
-        offset = base_offset
-        for header in headers:
-            data = rb.stamp(view, header, offset, LEADER_EPOCH)
-            max_timestamp = header.max_timestamp
-            if settings.log_append_time:
-                data = rb.set_log_append_time(data, now_ms)
-                max_timestamp = now_ms
-            ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
-            self._index_timestamp(offset, max_timestamp, ops)
-            self._cache(offset, data)
-            self.size_bytes += len(data)
-            offset += header.record_count
+        if cached is not None:
+            self.producers.stage(header.producer_id, header.producer_epoch,
+                                 CachedBatch(cached.first_seq, cached.last_seq, base_offset),
+                                 now_ms, ops)
+        ops.put(keys.offset_key(keys.LOG, self.prefix, base_offset), data)
+        self._index_timestamp(base_offset, max_timestamp, ops)
+        self._cache(base_offset, data)
+        self.size_bytes += len(data)
+        offset = base_offset + header.record_count
         self.log_end_offset = offset
         ops.put(self.meta_key, self._meta())
-        result = AppendResult(
-            base_offset, now_ms if settings.log_append_time else -1, self.log_start_offset
-        )
-        return self._submit(ops, result, offset)
+        return self._write(ops, appended, AppendResult(base_offset, append_time,
+                                                       self.log_start_offset), offset)
 
-    def _submit(self, ops: Ops, result: AppendResult,
-                publish_to: int | None) -> asyncio.Future[AppendResult]:
-        """Queue ``ops``; once in the WAL, resolve with ``result`` and (for log
-        appends) move the high watermark to ``publish_to``."""
+    def _check_sequence(self, header: rb.BatchHeader) -> CachedBatch | None:
+        """The batch an idempotent retry repeats, or None; raises on a gap or a
+        stale epoch. Called in arrival order, after earlier batches staged."""
+        first = header.base_sequence
+        return self.producers.check(header.producer_id, header.producer_epoch, first,
+                                    next_seq(first, header.record_count - 1))
+
+    def _write(self, ops: Ops, appended: asyncio.Future[AppendResult], result: AppendResult,
+               publish_to: int | None) -> asyncio.Future[AppendResult]:
+        """Queue ``ops``; once in the WAL, resolve ``appended`` with ``result`` and
+        (for log appends) move the high watermark to ``publish_to``."""
         done = self.writer.submit(ops)
-        appended: asyncio.Future[AppendResult] = done.get_loop().create_future()
 
         def on_written(fut: asyncio.Future[None]) -> None:
-            if appended.cancelled():
+            if appended.done():
                 pass
             elif fut.exception() is not None:
                 appended.set_exception(fut.exception())  # type: ignore[arg-type]
@@ -247,45 +338,6 @@ class PartitionTablet:
             self._ts_values.append(max_timestamp)
             ops.put(keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
                     _TIMESTAMP.pack(max_timestamp))
-
-    # ------------------------------------------------ idempotent producers
-    def _append_idempotent(self, view: memoryview, headers: list[rb.BatchHeader], now_ms: int,
-                           sink: BlobSink | None, ops: Ops) -> asyncio.Future[AppendResult]:
-        """A batch of an idempotent or transactional producer: sequence checks,
-        then the log (idempotent) or the transaction's blobs (transactional).
-
-        As in Kafka (Produce v3+), such a record set is exactly one batch.
-        """
-        if len(headers) != 1:
-            raise rb.InvalidRecordBatch(
-                "an idempotent or transactional record set must be exactly one batch")
-        header = headers[0]
-        pid, epoch, first_seq = header.producer_id, header.producer_epoch, header.base_sequence
-        if first_seq < 0:
-            raise rb.InvalidRecordBatch(f"producer {pid} sent a batch without a sequence")
-        last_seq = next_seq(first_seq, header.record_count - 1)
-        duplicate = self.producers.check(pid, epoch, first_seq, last_seq)
-        if duplicate is not None:
-            # The original may still be on its way to the WAL: an empty change
-            # lands after it (writes land in submission order), so the retry
-            # is never acknowledged before the data it stands for is durable.
-            return self._submit(Ops(), AppendResult(duplicate.base_offset, -1,
-                                                    self.log_start_offset), None)
-        if sink is None:
-            base_offset = self.log_end_offset
-            self.producers.stage(pid, epoch, CachedBatch(first_seq, last_seq, base_offset),
-                                 now_ms, ops)
-            return self._append_to_log(view, headers, now_ms, ops)
-        data = rb.stamp(view, header, 0, LEADER_EPOCH)
-        append_time = -1
-        if self.settings().log_append_time:  # stamped when stored, as Kafka stamps its log
-            append_time = now_ms
-            data = rb.set_log_append_time(data, now_ms)
-        key = sink.next_key(self.prefix)
-        ops.put(key, data)
-        self.producers.stage(pid, epoch, CachedBatch(first_seq, last_seq, -1), now_ms, ops)
-        sink.added(key, data)
-        return self._submit(ops, AppendResult(-1, append_time, self.log_start_offset), None)
 
     # --------------------------------------------------- transaction commit
     def stage_commit(self, blobs: list[PendingBlob], marker: bytes,
@@ -437,9 +489,9 @@ class PartitionTablet:
             if data is None:
                 return None
             if rb.max_timestamp_of(data) >= target:
-                for record_offset, timestamp in record_timestamps(data):
-                    if timestamp >= target and record_offset >= self.log_start_offset:
-                        return record_offset, timestamp
+                found = first_record_at_or_after(data, target, self.log_start_offset)
+                if found is not None:
+                    return found
             offset = rb.last_offset_of(data) + 1
         return None
 

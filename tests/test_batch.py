@@ -1,4 +1,4 @@
-"""Record batch headers: validation, offset stamping, LogAppendTime rewrite."""
+"""Record batch headers: parsing, CRC, offset stamping, max timestamp rewrite."""
 
 from __future__ import annotations
 
@@ -35,12 +35,14 @@ def test_invalid_batches_are_rejected(mutate, message):
         rb.parse_batches(mutate(make_batch([b"x", b"y"])))
 
 
-def test_record_count_must_match_offset_delta():
+def test_crc_is_checked_apart_when_asked():
     data = bytearray(make_batch([b"x", b"y"]))
-    struct.pack_into(">i", data, 57, 3)  # claims 3 records, delta says 2
+    data[-1] ^= 1
+    [header] = rb.parse_batches(bytes(data), verify_crc=False)
+    with pytest.raises(rb.InvalidRecordBatch, match="CRC"):
+        rb.check_crc(memoryview(bytes(data)), header)
     struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
-    with pytest.raises(rb.InvalidRecordBatch, match="record count"):
-        rb.parse_batches(bytes(data))
+    rb.check_crc(memoryview(bytes(data)), header)
 
 
 def test_old_message_format_is_reported_as_such():
@@ -62,11 +64,18 @@ def test_stamp_sets_offset_and_epoch_and_keeps_crc_valid():
 
 def test_log_append_time_rewrites_timestamp_and_crc():
     data = make_batch([b"a", b"b"], base_timestamp=100)
-    rewritten = rb.set_log_append_time(data, 999)
+    rewritten = rb.set_max_timestamp(data, 999, log_append_time=True)
     [header] = rb.parse_batches(rewritten)
     assert header.attributes & rb.ATTR_TIMESTAMP_TYPE
     assert header.max_timestamp == 999
     assert list(record_timestamps(rewritten)) == [(0, 999), (1, 999)]
+
+
+def test_max_timestamp_rewrite_keeps_the_timestamp_type():
+    data = make_batch([b"a"], base_timestamp=100)
+    [header] = rb.parse_batches(rb.set_max_timestamp(data, 150))
+    assert not header.attributes & rb.ATTR_TIMESTAMP_TYPE
+    assert header.max_timestamp == 150
 
 
 def test_record_timestamps_walk_every_record():

@@ -192,9 +192,9 @@ def test_a_retried_batch_is_recognised_after_a_restart(tmp_path):
             assert retried.base_offset == offset
         assert tablet.log_end_offset == 11  # nothing stored twice
         with pytest.raises(OutOfOrderSequence):
-            tablet.append(idempotent([b"x"], 10), 0)
+            await tablet.append(idempotent([b"x"], 10), 0)
         with pytest.raises(InvalidProducerEpoch):
-            tablet.append(idempotent([b"x"], 9, epoch=0), 0)
+            await tablet.append(idempotent([b"x"], 9, epoch=0), 0)
         appended = await tablet.append(idempotent([b"y"], 9), 0)
         assert appended.base_offset == 11
         read = await tablet.read(0, 1 << 20)
@@ -215,7 +215,7 @@ def test_expired_producers_leave_the_store(tmp_path):
         tablet = engine.partition("t", 0)
         assert len(tablet.producers) == 0
         with pytest.raises(UnknownProducerId):
-            tablet.append(idempotent([b"x"], 1), 0)
+            await tablet.append(idempotent([b"x"], 1), 0)
 
     run(first, tmp_path)
     run(after_restart, tmp_path)

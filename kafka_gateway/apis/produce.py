@@ -1,9 +1,12 @@
 """Produce (key 0), v0-9: append record batches to partition tablets.
 
-Each partition's record set is validated whole (magic 2, lengths, CRC-32C,
-record counts, max.message.bytes) before anything of it is stored; offsets
-are assigned in arrival order and the answer waits until the batches are in
-the WAL, for acks 1 and -1 alike (one copy: there is no ISR to wait for).
+Each partition's record set is validated whole, as Kafka's LogValidator does
+(``tablets.validate``: one batch, CRC-32C, counts, every record, timestamps,
+max.message.bytes), before anything of it is stored; a refused batch gets
+CORRUPT_MESSAGE, INVALID_RECORD, INVALID_TIMESTAMP or MESSAGE_TOO_LARGE,
+with record_errors (v8+) naming the records at fault. Offsets are assigned
+in arrival order and the answer waits until the batches are in the WAL, for
+acks 1 and -1 alike (one copy: there is no ISR to wait for).
 acks=0 gets no answer at all, as in Kafka. A topic is not auto-created here
 (Kafka creates topics on Metadata, which clients send first).
 
@@ -33,7 +36,7 @@ from tablets.batch import transactional_producer
 from tablets.tablet import now_ms
 
 from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
-from ..errors import KafkaError, error_message, txn_error_code
+from ..errors import KafkaError, error_message, record_errors, txn_error_code
 from .produce_request import decode
 
 __all__ = ["API_KEY", "VERSIONS", "decode", "handle"]
@@ -93,7 +96,7 @@ async def handle(broker, request):
                 base_offset=-1,
                 log_append_time=None,
                 log_start_offset=-1,
-                record_errors=(),
+                record_errors=_record_errors(schema, exc),
                 error_message=error_message(exc),
             )
         results.setdefault(name, []).append(part)
@@ -126,6 +129,15 @@ def _legacy_response(version: int, results: dict[str, list]) -> EncodedBody:
     if version >= 1:
         out.append(struct.pack(">i", 0))  # throttle time
     return EncodedBody(out, flexible=False)
+
+
+def _record_errors(schema, exc: BaseException) -> tuple:
+    """Produce v8+ names the records a batch was refused for (KIP-467)."""
+    entry = getattr(schema, "BatchIndexAndErrorMessage", None)
+    if entry is None:
+        return ()
+    return tuple(build(entry, batch_index=index, batch_index_error_message=message)
+                 for index, message in record_errors(exc))
 
 
 def _timestamp(ms: int) -> datetime.datetime | None:

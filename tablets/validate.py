@@ -1,0 +1,164 @@
+"""What a produced record set must be before anything of it is stored.
+
+Kafka 3.4's checks for magic 2 (ProduceRequest.validateRecords, UnifiedLog's
+analyzeAndValidateRecords, LogValidator and the DefaultRecord reader), in
+Kafka's order, each failure with Kafka's error:
+
+1. ``check_header``, cheap, on the event loop:
+   - the headers parse, magic 2, lengths fit (CORRUPT_MESSAGE, as before);
+   - exactly one batch, base offset 0 (INVALID_RECORD);
+   - no larger than max.message.bytes (MESSAGE_TOO_LARGE);
+   - the CRC-32C matches (CORRUPT_MESSAGE);
+   - a record count above 0 that matches the last offset delta, no control
+     batch, a sequence for a producer id (INVALID_RECORD).
+2. ``check_records``, which decompresses and walks every record as a stream
+   (``records.walk``), never holding a key or value:
+   - record lengths, varints, key/value/header lengths, no trailing bytes,
+     exactly the declared count (INVALID_RECORD);
+   - undecodable compressed data (CORRUPT_MESSAGE: Kafka 3.4 lets the codec's
+     IOException escape as UNKNOWN_SERVER_ERROR, which no client can act on);
+   - timestamps within message.timestamp.difference.max.ms of now, and no
+     LogAppendTime set by the producer (INVALID_TIMESTAMP, naming each
+     record at fault in record_errors, as Kafka does).
+   It returns the largest record timestamp, which the tablet stores as the
+   batch's max timestamp, as Kafka does, whatever the producer wrote there.
+
+Stricter than Kafka, deliberately: offset deltas must be 0, 1, 2... (Kafka
+rewrites a compressed batch whose deltas are not, and stores an uncompressed
+one as it is, so consumers see offsets that do not exist), and a key, value
+or header-value length below -1 is refused (Kafka reads it as null, but
+librdkafka consumers then fail on the batch).
+
+A batch is checked on the event loop when that is cheap (uncompressed, at
+most ``INLINE_RECORDS`` records: ~30 ns a record); otherwise on a worker
+thread (the tablet keeps appends in arrival order either way).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import batch as rb
+from .errors import InvalidRecord, InvalidTimestamp, RecordTooLarge
+from .records import RecordError, RecordWalker, walk
+
+if TYPE_CHECKING:
+    from .tablet import TabletSettings
+
+INLINE_RECORDS = 4096
+# Record errors named in one answer: Kafka names every record, but a small
+# compressed batch can declare two billion of them.
+MAX_RECORD_ERRORS = 10_000
+NO_LIMIT = 2**63 - 1
+
+
+def check_header(records: memoryview, settings: TabletSettings) -> rb.BatchHeader:
+    """The batch-level checks; returns the record set's one batch header."""
+    headers = rb.parse_batches(records, verify_crc=False)
+    if len(headers) != 1:
+        raise InvalidRecord(
+            f"a record set must hold exactly one record batch, this one holds {len(headers)}"
+        )
+    [header] = headers
+    if header.base_offset != 0:
+        raise InvalidRecord(
+            f"The baseOffset of the record batch should be 0, but it is {header.base_offset}"
+        )
+    if header.size > settings.max_message_bytes:
+        raise RecordTooLarge(
+            f"batch of {header.size} bytes exceeds max.message.bytes="
+            f"{settings.max_message_bytes}"
+        )
+    rb.check_crc(records, header)
+    last = header.last_offset_delta
+    if last < 0:
+        raise InvalidRecord(f"Batch has an invalid offset range: [0, {last}]")
+    if header.record_count <= 0:
+        raise InvalidRecord(f"Invalid reported count for record batch: {header.record_count}")
+    if header.record_count != last + 1:
+        raise InvalidRecord(
+            f"Inconsistent batch offset range [0, {last}] and count of records "
+            f"{header.record_count}"
+        )
+    if header.is_control:
+        raise InvalidRecord("Clients are not allowed to write control records")
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise InvalidRecord(
+            f"Invalid sequence number {header.base_sequence} in record batch with producerId "
+            f"{header.producer_id}"
+        )
+    return header
+
+
+def runs_inline(header: rb.BatchHeader) -> bool:
+    """Whether ``check_records`` is cheap enough for the event loop."""
+    return header.compression == 0 and header.record_count <= INLINE_RECORDS
+
+
+def check_records(
+    records: memoryview, header: rb.BatchHeader, settings: TabletSettings, now_ms: int
+) -> int:
+    """The record-level checks; returns the largest record timestamp (-1 if none).
+
+    Thread-safe: reads only its arguments.
+    """
+    producer_log_append_time = bool(header.attributes & rb.ATTR_TIMESTAMP_TYPE)
+    window = _timestamp_window(settings, now_ms)
+    walker = RecordWalker(
+        header.record_count,
+        header.base_timestamp,
+        contiguous=True,
+        timestamp_range=None if producer_log_append_time else window,
+        max_errors=MAX_RECORD_ERRORS,
+        release_gil=not runs_inline(header),  # then this runs on a worker thread
+    )
+    try:
+        walk(records, header, walker)
+    except RecordError as exc:
+        raise InvalidRecord(f"invalid record batch: {exc}") from None
+    if producer_log_append_time:
+        raise _log_append_time_refused(header, window, settings, now_ms)
+    if walker.bad_timestamp_count:
+        limit = settings.timestamp_difference_max_ms
+        raise InvalidTimestamp(
+            "One or more records have been rejected due to invalid timestamp",
+            [(index, _out_of_range(timestamp, index, now_ms, limit))
+             for index, timestamp in walker.bad_timestamps],
+        )
+    return walker.max_timestamp
+
+
+def _timestamp_window(settings: TabletSettings, now_ms: int) -> tuple[int, int] | None:
+    """The record timestamps a CreateTime topic accepts, or None for any."""
+    limit = settings.timestamp_difference_max_ms
+    if settings.log_append_time or limit >= NO_LIMIT:
+        return None
+    return max(now_ms - limit, -(2**63)), min(now_ms + limit, NO_LIMIT)
+
+
+def _out_of_range(timestamp: int, index: int, now_ms: int, limit: int) -> str:
+    return (
+        f"Timestamp {timestamp} of message with offset {index} is out of range. The timestamp "
+        f"should be within [{now_ms - limit}, {now_ms + limit}]"
+    )
+
+
+def _log_append_time_refused(
+    header: rb.BatchHeader, window: tuple[int, int] | None, settings: TabletSettings,
+    now_ms: int,
+) -> InvalidTimestamp:
+    """Kafka refuses every record of a batch whose producer set LogAppendTime;
+    each record's timestamp is then the batch's max timestamp."""
+    timestamp = header.max_timestamp
+    out_of_range = window is not None and timestamp != -1 and not (
+        window[0] <= timestamp <= window[1]
+    )
+    errors = [
+        (index, _out_of_range(timestamp, index, now_ms, settings.timestamp_difference_max_ms)
+         if out_of_range else
+         f"Invalid timestamp type in message with offset {index}. Producer should not set "
+         "timestamp type to LogAppendTime.")
+        for index in range(min(header.record_count, MAX_RECORD_ERRORS))
+    ]
+    return InvalidTimestamp("One or more records have been rejected due to invalid timestamp",
+                            errors)
