@@ -13,7 +13,9 @@ from .admin_http import AdminHttp
 from .broker import Broker
 from .config import GatewayConfig
 from .connection import KafkaConnection
+from .connection import log as connection_log
 from .groups import GroupCoordinator
+from .limits import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +35,7 @@ class GatewayServer:
         )
         self.broker = Broker(config, self.engine)
         self.connections: set[KafkaConnection] = set()
+        self.limits = ConnectionLimits.from_config(config, self.broker.metrics, connection_log)
         self._server: asyncio.Server | None = None
         self._retention: asyncio.Task[None] | None = None
         self._admin: AdminHttp | None = None
@@ -45,7 +48,7 @@ class GatewayServer:
         self.broker.groups.start()
         host, port = self.config.listen
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self.broker, self.connections), host, port,
+            lambda: KafkaConnection(self.broker, self.connections, self.limits), host, port,
             reuse_address=True, backlog=1024,
         )
         bound_port = self._server.sockets[0].getsockname()[1]
