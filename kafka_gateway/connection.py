@@ -25,8 +25,9 @@ into one buffer without copies.
 
 Timeouts: a connection with no request or response activity for
 ``connections.max.idle.ms`` is closed (one with a request being served, e.g. a
-parked long-poll, is not idle), and so is one whose half-received frame gets
-no new byte for ``gateway.partial.request.timeout.ms`` while we are reading.
+parked long-poll, is not idle; one whose client stopped reading its answers
+is), and so is one whose half-received frame gets no new byte for
+``gateway.partial.request.timeout.ms`` while we are reading.
 
 A malformed or oversized frame, or a request for an API or version this
 gateway does not implement, closes this connection only (Kafka does the same,
@@ -96,6 +97,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._one_at_a_time = asyncio.Lock()
+        self._one_at_a_time_holder: asyncio.Future[list[bytes] | None] | None = None
         self._closing = False
         self._loop = asyncio.get_running_loop()
         self._last_active = self._last_read = self._loop.time()
@@ -137,6 +139,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        self._last_active = self._loop.time()  # the client read
         self._writable.set()
         self._take_frames()
 
@@ -270,9 +273,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         handle = api.handle
         try:
             if api.one_at_a_time:
-                async with self._one_at_a_time:
-                    await self._writable.wait()
-                    body = await handle(self.broker, request)
+                # Held until _flush has written the answer: released when the
+                # handler returns, the next one would find the socket still
+                # writable and answer too, before the first answer is written.
+                await self._one_at_a_time.acquire()
+                self._one_at_a_time_holder = asyncio.current_task()
+                await self._writable.wait()
+                body = await handle(self.broker, request)
             else:
                 body = await handle(self.broker, request)
         except Exception:
@@ -300,21 +307,28 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 buffer.frames -= 1
                 if not buffer.frames and buffer is not self._buffer:
                     self.limits.memory.retire(buffer)
-            if task.cancelled():
-                continue
-            error = task.exception()
-            if error is not None:
-                self.limits.bad_input.log(self.address, logging.ERROR,
-                                          "closing %s: request failed", self.peer,
-                                          exc_info=error)
-                self._close()
+            failed = not task.cancelled() and not self._answer(task)
+            if task is self._one_at_a_time_holder:
+                self._one_at_a_time_holder = None
+                self._one_at_a_time.release()
+            if failed:
                 return
-            chunks = task.result()
-            if chunks and self.transport is not None and not self._closing:
-                self.transport.writelines(chunks)
-                self.broker.metrics.bytes_out += sum(map(len, chunks))
-                self._last_active = self._loop.time()
         self._take_frames()
+
+    def _answer(self, task: asyncio.Future[list[bytes] | None]) -> bool:
+        """Write a finished request's answer; False if it failed (the connection closes)."""
+        error = task.exception()
+        if error is not None:
+            self.limits.bad_input.log(self.address, logging.ERROR,
+                                      "closing %s: request failed", self.peer, exc_info=error)
+            self._close()
+            return False
+        chunks = task.result()
+        if chunks and self.transport is not None and not self._closing:
+            self.transport.writelines(chunks)
+            self.broker.metrics.bytes_out += sum(map(len, chunks))
+            self._last_active = self._loop.time()
+        return True
 
     def _update_reading(self) -> None:
         if self.transport is None or self._closing:
@@ -338,13 +352,16 @@ class KafkaConnection(asyncio.BufferedProtocol):
         now = self._loop.time()
         # A timeout that starts later is caught one period after it starts at worst.
         deadline = now + min(t for t in (idle, partial) if t is not None)
-        if self._end > self._start:
-            if partial is not None and not self._reading_paused:
-                if now - self._last_read >= partial:
-                    self._expire(f"no byte of a partial request for {partial:g} s", bad=True)
-                    return
-                deadline = min(deadline, self._last_read + partial)
-        elif idle is not None and not self._pending:
+        if partial is not None and self._end > self._start and not self._reading_paused:
+            if now - self._last_read >= partial:
+                self._expire(f"no byte of a partial request for {partial:g} s", bad=True)
+                return
+            deadline = min(deadline, self._last_read + partial)
+        # Busy means serving a request (a parked long-poll) or waiting for our
+        # memory; not a client that stopped reading its answers, whatever it
+        # has sent or is owed.
+        busy = (self._pending and not self._writing_paused) or self._awaiting_memory
+        if idle is not None and not busy:
             if now - self._last_active >= idle:
                 self._expire(f"idle for {idle:g} s", bad=False)
                 return

@@ -20,6 +20,7 @@ from kio.schema.fetch.v12 import request as fetch
 from kio.static.primitive import i32Timedelta
 
 from kafka_gateway.client import KafkaClient
+from kafka_gateway.codec import ChunkWriter, entity_writer_for
 from kafka_gateway.limits import BAD_INPUT_LINES_PER_WINDOW
 from testkit.batches import make_batch
 from testkit.gateway import GatewayProcess
@@ -244,15 +245,26 @@ def test_the_node_budget_bounds_frames_in_flight_and_serves_larger_ones(tmp_path
 
 
 # --------------------------------------------------------------------- timeouts
-def _long_poll(topic: str, offset: int, wait_ms: int) -> fetch.FetchRequest:
+def _long_poll(topic: str, offset: int, wait_ms: int,
+               max_bytes: int = 1 << 20) -> fetch.FetchRequest:
     return fetch.FetchRequest(
         cluster_id=None, replica_id=-1,
         max_wait=i32Timedelta.parse(datetime.timedelta(milliseconds=wait_ms)),
-        min_bytes=1, max_bytes=1 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+        min_bytes=1, max_bytes=max_bytes, isolation_level=0, session_id=0, session_epoch=-1,
         topics=(fetch.FetchTopic(topic=topic, partitions=(fetch.FetchPartition(
             partition=0, current_leader_epoch=-1, fetch_offset=offset, last_fetched_epoch=-1,
-            log_start_offset=-1, partition_max_bytes=1 << 20),)),),
+            log_start_offset=-1, partition_max_bytes=max_bytes),)),),
         forgotten_topics_data=(), rack_id="")
+
+
+def kio_frame(body: fetch.FetchRequest, correlation: int) -> bytes:
+    """A request frame for a kio request entity (flexible header: client id, no tags)."""
+    cls = type(body)
+    out = ChunkWriter()
+    out.write(struct.pack(">hhih", cls.__api_key__, cls.__version__, correlation, 4) + b"test")
+    out.write(b"\x00")
+    entity_writer_for(cls)(out, body)
+    return struct.pack(">i", out.size) + b"".join(out.chunks)
 
 
 def test_idle_connections_close_but_a_parked_fetch_is_not_idle(tmp_path):
@@ -293,6 +305,41 @@ def test_idle_connections_close_but_a_parked_fetch_is_not_idle(tmp_path):
         waited = asyncio.run(parked_fetch())
         assert waited >= 3.5  # the fetch waited its max wait, the connection stayed
         assert metrics(gateway)["kafka_gateway_connections_expired_total"] >= 2
+
+
+def test_a_client_that_stops_reading_its_answers_is_idle(tmp_path):
+    """Fetches wait behind answers the client never reads: not answered, and idle."""
+    with GatewayProcess(tmp_path / "data", "--admin-listen", "127.0.0.1:0",
+                        "--connections-max-idle-ms", "2000") as gateway:
+        batch = make_batch([b"x" * 1024] * 900)  # under max.message.bytes
+        with socket.create_connection(gateway.host_port, timeout=TIMEOUT) as setup:
+            setup.sendall(frame(3, 1, 0, struct.pack(">ih", 1, 6) + b"unread"))  # creates it
+            read_frame(setup)
+            for i in range(5):
+                setup.sendall(produce_frame(b"unread", batch, i))
+                assert struct.unpack_from(">h", read_frame(setup), 24)[0] == 0
+        expired = metrics(gateway)["kafka_gateway_connections_expired_total"]
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        sock.settimeout(TIMEOUT)
+        sock.connect(gateway.host_port)
+        fetches = 30  # 4 MiB answers each: far more than the socket buffers hold
+        sock.sendall(b"".join(kio_frame(_long_poll("unread", 0, 0, 4 << 20), i)
+                              for i in range(fetches)))
+        wait_for(lambda: metrics(gateway)["kafka_gateway_connections_expired_total"] > expired,
+                 "the connection to expire")
+        # One Fetch at a time, each once the client read the last answer: what
+        # the kernel took and one more answer were written, not 30.
+        written = metrics(gateway)["kafka_gateway_bytes_out_total"]
+        assert written < 4 * (4 << 20), written
+        received = 0
+        try:
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+        except ConnectionResetError:
+            pass
+        sock.close()
+        assert received < fetches * (4 << 20), received
 
 
 def test_a_half_received_frame_times_out_but_a_slow_one_does_not(tmp_path):
