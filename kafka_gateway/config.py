@@ -46,6 +46,14 @@ SETTINGS: tuple[Setting, ...] = (
             "default max.message.bytes of topics (largest batch accepted)"),
     Setting("socket.request.max.bytes", "max_frame_bytes", int,
             "largest request frame; a larger one closes the connection"),
+    Setting("queued.max.request.bytes", "queued_max_request_bytes", int,
+            "memory for request frames being received or served, all connections together; "
+            "reading pauses while it is spent (-1: no limit)"),
+    Setting("connections.max.idle.ms", "connections_max_idle_ms", int,
+            "close a connection with no request or response for this long (-1: never)"),
+    Setting("gateway.partial.request.timeout.ms", "partial_request_timeout_ms", int,
+            "close a connection whose half-received request gets no new byte for this long "
+            "(-1: never)"),
     Setting("gateway.fsync", "fsync", str,
             "never: acked data is in the WAL (survives a process crash); "
             "always: fsync each group commit (survives power loss)",
@@ -102,6 +110,9 @@ class GatewayConfig:
     retention_check_interval_ms: int = 300_000
     message_max_bytes: int = 1_048_588
     max_frame_bytes: int = 104_857_600
+    queued_max_request_bytes: int = 134_217_728
+    connections_max_idle_ms: int = 600_000
+    partial_request_timeout_ms: int = 30_000
     fsync: str = "never"
     tail_cache_bytes: int = 256 << 20
     admin_listen: str = "off"

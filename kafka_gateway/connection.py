@@ -15,9 +15,24 @@ started only while the client is reading its answers, so what waits in memory
 for a client that stopped reading is at most one Fetch answer (as with
 Kafka, which serves one request per connection at a time).
 
+Memory (see limits.py): the socket reads into a buffer that grows with the
+bytes of the frame actually received (doubling, up to the frame), never sized
+from the length prefix alone, charged to the node's ``queued.max.request.bytes``
+budget until the last frame read into it is answered; a connection with
+nothing unread holds no buffer at all. A fresh buffer is as large as the
+connection's last frame (capped), so a producer of large batches reads each
+into one buffer without copies.
+
+Timeouts: a connection with no request or response activity for
+``connections.max.idle.ms`` is closed (one with a request being served, e.g. a
+parked long-poll, is not idle; one whose client stopped reading its answers
+is), and so is one whose half-received frame gets no new byte for
+``gateway.partial.request.timeout.ms`` while we are reading.
+
 A malformed or oversized frame, or a request for an API or version this
 gateway does not implement, closes this connection only (Kafka does the same,
-except that ApiVersions is always answered), and is logged.
+except that ApiVersions is always answered), and is logged, at most a few
+lines a minute per client address.
 """
 
 from __future__ import annotations
@@ -40,56 +55,83 @@ from .codec import (
     encode_response,
     read_header,
 )
+from .limits import FIRST_READ_BYTES, ConnectionLimits, ReadBuffer
 
 log = logging.getLogger(__name__)
 
 MAX_IN_FLIGHT = 64
 MAX_IN_FLIGHT_BYTES = 32 << 20
-READ_BUFFER_BYTES = 256 << 10
-MIN_READ_BYTES = 64 << 10
+# A fresh buffer is sized from the connection's last frame, up to this.
+MAX_FRESH_BUFFER_BYTES = 8 << 20
+# Less free room than this (and than the frame still misses) gets a new buffer.
+MIN_READ_ROOM = 4 << 10
 _SIZE = struct.Struct(">i")
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, connections: set[KafkaConnection]) -> None:
+    def __init__(self, broker: Broker, connections: set[KafkaConnection],
+                 limits: ConnectionLimits) -> None:
         self.broker = broker
         self.connections = connections
+        self.limits = limits
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
+        self.address = "?"
         self.client_host = ""
         self.id = broker.new_connection_id()
         # The socket reads straight into _buffer (BufferedProtocol): bytes in
-        # [_start, _end) are received but not yet a whole frame.
-        self._buffer = bytearray()
+        # [_start, _end) are received but not yet a whole frame. None while
+        # nothing is unread: an idle connection holds no buffer.
+        self._buffer: ReadBuffer | None = None
         self._start = 0
         self._end = 0
-        # Requests being served, in arrival order, with their frame sizes.
-        self._pending: deque[tuple[asyncio.Future[list[bytes] | None], int]] = deque()
+        self._fresh_size = FIRST_READ_BYTES
+        self._awaiting_memory = False
+        # Requests being served, in arrival order, with their frame sizes and
+        # the buffers their frames are views of.
+        self._pending: deque[
+            tuple[asyncio.Future[list[bytes] | None], int, ReadBuffer | None]
+        ] = deque()
         self._pending_bytes = 0
         self._reading_paused = False
         self._writing_paused = False
         self._writable = asyncio.Event()
         self._writable.set()
         self._one_at_a_time = asyncio.Lock()
+        self._one_at_a_time_holder: asyncio.Future[list[bytes] | None] | None = None
         self._closing = False
+        self._loop = asyncio.get_running_loop()
+        self._last_active = self._last_read = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.address = str(peer[0]) if peer else "?"
         self.client_host = f"/{peer[0]}" if peer else ""
         self.connections.add(self)
         self.broker.metrics.connections += 1
         self.broker.metrics.connections_total += 1
+        self._on_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.connections.discard(self)
         self.broker.metrics.connections -= 1
         self._closing = True
-        for task, _size in self._pending:
+        if self._timer is not None:
+            self._timer.cancel()
+        memory = self.limits.memory
+        memory.forget(self)
+        for task, _size, buffer in self._pending:
             task.cancel()
+            if buffer is not None:
+                memory.retire(buffer)
         self._pending.clear()
+        if self._buffer is not None:
+            memory.retire(self._buffer)
+            self._buffer = None
 
     def pause_writing(self) -> None:
         self._writing_paused = True
@@ -98,24 +140,35 @@ class KafkaConnection(asyncio.BufferedProtocol):
 
     def resume_writing(self) -> None:
         self._writing_paused = False
+        self._last_active = self._loop.time()  # the client read
         self._writable.set()
         self._take_frames()
 
     def get_buffer(self, sizehint: int) -> memoryview:
-        if len(self._buffer) - self._end < MIN_READ_BYTES:
-            self._new_buffer(MIN_READ_BYTES)
-        return memoryview(self._buffer)[self._end :]
+        buffer = self._buffer
+        if buffer is None:
+            buffer = self._buffer = self.limits.memory.fresh(self._fresh_size)
+            self._start = self._end = 0
+        elif self._end == len(buffer.data):  # not expected: _prepare_read leaves room
+            self._move_to(self.limits.memory.fresh(self._end - self._start + MIN_READ_ROOM))
+            buffer = self._buffer
+        return memoryview(buffer.data)[self._end :]
 
     def buffer_updated(self, nbytes: int) -> None:
         self.broker.metrics.bytes_in += nbytes
         self._end += nbytes
+        self._last_active = self._last_read = self._loop.time()
         self._take_frames()
 
     def _take_frames(self) -> None:
         """Dispatch the whole frames received, as long as backpressure allows."""
+        buffer = self._buffer
+        if buffer is None or self._closing:
+            self._update_reading()
+            return
         # Frames are handed on as read-only views of the buffer: no copy. The
         # socket only ever writes past _end, never under a frame handed out.
-        view = memoryview(self._buffer).toreadonly()
+        view = memoryview(buffer.data).toreadonly()
         pos, end = self._start, self._end
         limit = self.broker.config.max_frame_bytes
         while end - pos >= 4 and not self._closing and not self._saturated:
@@ -124,16 +177,61 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._reject(f"frame of {size} bytes (limit {limit})")
                 return
             if end - pos - 4 < size:
-                if pos + 4 + size > len(self._buffer):
-                    self._start = pos
-                    self._new_buffer(4 + size)  # the whole frame will fit in one buffer
-                    return
                 break
             self._start = pos + 4 + size
-            self._dispatch(view[pos + 4 : pos + 4 + size])
+            self._fresh_size = min(max(FIRST_READ_BYTES, 4 + size), MAX_FRESH_BUFFER_BYTES)
+            self.limits.memory.frame_received(self)
+            self._dispatch(view[pos + 4 : pos + 4 + size], buffer)
             pos = self._start
         self._start = pos
+        if not (self._closing or self._saturated or self._awaiting_memory):
+            self._prepare_read()
         self._update_reading()
+
+    def _prepare_read(self) -> None:
+        """Leave room for the next read: drop an emptied buffer, grow for a partial frame."""
+        buffer = self._buffer
+        assert buffer is not None
+        unread = self._end - self._start
+        if unread == 0:
+            self._buffer = None
+            self._start = self._end = 0
+            if not buffer.frames:
+                self.limits.memory.retire(buffer)
+            return
+        if unread >= 4:
+            whole = 4 + _SIZE.unpack_from(buffer.data, self._start)[0]
+            missing = whole - unread
+        else:
+            whole, missing = FIRST_READ_BYTES, 4 - unread
+        if len(buffer.data) - self._end >= min(missing, MIN_READ_ROOM):
+            return
+        # Grow with what arrived (doubling), never straight to the declared size:
+        # a length prefix alone must not reserve memory.
+        size = min(whole, max(2 * unread, self._fresh_size))
+        granted = self.limits.memory.request(self, size, whole)
+        if granted is None:
+            self._awaiting_memory = True  # memory_granted resumes reading
+        else:
+            self._move_to(granted)
+
+    def memory_granted(self, buffer: ReadBuffer) -> None:
+        if self._closing:
+            self.limits.memory.retire(buffer)
+            return
+        self._awaiting_memory = False
+        self._move_to(buffer)
+        self._update_reading()
+
+    def _move_to(self, buffer: ReadBuffer) -> None:
+        """Move the unread bytes to ``buffer``; the old one lives on while frames view it."""
+        old = self._buffer
+        assert old is not None
+        unread = self._end - self._start
+        buffer.data[:unread] = memoryview(old.data)[self._start : self._end]
+        self._buffer, self._start, self._end = buffer, 0, unread
+        if not old.frames:
+            self.limits.memory.retire(old)
 
     @property
     def _saturated(self) -> bool:
@@ -143,18 +241,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             or self._pending_bytes >= MAX_IN_FLIGHT_BYTES
         )
 
-    def _new_buffer(self, room: int) -> None:
-        """Move the unread bytes to a fresh buffer with ``room`` bytes free after them.
-
-        The old buffer is left as it is: frames handed out may still view it.
-        """
-        unread = self._end - self._start
-        buffer = bytearray(max(READ_BUFFER_BYTES, unread + room))
-        buffer[:unread] = self._buffer[self._start : self._end]
-        self._buffer, self._start, self._end = buffer, 0, unread
-
     # ------------------------------------------------------------- requests
-    def _dispatch(self, frame: memoryview) -> None:
+    def _dispatch(self, frame: memoryview, buffer: ReadBuffer) -> None:
         try:
             header, body_pos = read_header(frame)
             api = APIS.get(header.api_key)
@@ -173,9 +261,10 @@ class KafkaConnection(asyncio.BufferedProtocol):
         except MalformedRequest as exc:
             self._reject(str(exc))
             return
-        task = asyncio.get_running_loop().create_task(self._serve(request, api.name))
+        task = self._loop.create_task(self._serve(request, api.name))
         self._pending_bytes += len(frame)
-        self._pending.append((task, len(frame)))
+        buffer.frames += 1
+        self._pending.append((task, len(frame), buffer))
         task.add_done_callback(self._flush)
 
     async def _serve(self, request: Request, name: str) -> list[bytes] | None:
@@ -186,9 +275,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         handle = api.handle
         try:
             if api.one_at_a_time:
-                async with self._one_at_a_time:
-                    await self._writable.wait()
-                    body = await handle(self.broker, request)
+                # Held until _flush has written the answer: released when the
+                # handler returns, the next one would find the socket still
+                # writable and answer too, before the first answer is written.
+                await self._one_at_a_time.acquire()
+                self._one_at_a_time_holder = asyncio.current_task()
+                await self._writable.wait()
+                body = await handle(self.broker, request)
             else:
                 body = await handle(self.broker, request)
         except Exception:
@@ -201,43 +294,96 @@ class KafkaConnection(asyncio.BufferedProtocol):
         return encode_response(request.header.api_key, request.header.correlation_id, body)
 
     def _queue_ready(self, chunks: list[bytes]) -> None:
-        future: asyncio.Future[list[bytes] | None] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[list[bytes] | None] = self._loop.create_future()
         future.set_result(chunks)
-        self._pending.append((future, 0))
+        self._pending.append((future, 0, None))
         # Not flushed from here: this runs inside _take_frames' loop.
-        asyncio.get_running_loop().call_soon(self._flush)
+        self._loop.call_soon(self._flush)
 
     def _flush(self, _task: object = None) -> None:
         pending = self._pending
         while pending and pending[0][0].done():
-            task, size = pending.popleft()
+            task, size, buffer = pending.popleft()
             self._pending_bytes -= size
-            if task.cancelled():
-                continue
-            error = task.exception()
-            if error is not None:
-                log.error("closing %s: request failed", self.peer, exc_info=error)
-                self._close()
+            if buffer is not None:
+                buffer.frames -= 1
+                if not buffer.frames and buffer is not self._buffer:
+                    self.limits.memory.retire(buffer)
+            failed = not task.cancelled() and not self._answer(task)
+            if task is self._one_at_a_time_holder:
+                self._one_at_a_time_holder = None
+                self._one_at_a_time.release()
+            if failed:
                 return
-            chunks = task.result()
-            if chunks and self.transport is not None and not self._closing:
-                self.transport.writelines(chunks)
-                self.broker.metrics.bytes_out += sum(map(len, chunks))
         self._take_frames()
+
+    def _answer(self, task: asyncio.Future[list[bytes] | None]) -> bool:
+        """Write a finished request's answer; False if it failed (the connection closes)."""
+        error = task.exception()
+        if error is not None:
+            self.limits.bad_input.log(self.address, logging.ERROR,
+                                      "closing %s: request failed", self.peer, exc_info=error)
+            self._close()
+            return False
+        chunks = task.result()
+        if chunks and self.transport is not None and not self._closing:
+            self.transport.writelines(chunks)
+            self.broker.metrics.bytes_out += sum(map(len, chunks))
+            self._last_active = self._loop.time()
+        return True
 
     def _update_reading(self) -> None:
         if self.transport is None or self._closing:
             return
-        should_pause = self._saturated
+        should_pause = self._saturated or self._awaiting_memory
         if should_pause and not self._reading_paused:
             self.transport.pause_reading()
             self._reading_paused = True
         elif not should_pause and self._reading_paused:
             self.transport.resume_reading()
             self._reading_paused = False
+            self._last_read = self._loop.time()  # a pause of ours is no stall of theirs
+
+    # ------------------------------------------------------------- timeouts
+    def _on_timer(self) -> None:
+        """Close the connection if idle or stalled mid-frame; else check again later."""
+        self._timer = None
+        idle, partial = self.limits.idle_seconds, self.limits.partial_request_seconds
+        if self._closing or (idle is None and partial is None):
+            return
+        now = self._loop.time()
+        # A timeout that starts later is caught one period after it starts at worst.
+        deadline = now + min(t for t in (idle, partial) if t is not None)
+        if partial is not None and self._end > self._start and not self._reading_paused:
+            if now - self._last_read >= partial:
+                self._expire(f"no byte of a partial request for {partial:g} s", bad=True)
+                return
+            deadline = min(deadline, self._last_read + partial)
+        # Busy means serving a request (a parked long-poll) or waiting for our
+        # memory; not a client that stopped reading its answers, whatever it
+        # has sent or is owed.
+        busy = (self._pending and not self._writing_paused) or self._awaiting_memory
+        if idle is not None and not busy:
+            if now - self._last_active >= idle:
+                self._expire(f"idle for {idle:g} s", bad=False)
+                return
+            deadline = min(deadline, self._last_active + idle)
+        self._timer = self._loop.call_at(deadline, self._on_timer)
+
+    def _expire(self, reason: str, bad: bool) -> None:
+        self.broker.metrics.connections_expired += 1
+        if bad:
+            self.limits.bad_input.log(self.address, logging.WARNING,
+                                      "closing connection from %s: %s", self.peer, reason)
+        else:
+            log.debug("closing connection from %s: %s", self.peer, reason)
+        self._closing = True
+        if self.transport is not None:
+            self.transport.abort()  # whatever it has not read in all that time is dropped
 
     def _reject(self, reason: str) -> None:
-        log.warning("closing connection from %s: %s", self.peer, reason)
+        self.limits.bad_input.log(self.address, logging.WARNING,
+                                  "closing connection from %s: %s", self.peer, reason)
         self.broker.metrics.bad_frames += 1
         self._close()
 
@@ -249,5 +395,5 @@ class KafkaConnection(asyncio.BufferedProtocol):
     async def drain(self, timeout: float) -> None:
         """Let the requests already read finish and be answered (shutdown)."""
         if self._pending:
-            await asyncio.wait([task for task, _size in self._pending], timeout=timeout)
+            await asyncio.wait([task for task, _size, _buffer in self._pending], timeout=timeout)
         self._close()

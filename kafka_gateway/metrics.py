@@ -42,6 +42,9 @@ class Metrics:
     connections: int = 0
     connections_total: int = 0
     bad_frames: int = 0
+    log_lines_suppressed: int = 0  # bad-input warnings over the per-address rate
+    connections_expired: int = 0  # closed idle, or stalled in the middle of a frame
+    request_memory_bytes: int = 0  # read buffers charged to queued.max.request.bytes
 
     def render(self, extra: dict[str, float]) -> str:
         lines = [
@@ -72,6 +75,9 @@ class Metrics:
             "connections": self.connections,
             "connections_total": self.connections_total,
             "bad_frames_total": self.bad_frames,
+            "log_lines_suppressed_total": self.log_lines_suppressed,
+            "connections_expired_total": self.connections_expired,
+            "request_memory_bytes": self.request_memory_bytes,
             **extra,
         }
         lines.extend(f"kafka_gateway_{name} {value}" for name, value in scalars.items())

@@ -14,7 +14,9 @@ from .admin_http import AdminHttp
 from .broker import Broker
 from .config import GatewayConfig
 from .connection import KafkaConnection
+from .connection import log as connection_log
 from .groups import GroupCoordinator, GroupOffsets
+from .limits import ConnectionLimits
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +38,7 @@ class GatewayServer:
         )
         self.broker = Broker(config, self.engine)
         self.connections: set[KafkaConnection] = set()
+        self.limits = ConnectionLimits.from_config(config, self.broker.metrics, connection_log)
         self._server: asyncio.Server | None = None
         self._retention: asyncio.Task[None] | None = None
         self._txn_expiry: asyncio.Task[None] | None = None
@@ -59,7 +62,7 @@ class GatewayServer:
         self._txn_expiry = loop.create_task(self._txn_expiry_loop())
         host, port = self.config.listen
         self._server = await loop.create_server(
-            lambda: KafkaConnection(self.broker, self.connections), host, port,
+            lambda: KafkaConnection(self.broker, self.connections, self.limits), host, port,
             reuse_address=True, backlog=1024,
         )
         bound_port = self._server.sockets[0].getsockname()[1]

@@ -1,0 +1,271 @@
+"""What all connections share to stay bounded: request memory and bad-input logging.
+
+``RequestMemory`` is ``queued.max.request.bytes``: every connection reads into
+buffers charged to one node-wide budget, from allocation until they are freed
+(their last frame answered and dropped by whoever held it). A connection whose
+next buffer does not fit waits, its reading paused, in arrival order. Buffers
+grow with the bytes that arrive, so what a connection holds is charged for
+bytes it was actually sent, not for a length it declared.
+
+Half-received frames hold memory while they wait for more, so a budget spent
+on them alone could wait forever. One overdraft slot prevents that: when the
+head waiter does not fit and the slot is free, it gets the whole frame it is
+receiving past the budget; the slot is free again once that frame's buffer is
+freed. So memory is bounded by the budget plus one frame (at most
+``socket.request.max.bytes``), and a frame larger than the budget is still
+served. Each connection may also always read into a small fresh buffer
+(``FIRST_READ_BYTES``), as it always has kernel socket buffers.
+
+``BadInputLog`` rate-limits the warnings about bad input per client address:
+a client that keeps sending garbage (or reconnects to do it again) gets a few
+lines a minute, and the rest are counted in ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import logging
+import time
+import weakref
+from collections import deque
+from dataclasses import dataclass
+from typing import Protocol
+
+from .config import GatewayConfig
+from .metrics import Metrics
+
+# A fresh buffer, before a connection has sent a larger frame.
+FIRST_READ_BYTES = 16 << 10
+BAD_INPUT_LINES_PER_WINDOW = 10
+BAD_INPUT_WINDOW_SECONDS = 60.0
+_MAX_TRACKED_PEERS = 4096
+FULL_COLLECT_INTERVAL_SECONDS = 1.0
+
+
+class _Bytes(bytearray):
+    """A bytearray whose end can be watched (plain bytearrays take no weak references)."""
+
+    __slots__ = ("__weakref__",)
+
+
+class _Charge:
+    __slots__ = ("overdraft", "retired", "size")
+
+    def __init__(self, size: int, overdraft: bool) -> None:
+        self.size = size
+        self.overdraft = overdraft
+        self.retired = False  # its connection is done with it
+
+
+class ReadBuffer:
+    """A connection's read buffer, charged to the node's budget until it is freed.
+
+    ``frames`` counts the frames read into it whose requests are not answered
+    yet. The charge is returned when ``data`` is actually freed, not when the
+    connection is done with it: a handler that keeps a view of a frame (or a
+    reference cycle that does, until the garbage collector runs) keeps its
+    memory charged, so the budget bounds what the process really holds.
+    """
+
+    __slots__ = ("charge", "data", "frames")
+
+    def __init__(self, data: _Bytes, charge: _Charge) -> None:
+        self.data = data
+        self.charge = charge
+        self.frames = 0
+
+
+class MemoryWaiter(Protocol):
+    def memory_granted(self, buffer: ReadBuffer) -> None: ...
+
+
+class RequestMemory:
+    def __init__(self, limit: int, metrics: Metrics) -> None:
+        self.limit = limit if limit > 0 else None  # <= 0: no limit, as Kafka's -1
+        self.used = 0
+        self.metrics = metrics
+        self._waiting: deque[tuple[MemoryWaiter, int, int]] = deque()
+        self._overdraft_owner: MemoryWaiter | None = None  # receiving its overdraft frame
+        self._overdraft_bytes = 0  # overdraft buffers not freed yet
+        self._retired_bytes = 0  # buffers no connection needs, not freed yet
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake_scheduled = False
+        self._last_full_collect = 0.0
+
+    def _fits(self, size: int) -> bool:
+        return self.limit is None or self.used + size <= self.limit
+
+    @property
+    def _overdraft_free(self) -> bool:
+        return self._overdraft_owner is None and self._overdraft_bytes == 0
+
+    def fresh(self, size: int) -> ReadBuffer:
+        """A buffer for a connection with nothing unread: never refused.
+
+        It is ``size`` if that fits, else ``FIRST_READ_BYTES``.
+        """
+        if self._waiting or not self._fits(size):
+            size = min(size, FIRST_READ_BYTES)
+        return self._charge(size, overdraft=False)
+
+    def request(self, waiter: MemoryWaiter, size: int, whole: int) -> ReadBuffer | None:
+        """A buffer of ``size`` bytes for a frame of ``whole`` bytes being received.
+
+        None when it does not fit now: ``waiter.memory_granted`` gets it later.
+        """
+        if waiter is self._overdraft_owner:
+            return self._charge(whole, overdraft=True)
+        if not self._waiting:
+            if self._fits(size):
+                return self._charge(size, overdraft=False)
+            if self._overdraft_free:
+                self._overdraft_owner = waiter
+                return self._charge(whole, overdraft=True)
+        self._waiting.append((waiter, size, whole))
+        self._schedule_wake()  # what blocks it may be garbage waiting for a collection
+        return None
+
+    def frame_received(self, waiter: MemoryWaiter) -> None:
+        """The overdraft owner has its frame: the slot frees with the frame's buffer."""
+        if waiter is self._overdraft_owner:
+            self._overdraft_owner = None
+            self._schedule_wake()
+
+    def retire(self, buffer: ReadBuffer) -> None:
+        """Its connection is done with it (no frame of it unanswered, not read into)."""
+        charge = buffer.charge
+        if not charge.retired:
+            charge.retired = True
+            self._retired_bytes += charge.size
+
+    def forget(self, waiter: MemoryWaiter) -> None:
+        """A connection closed: it waits no more and gives up the overdraft."""
+        if any(w is waiter for w, _size, _whole in self._waiting):
+            self._waiting = deque(item for item in self._waiting if item[0] is not waiter)
+        if waiter is self._overdraft_owner:
+            self._overdraft_owner = None
+        self._schedule_wake()
+
+    def _charge(self, size: int, overdraft: bool) -> ReadBuffer:
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        if overdraft:
+            self._overdraft_bytes += size
+        else:
+            self.used += size
+        self.metrics.request_memory_bytes = self.used + self._overdraft_bytes
+        data, charge = _Bytes(size), _Charge(size, overdraft)
+        weakref.finalize(data, self._freed, charge).atexit = False
+        return ReadBuffer(data, charge)
+
+    def _freed(self, charge: _Charge) -> None:
+        # Runs wherever the last reference went: only bookkeeping here.
+        if charge.overdraft:
+            self._overdraft_bytes -= charge.size
+        else:
+            self.used -= charge.size
+        if charge.retired:
+            self._retired_bytes -= charge.size
+        self.metrics.request_memory_bytes = self.used + self._overdraft_bytes
+        if self._waiting:
+            self._schedule_wake()
+
+    def _schedule_wake(self) -> None:
+        if not self._wake_scheduled and self._loop is not None and not self._loop.is_closed():
+            self._wake_scheduled = True
+            self._loop.call_soon(self._wake)
+
+    def _wake(self) -> None:
+        self._wake_scheduled = False
+        while self._waiting:
+            waiter, size, whole = self._waiting[0]
+            if self._fits(size):
+                buffer = self._charge(size, overdraft=False)
+            elif self._overdraft_free:
+                self._overdraft_owner = waiter
+                buffer = self._charge(whole, overdraft=True)
+            else:
+                self._collect_garbage()
+                return
+            self._waiting.popleft()
+            waiter.memory_granted(buffer)
+
+    def _collect_garbage(self) -> None:
+        """Free retired buffers that only reference cycles still hold, if any.
+
+        A young collection is cheap; a full one runs at most once a second.
+        The frees it causes schedule the next wake.
+        """
+        if not self._retired_bytes:
+            return
+        before = self._retired_bytes
+        gc.collect(1)
+        if self._retired_bytes == before:
+            now = time.monotonic()
+            if now - self._last_full_collect >= FULL_COLLECT_INTERVAL_SECONDS:
+                self._last_full_collect = now
+                gc.collect()
+            elif self._loop is not None:
+                self._loop.call_later(FULL_COLLECT_INTERVAL_SECONDS, self._schedule_wake)
+
+
+class BadInputLog:
+    """At most ``BAD_INPUT_LINES_PER_WINDOW`` lines per client address and window."""
+
+    def __init__(self, logger: logging.Logger, metrics: Metrics) -> None:
+        self.logger = logger
+        self.metrics = metrics
+        # address -> [window start, lines logged in it, lines suppressed since the last one]
+        self._peers: dict[str, list[float]] = {}
+
+    def log(self, address: str, level: int, message: str, *args: object,
+            exc_info: BaseException | None = None) -> None:
+        now = time.monotonic()
+        state = self._peers.get(address)
+        if state is None or now - state[0] >= BAD_INPUT_WINDOW_SECONDS:
+            suppressed = int(state[2]) if state else 0
+            state = self._peers[address] = [now, 0, suppressed]
+            self._prune(now)
+        if state[1] >= BAD_INPUT_LINES_PER_WINDOW:
+            state[2] += 1
+            self.metrics.log_lines_suppressed += 1
+            return
+        state[1] += 1
+        if state[2]:
+            message += " (%d similar lines from this address suppressed)"
+            args = (*args, int(state[2]))
+            state[2] = 0
+        self.logger.log(level, message, *args, exc_info=exc_info)
+
+    def _prune(self, now: float) -> None:
+        if len(self._peers) <= _MAX_TRACKED_PEERS:
+            return
+        for address, state in list(self._peers.items()):
+            if now - state[0] >= BAD_INPUT_WINDOW_SECONDS:
+                del self._peers[address]
+        while len(self._peers) > _MAX_TRACKED_PEERS:  # all recent: forget the oldest
+            del self._peers[next(iter(self._peers))]
+
+
+@dataclass(slots=True)
+class ConnectionLimits:
+    """What every connection of a listener shares."""
+
+    memory: RequestMemory
+    bad_input: BadInputLog
+    idle_seconds: float | None  # connections.max.idle.ms, None: never
+    partial_request_seconds: float | None  # gateway.partial.request.timeout.ms, None: never
+
+    @classmethod
+    def from_config(cls, config: GatewayConfig, metrics: Metrics,
+                    logger: logging.Logger) -> ConnectionLimits:
+        def seconds(ms: int) -> float | None:
+            return ms / 1000 if ms > 0 else None
+
+        return cls(
+            memory=RequestMemory(config.queued_max_request_bytes, metrics),
+            bad_input=BadInputLog(logger, metrics),
+            idle_seconds=seconds(config.connections_max_idle_ms),
+            partial_request_seconds=seconds(config.partial_request_timeout_ms),
+        )
