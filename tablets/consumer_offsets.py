@@ -198,14 +198,17 @@ class ConsumerOffsets:
     # ------------------------------------------- transactional (pending) offsets
     def hold_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         """Mark offsets an open transaction has staged for this group."""
-        self._pending.setdefault(group, Counter()).update(partitions)
+        pending = self._pending.setdefault(group, Counter())
+        for tp in partitions:  # not Counter.update: it would read a mapping's values as counts
+            pending[tp] += 1
 
     def release_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
         """The transaction holding these offsets committed or aborted."""
         pending = self._pending.get(group)
         if pending is None:
             return
-        pending.subtract(partitions)
+        for tp in partitions:  # a mapping's keys, as in hold_pending
+            pending[tp] -= 1
         for tp in [tp for tp, n in pending.items() if n <= 0]:
             del pending[tp]
         if not pending:
