@@ -67,7 +67,8 @@ class ProducerEntry:
         epoch, timestamp, count = _HEAD.unpack_from(value)
         entry = cls(epoch, timestamp)
         for i in range(count):
-            entry.batches.append(CachedBatch(*_BATCH.unpack_from(value, _HEAD.size + i * 12)))
+            at = _HEAD.size + i * _BATCH.size
+            entry.batches.append(CachedBatch(*_BATCH.unpack_from(value, at)))
         return entry
 
 
