@@ -192,7 +192,7 @@ class TransactionCoordinator:
                         f"{transactional_id}: producer {producer_id} epoch {epoch} is not the "
                         f"current {meta.producer_id} epoch {meta.epoch}")
             publish = self._stage_abort(meta, ops) if meta.is_open else None
-            self._bump_epoch(meta, ops)
+            self._bump_epoch(meta, ops, retriable=producer_id >= 0)
             meta.timeout_ms = timeout_ms
             meta.move(TxnState.EMPTY)
             meta.updated_ms = now
@@ -202,9 +202,15 @@ class TransactionCoordinator:
                 publish()
             return meta.producer_id, meta.epoch
 
-    def _bump_epoch(self, meta: TxnMetadata, ops: Ops) -> None:
+    def _bump_epoch(self, meta: TxnMetadata, ops: Ops, retriable: bool = False) -> None:
+        """Fence every older session. Only a KIP-360 bump asked for by the
+        current session (``retriable``) remembers the epoch it came from, so
+        that session's retry gets the same answer; after a new session or a
+        timeout the old epoch is fenced, its own bump requests included (as
+        in Kafka, which records the last epoch only for the former)."""
         old_pid = meta.producer_id
-        meta.last_producer_id, meta.last_epoch = meta.producer_id, meta.epoch
+        meta.last_producer_id, meta.last_epoch = (
+            (meta.producer_id, meta.epoch) if retriable else (-1, -1))
         if meta.epoch >= EPOCH_EXHAUSTED:
             meta.producer_id, meta.epoch = self.ids.allocate(ops), 0
         else:
