@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -75,6 +76,28 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str,
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(interval)
+    return value
+
+
+def within(timeout: float, fn: Callable[..., T], *args: object) -> T:
+    """Run a blocking client call that takes no timeout of its own (kafka-python's
+    commit_transaction waits for ever); fail the test instead of hanging."""
+    outcome: list = []
+
+    def call() -> None:
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not outcome:
+        raise AssertionError(f"{getattr(fn, '__qualname__', fn)} did not return in {timeout}s")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
     return value
 
 
