@@ -2,7 +2,8 @@
 
 Each test is a plain function that drives its coroutine with asyncio.run,
 bounded by asyncio.wait_for. Consumers use assign()/seek with no group
-(group_id=None) and commit nothing; producers run without idempotence.
+(group_id=None) and commit nothing; producers keep aiokafka's defaults
+(not idempotent: aiokafka's enable_idempotence defaults to False).
 """
 
 from __future__ import annotations
@@ -53,8 +54,7 @@ async def admin_client(gateway: GatewayProcess) -> AsyncIterator[AIOKafkaAdminCl
 
 @asynccontextmanager
 async def producer(gateway: GatewayProcess, **config: Any) -> AsyncIterator[AIOKafkaProducer]:
-    config = {"enable_idempotence": False, "acks": "all", "request_timeout_ms": 20000,
-              **config}
+    config = {"acks": "all", "request_timeout_ms": 20000, **config}
     prod = AIOKafkaProducer(bootstrap_servers=gateway.bootstrap, **config)
     await prod.start()
     try:

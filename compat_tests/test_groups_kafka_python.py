@@ -34,7 +34,7 @@ def gateway(tmp_path_factory):
 
 def produce(gateway, topic: str, count: int, partitions: int) -> list[str]:
     values = [f"v{i}" for i in range(count)]
-    producer = KafkaProducer(bootstrap_servers=gateway.bootstrap, enable_idempotence=False)
+    producer = KafkaProducer(bootstrap_servers=gateway.bootstrap)
     try:
         for index, value in enumerate(values):
             producer.send(topic, value.encode(), partition=index % partitions)

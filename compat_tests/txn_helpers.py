@@ -1,0 +1,342 @@
+"""Helpers shared by the transaction compat tests (``test_txn_*.py``).
+
+- a gateway that aborts timed-out transactions within 200 ms;
+- the scenario every client runs (two topics, several partitions, committed,
+  aborted and open transactions) and the offsets its records must get;
+- what is really stored, read over the wire without any client library
+  (batches with their transactional/control flags, watermarks);
+- raw requests a client library does not let a test send exactly: OffsetFetch
+  with require_stable, and the transactional requests on a chosen connection
+  (``RawTxn``).
+
+Every wait is bounded; servers are a ``GatewayProcess`` or a ``KafkaBroker``
+(anything with ``host_port``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+from kio.schema.add_offsets_to_txn.v3 import request as add_offsets
+from kio.schema.add_partitions_to_txn.v3 import request as add_partitions
+from kio.schema.end_txn.v3 import request as end_txn
+from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v12 import request as fetch
+from kio.schema.init_producer_id.v4 import request as init_producer_id
+from kio.schema.offset_fetch.v8 import request as offset_fetch
+from kio.schema.produce.v9 import request as produce
+from kio.schema.txn_offset_commit.v3 import request as txn_offset_commit
+from kio.static.primitive import Records, i32Timedelta
+
+from kafka_gateway.client import KafkaClient
+from tablets.batch import parse_batches
+from testkit.gateway import GatewayProcess
+
+T = TypeVar("T")
+TIMEOUT_S = 30.0
+TXN_TIMEOUT_MS = 2000  # the producers of the timeout tests
+TXN_GATEWAY_ARGS = (
+    # Aborting a timed-out transaction within 200 ms keeps the timeout tests short.
+    "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "200",
+    "--group-initial-rebalance-delay-ms", "300",
+)
+
+# The scenario of the commit/abort tests: two topics, several partitions each.
+TOPICS = {"a": 3, "b": 2}
+PER_PARTITION = 4  # records per partition per transaction
+
+
+class Server(Protocol):
+    @property
+    def host_port(self) -> tuple[str, int]: ...
+
+    @property
+    def bootstrap(self) -> str: ...
+
+
+@contextlib.contextmanager
+def txn_gateway(data_dir: Path) -> Iterator[GatewayProcess]:
+    with GatewayProcess(data_dir, *TXN_GATEWAY_ARGS) as gateway:
+        yield gateway
+
+
+def wait_for(condition: Callable[[], T], timeout: float, what: str,
+             interval: float = 0.1) -> T:
+    """Call ``condition`` until it returns something truthy; fail after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
+    return value
+
+
+def within(timeout: float, fn: Callable[..., T], *args: object) -> T:
+    """Run a blocking client call that takes no timeout of its own (kafka-python's
+    commit_transaction waits for ever); fail the test instead of hanging."""
+    outcome: list = []
+
+    def call() -> None:
+        try:
+            outcome.append((True, fn(*args)))
+        except BaseException as exc:  # handed to the test's thread
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=call, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if not outcome:
+        raise AssertionError(f"{getattr(fn, '__qualname__', fn)} did not return in {timeout}s")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
+
+
+def timed_out(gateway: GatewayProcess, transactional_id: str) -> bool:
+    """Whether the gateway logged that it aborted this id's transaction on timeout."""
+    return any(f"transaction {transactional_id} " in line and "timed out" in line
+               for line in gateway.output().splitlines())
+
+
+# ------------------------------------------------------------------ scenario
+def topic_names(base: str) -> dict[str, int]:
+    """The scenario's topics for one test: name -> partition count."""
+    return {f"{base}-{suffix}": count for suffix, count in TOPICS.items()}
+
+
+def txn_records(tag: str, topics: dict[str, int],
+                per_partition: int = PER_PARTITION) -> list[tuple[str, int, bytes]]:
+    """(topic, partition, value) of one transaction: ``per_partition`` each."""
+    return [(topic, partition, f"{tag}:{topic}:{partition}:{i}".encode())
+            for topic, count in topics.items() for partition in range(count)
+            for i in range(per_partition)]
+
+
+def log_offsets(transactions: list[tuple[int, str]], keeps_aborted: bool) -> list[list[int]]:
+    """The offsets the records of each transaction of one partition get, in log order.
+
+    ``transactions``: (record count, "commit" | "abort") in the order their
+    records reached the log. Every transaction that ends leaves one marker
+    after its records. Kafka writes aborted records and an ABORT marker;
+    the gateway writes nothing of an aborted transaction (``keeps_aborted``
+    False), so the records of a later transaction follow the COMMIT marker.
+    """
+    out, offset = [], 0
+    for count, outcome in transactions:
+        if outcome == "abort" and not keeps_aborted:
+            out.append([])
+            continue
+        out.append(list(range(offset, offset + count)))
+        offset += count + 1
+    return out
+
+
+def by_partition(records: list[tuple[str, int, int, bytes]]
+                 ) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    """(topic, partition, offset, value) rows as (topic, partition) -> [(offset, value)]."""
+    out: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+    for topic, partition, offset, value in records:
+        out.setdefault((topic, partition), []).append((offset, value))
+    return out
+
+
+def expected_view(topics: dict[str, int], visible: list[tuple[str, list[int]]]
+                  ) -> dict[tuple[str, int], list[tuple[int, bytes]]]:
+    """(topic, partition) -> [(offset, value)] a consumer must see, in order:
+    the records of the ``visible`` transactions, given as (tag, their
+    offsets in each partition; see ``log_offsets``)."""
+    out: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+    for tag, offsets in visible:
+        values: dict[tuple[str, int], list[bytes]] = {}
+        for topic, partition, value in txn_records(tag, topics, len(offsets)):
+            values.setdefault((topic, partition), []).append(value)
+        for tp, each in values.items():
+            out.setdefault(tp, []).extend(zip(offsets, each, strict=True))
+    return out
+
+
+# ------------------------------------------------------------- raw requests
+def run_raw(server: Server, fn: Callable[[KafkaClient], Awaitable[T]]) -> T:
+    """Run ``fn`` with a fresh connection to the server, bounded in time."""
+
+    async def main() -> T:
+        client = await KafkaClient.connect(*server.host_port)
+        try:
+            return await fn(client)
+        finally:
+            await client.close()
+
+    return asyncio.run(asyncio.wait_for(main(), TIMEOUT_S))
+
+
+@dataclass(frozen=True, slots=True)
+class StoredBatch:
+    base_offset: int
+    records: int
+    transactional: bool
+    control: bool
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class StoredLog:
+    batches: list[StoredBatch]
+    high_watermark: int
+    last_stable_offset: int
+
+    @property
+    def data_records(self) -> int:
+        return sum(b.records for b in self.batches if not b.control)
+
+    @property
+    def markers(self) -> list[int]:
+        """Offsets of the control batches (COMMIT or ABORT markers)."""
+        return [b.base_offset for b in self.batches if b.control]
+
+
+def stored_log(server: Server, topic: str, partition: int) -> StoredLog:
+    """Every batch of a partition as a read_uncommitted raw Fetch returns it."""
+
+    async def read(client: KafkaClient) -> StoredLog:
+        out: list[StoredBatch] = []
+        offset, high_watermark, stable = 0, 1, 0
+        while offset < high_watermark:
+            response = await client.request(fetch.FetchRequest(
+                cluster_id=None, replica_id=-1,
+                max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=1,
+                max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,
+                topics=(fetch.FetchTopic(topic=topic, partitions=(fetch.FetchPartition(
+                    partition=partition, current_leader_epoch=-1, fetch_offset=offset,
+                    last_fetched_epoch=-1, log_start_offset=-1,
+                    partition_max_bytes=64 << 20),)),),
+                forgotten_topics_data=(), rack_id=""))
+            data = response.responses[0].partitions[0]
+            assert data.error_code is ErrorCode.none, data.error_code
+            high_watermark, stable = data.high_watermark, data.last_stable_offset
+            if not data.records:
+                break
+            raw = bytes(data.records)
+            for header in parse_batches(raw):
+                base = int.from_bytes(raw[header.start:header.start + 8], "big", signed=True)
+                out.append(StoredBatch(base, header.record_count, header.is_transactional,
+                                       header.is_control, header.producer_id,
+                                       header.producer_epoch, header.base_sequence))
+                offset = base + header.record_count
+        return StoredLog(out, high_watermark, stable)
+
+    return run_raw(server, read)
+
+
+def fetch_offsets(server: Server, group: str, partitions: list[tuple[str, int]],
+                  require_stable: bool) -> dict[tuple[str, int], tuple[int, ErrorCode]]:
+    """(topic, partition) -> (committed offset, error) from one OffsetFetch v8."""
+
+    async def fetch_them(client: KafkaClient) -> dict:
+        topics: dict[str, list[int]] = {}
+        for topic, partition in partitions:
+            topics.setdefault(topic, []).append(partition)
+        response = await client.request(offset_fetch.OffsetFetchRequest(
+            groups=(offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=tuple(
+                offset_fetch.OffsetFetchRequestTopics(name=name, partition_indexes=tuple(ps))
+                for name, ps in topics.items())),),
+            require_stable=require_stable))
+        (answer,) = response.groups
+        assert answer.error_code is ErrorCode.none, answer.error_code
+        return {(t.name, p.partition_index): (p.committed_offset, p.error_code)
+                for t in answer.topics for p in t.partitions}
+
+    return run_raw(server, fetch_them)
+
+
+class RawTxn:
+    """One connection's transactional requests, answered with their error codes.
+
+    The transactional id's producer id and epoch are shared by every
+    ``RawTxn`` of the same producer (``adopt``), so a test can send one
+    session's requests on several connections, as a client retrying on a
+    new connection does.
+    """
+
+    def __init__(self, client: KafkaClient, transactional_id: str | None) -> None:
+        self.client = client
+        self.transactional_id = transactional_id
+        self.producer_id = -1
+        self.epoch = -1
+
+    @classmethod
+    async def connect(cls, server: Server, transactional_id: str | None) -> RawTxn:
+        return cls(await KafkaClient.connect(*server.host_port), transactional_id)
+
+    def adopt(self, other: RawTxn) -> RawTxn:
+        self.producer_id, self.epoch = other.producer_id, other.epoch
+        return self
+
+    async def close(self) -> None:
+        await self.client.close()
+
+    async def init_producer_id(self, timeout_ms: int = 60_000) -> ErrorCode:
+        response = await self.client.request(init_producer_id.InitProducerIdRequest(
+            transactional_id=self.transactional_id,
+            transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout_ms)),
+            producer_id=-1, producer_epoch=-1))
+        self.producer_id, self.epoch = response.producer_id, response.producer_epoch
+        return response.error_code
+
+    async def add_partitions(self, topic: str, *partitions: int) -> ErrorCode:
+        response = await self.client.request(add_partitions.AddPartitionsToTxnRequest(
+            v3_and_below_transactional_id=self.transactional_id,
+            v3_and_below_producer_id=self.producer_id,
+            v3_and_below_producer_epoch=self.epoch,
+            v3_and_below_topics=(add_partitions.AddPartitionsToTxnTopic(
+                name=topic, partitions=partitions),)))
+        codes = {p.partition_error_code for t in response.results_by_topic_v3_and_below
+                 for p in t.results_by_partition}
+        (code,) = codes
+        return code
+
+    async def add_offsets(self, group: str) -> ErrorCode:
+        response = await self.client.request(add_offsets.AddOffsetsToTxnRequest(
+            transactional_id=self.transactional_id, producer_id=self.producer_id,
+            producer_epoch=self.epoch, group_id=group))
+        return response.error_code
+
+    async def txn_offset_commit(self, group: str, topic: str, partition: int,
+                                offset: int) -> ErrorCode:
+        response = await self.client.request(txn_offset_commit.TxnOffsetCommitRequest(
+            transactional_id=self.transactional_id, group_id=group,
+            producer_id=self.producer_id, producer_epoch=self.epoch, generation_id=-1,
+            member_id="", group_instance_id=None, topics=(
+                txn_offset_commit.TxnOffsetCommitRequestTopic(name=topic, partitions=(
+                    txn_offset_commit.TxnOffsetCommitRequestPartition(
+                        partition_index=partition, committed_offset=offset,
+                        committed_leader_epoch=-1, committed_metadata=""),)),)))
+        (code,) = {p.error_code for t in response.topics for p in t.partitions}
+        return code
+
+    async def produce(self, topic: str, partition: int, batch: bytes) -> tuple[ErrorCode, int]:
+        """(error, base offset) of one batch (built with this producer's id and epoch)."""
+        response = await self.client.request(produce.ProduceRequest(
+            transactional_id=self.transactional_id, acks=-1,
+            timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
+            topic_data=(produce.TopicProduceData(name=topic, partition_data=(
+                produce.PartitionProduceData(index=partition, records=Records(batch)),)),)))
+        answer = response.responses[0].partition_responses[0]
+        return answer.error_code, answer.base_offset
+
+    async def end_txn(self, commit: bool) -> ErrorCode:
+        response = await self.client.request(end_txn.EndTxnRequest(
+            transactional_id=self.transactional_id, producer_id=self.producer_id,
+            producer_epoch=self.epoch, committed=commit))
+        return response.error_code
+
