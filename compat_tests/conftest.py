@@ -16,6 +16,7 @@ from kio.static.primitive import i32Timedelta
 from kafka_gateway.client import KafkaClient
 from tablets.batch import parse_batches
 from testkit import jvm
+from testkit.differential import TALLY
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
 
@@ -96,3 +97,9 @@ def stored_batches(gateway) -> StoredBatches:
             await client.close()
 
     return lambda topic, partition: asyncio.run(asyncio.wait_for(read(topic, partition), 30))
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The differential tests' total: how many fields were compared with Kafka."""
+    if TALLY.checks:
+        terminalreporter.write_line(TALLY.summary())
