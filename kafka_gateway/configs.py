@@ -93,10 +93,11 @@ def _broker_synonyms(name: str, node_defaults: dict[str, str]) -> list[tuple[str
 def topic_entries(overrides: dict[str, str], node_defaults: dict[str, str],
                   include_internal: bool = False) -> list[ConfigEntry]:
     """Every topic config; Kafka's DescribeConfigs leaves out the internal
-    ones that CreateTopics still reports (``include_internal``)."""
+    ones the topic does not set, which CreateTopics still reports
+    (``include_internal``)."""
     entries = []
     for name, definition in TOPIC_CONFIGS.items():
-        if definition.internal and not include_internal:
+        if definition.internal and not include_internal and name not in overrides:
             continue
         synonyms = _broker_synonyms(name, node_defaults)
         if name in overrides:

@@ -48,6 +48,13 @@ class InvalidConfig(ValueError):
     """A config name or value Kafka would reject (INVALID_CONFIG)."""
 
 
+def _quote(value: object) -> str:
+    # Values are quoted in messages; a huge one must not make a huge error
+    # (Kafka's clients refuse protocol strings over 32767 bytes).
+    text = str(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+
+
 # A validator gets the parsed value and returns why it is wrong, or None.
 Validator = Callable[[Any], str | None]
 
@@ -79,7 +86,7 @@ def each_one_of(*allowed: str) -> Validator:
 
 
 def _metadata_version(value: str) -> str | None:
-    return None if is_metadata_version(value) else f"Version {value} is not a valid version"
+    return None if is_metadata_version(value) else f"Version {_quote(value)} is not a valid version"
 
 
 def _throttled_replicas(items: list[str]) -> str | None:
@@ -140,13 +147,6 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
 }
 
 _BITS = {_T.SHORT: 16, _T.INT: 32, _T.LONG: 64}
-
-
-def _quote(value: object) -> str:
-    # Values are quoted in messages; a huge one must not make a huge error
-    # (Kafka's clients refuse protocol strings over 32767 bytes).
-    text = str(value)
-    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
 
 
 def _invalid(name: str, value: object, why: str | None = None) -> InvalidConfig:

@@ -11,7 +11,7 @@ given, v7 with its id.
 from __future__ import annotations
 
 from collections import Counter
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from kio.schema.errors import ErrorCode
 
@@ -28,7 +28,11 @@ async def handle(broker, request):
     body = request.body
     counts = Counter(t.name for t in body.topics)
     results = []
+    answered = set()
     for topic in body.topics:
+        if topic.name in answered:
+            continue  # one answer per name, as Kafka
+        answered.add(topic.name)
         try:
             if counts[topic.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request,
@@ -37,7 +41,7 @@ async def handle(broker, request):
             broker.engine.check_new_topic(topic.name, partitions, topic.replication_factor,
                                           configs)
             if body.validate_only:
-                topic_id = UUID(int=0)
+                topic_id = uuid4()  # as Kafka: an id, though nothing is created
             else:
                 created = await broker.engine.create_topic(topic.name, partitions, configs)
                 topic_id = created.topic_id
@@ -46,7 +50,7 @@ async def handle(broker, request):
             results.append(
                 build(schema.CreatableTopicResult, name=topic.name, topic_id=UUID(int=0),
                       error_code=error_code(exc), error_message=error_message(exc),
-                      num_partitions=-1, replication_factor=-1, configs=None)
+                      num_partitions=-1, replication_factor=-1, configs=())
             )
     return build(schema.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from tablets.engine import check_topic_name
+
 from ..codec import NO_THROTTLE, build, response_schema
 from ..configs import (
     RESOURCE_BROKER,
@@ -53,6 +55,7 @@ async def handle(broker, request):
 
 def _entries(broker, resource_type: int, name: str):
     if resource_type == RESOURCE_TOPIC:
+        check_topic_name(name)  # INVALID_TOPIC_EXCEPTION before "unknown", as Kafka
         topic = broker.engine.topic(name)
         return topic_entries(topic.configs, broker.config.topic_defaults())
     if resource_type == RESOURCE_BROKER:
