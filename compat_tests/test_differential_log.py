@@ -14,18 +14,11 @@ import asyncio
 import time
 import uuid
 
-from testkit import kafka_requests as rq
-from testkit.differential import ABSENT, Differ, Expected, Pair
-from testkit.record_batches import GZIP, LZ4, NONE, SNAPPY, ZSTD, Record, encode_batch
+from differences import EXPECTED
 
-# Differences that are intended; each is explained in docs/compatibility.md,
-# "Differences from Apache Kafka". Anything else that differs fails.
-EXPECTED = [
-    Expected("fetch/partition-limit-200:responses[0].partitions[0].records[*]",
-             kafka=lambda v: isinstance(v, dict) and "partial_bytes" in v, gateway=ABSENT,
-             reason="Kafka cuts the last batch at the partition's byte limit and sends the "
-                    "partial batch, which clients drop; the gateway sends whole batches only"),
-]
+from testkit import kafka_requests as rq
+from testkit.differential import Differ, Pair
+from testkit.record_batches import GZIP, LZ4, NONE, SNAPPY, ZSTD, Record, encode_batch
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 
