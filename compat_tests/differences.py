@@ -49,6 +49,9 @@ EXPECTED: list[Expected] = [
     # Kafka's documentation strings are not shipped.
     Expected("describe/documentation:results[0].configs.retention.ms.documentation",
              kafka=_is_text, gateway=None, doc="config documentation"),
+    # A static member replaced by a new instance: whose client id is shown.
+    Expected("static/describe:groups[0].members.instance-1-*.client_id",
+             kafka="static-first", gateway="static-second", doc="replaced static member"),
     # Fetch: whole batches only.
     Expected("fetch/partition-limit-200:responses[0].partitions.0.records[*]",
              kafka=_is_partial_batch, gateway=ABSENT, doc="partial batches"),

@@ -159,8 +159,15 @@ def _resource_name(server: Server, value: Any) -> Any:
     return "<this node>" if value == str(server.node_id) else value
 
 
+_GENERATED_MEMBER_ID = re.compile(r"(.*)-[0-9a-f]{8}(?:-[0-9a-f]{4}){3}-[0-9a-f]{12}")
+
+
 def _member_id(server: Server, value: Any) -> Any:
-    return server.symbol("member", value) if value else value
+    # Both coordinators name a member "<instance id or client id>-<random UUID>".
+    match = _GENERATED_MEMBER_ID.fullmatch(value) if isinstance(value, str) else None
+    if match is None:
+        return value
+    return f"{match[1]}-{server.symbol('member of ' + match[1], value)}"
 
 
 def _append_time(_server: Server, value: Any) -> Any:
@@ -203,10 +210,11 @@ NORMALISE: dict[str, Callable[[Server, Any], Any]] = {
 # Fields not compared at all: quotas, not semantics.
 IGNORED = frozenset({"throttle_time", "throttle_time_ms"})
 # Lists whose order carries no meaning (Kafka lists configs, Metadata
-# partitions, Produce's topics and partitions in hash order): compared as maps
-# keyed by this field, when every item has a distinct one.
+# partitions, Produce's topics and partitions, group members in hash order):
+# compared as maps keyed by this field, when every item has a distinct one.
 KEYED_LISTS = {"configs": "name", "topics": "name", "responses": "name",
-               "partition_responses": "index", "partitions": "partition_index"}
+               "partition_responses": "index", "partitions": "partition_index",
+               "members": "member_id"}
 
 
 def plain(value: Any, server: Server, key: str | None = None) -> Any:
@@ -307,18 +315,32 @@ class Differ:
 class Pair:
     """One raw kio client per server; each request goes to both."""
 
-    def __init__(self, kafka_broker: Any, gateway: Any, differ: Differ) -> None:
+    def __init__(self, kafka_broker: Any, gateway: Any, differ: Differ,
+                 client_id: str = "diff-test") -> None:
         self.servers = {
             "kafka": Server("kafka", 1, kafka_broker.port),
             "gateway": Server("gateway", 0, gateway.port),
         }
         self.differ = differ
+        self.client_id = client_id
         self.clients: dict[str, KafkaClient | None] = {"kafka": None, "gateway": None}
+        self.members: list[Pair] = []
+
+    def member(self, client_id: str) -> Pair:
+        """Another connection to each server, under its own client id (a group
+        member blocks its connection while it waits in JoinGroup)."""
+        other = Pair.__new__(Pair)
+        other.servers, other.differ, other.client_id = self.servers, self.differ, client_id
+        other.clients, other.members = {"kafka": None, "gateway": None}, []
+        self.members.append(other)
+        return other
 
     async def __aenter__(self) -> Pair:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        for member in self.members:
+            await member.__aexit__()
         for client in self.clients.values():
             if client is not None:
                 await client.close()
@@ -327,7 +349,9 @@ class Pair:
         client = self.clients[name]
         if client is None:
             server = self.servers[name]
-            client = self.clients[name] = await KafkaClient.connect("127.0.0.1", server.port)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection("127.0.0.1", server.port), 10)
+            client = self.clients[name] = KafkaClient(reader, writer, self.client_id)
         return client
 
     async def _one(self, name: str, request: Any, timeout: float) -> Any:

@@ -222,3 +222,11 @@ def describe_groups(groups: Iterable[str], version: int = 5) -> Any:
     s = _schema(15, version)
     return build(s.DescribeGroupsRequest, groups=tuple(groups),
                  include_authorized_operations=False)
+
+
+def find_coordinator(keys: Iterable[str], key_type: int = 0, version: int = 4) -> Any:
+    """``keys``: group ids (key type 0) or transactional ids (1); one before v4."""
+    s = _schema(10, version)
+    keys = tuple(keys)
+    return build(s.FindCoordinatorRequest, key=keys[0], key_type=key_type,
+                 coordinator_keys=keys)
