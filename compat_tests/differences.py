@@ -52,6 +52,10 @@ EXPECTED: list[Expected] = [
     # A static member replaced by a new instance: whose client id is shown.
     Expected("static/describe:groups[0].members.instance-1-*.client_id",
              kafka="static-first", gateway="static-second", doc="replaced static member"),
+    # Max timestamp once DeleteRecords removed every record of a partition.
+    *(Expected(f"java-log/list-offsets-*-max-timestamp:[1].p1.{field}", kafka=k, gateway=g,
+               doc="max timestamp of deleted records")
+      for field, k, g in (("offset", 7, -1), ("timestamp", ANY, -1), ("leader_epoch", 0, None))),
     # Fetch: whole batches only.
     Expected("fetch/partition-limit-200:responses[0].partitions.0.records[*]",
              kafka=_is_partial_batch, gateway=ABSENT, doc="partial batches"),
