@@ -111,11 +111,36 @@ def topic_entries(overrides: dict[str, str], node_defaults: dict[str, str],
     return entries
 
 
-def broker_entries(properties: dict[str, str]) -> list[ConfigEntry]:
-    # Broker settings come from flags or the config file and are read-only
-    # over the protocol (no dynamic broker configs).
-    return [
-        ConfigEntry(name, value, SOURCE_STATIC_BROKER, 2, read_only=True,
-                    synonyms=((name, value, SOURCE_STATIC_BROKER),))
-        for name, value in sorted(properties.items())
-    ]
+# The node's settings by Kafka's type (BOOLEAN 1, STRING 2, INT 3, SHORT 4, LONG 5).
+_BROKER_TYPES = {
+    "auto.create.topics.enable": 1, "num.partitions": 3, "log.retention.ms": 5,
+    "log.retention.bytes": 5, "log.retention.check.interval.ms": 5, "message.max.bytes": 3,
+    "socket.request.max.bytes": 3, "group.initial.rebalance.delay.ms": 3,
+    "group.min.session.timeout.ms": 3, "group.max.session.timeout.ms": 3,
+    "offsets.retention.minutes": 3, "offsets.retention.check.interval.ms": 5,
+    "offset.metadata.max.bytes": 3, "broker.id": 3, "node.id": 3,
+    "default.replication.factor": 3, "offsets.topic.replication.factor": 4,
+    "transaction.state.log.replication.factor": 4, "min.insync.replicas": 3,
+    "gateway.tail.cache.bytes": 5,
+}
+# A broker property's own synonyms (log.retention.ms: minutes, hours), as above.
+_BROKER_CHAINS = {chain[0][0]: chain for chain in BROKER_SYNONYMS.values()}
+
+
+def broker_entries(properties: dict[str, str], defaults: dict[str, str]) -> list[ConfigEntry]:
+    """The node's settings; ``defaults`` are those of a node started without
+    any. Set ones are STATIC_BROKER_CONFIG, the others DEFAULT_CONFIG, with
+    synonyms by the rule above. Read-only over the protocol: the settings come
+    from flags or the config file (no dynamic broker configs)."""
+    entries = []
+    for name, value in sorted(properties.items()):
+        chain = _BROKER_CHAINS.get(name, ((name, defaults.get(name)),))
+        synonyms = [(name, value, SOURCE_STATIC_BROKER)] if value != defaults.get(name) else []
+        synonyms += [(prop, default, SOURCE_DEFAULT) for prop, default in chain
+                     if default is not None]
+        while synonyms and synonyms[0][0] != name:
+            synonyms.pop(0)
+        source = SOURCE_STATIC_BROKER if value != defaults.get(name) else SOURCE_DEFAULT
+        entries.append(ConfigEntry(name, value, source, _BROKER_TYPES.get(name, 2),
+                                   read_only=True, synonyms=tuple(synonyms)))
+    return entries

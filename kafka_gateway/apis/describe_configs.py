@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 from tablets.engine import check_topic_name
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..config import GatewayConfig
 from ..configs import (
     RESOURCE_BROKER,
     RESOURCE_BROKER_LOGGER,
@@ -24,6 +25,8 @@ from ..errors import KafkaError, error_code, error_message
 
 API_KEY = 32
 VERSIONS = (1, 4)
+
+_DEFAULTS = GatewayConfig().properties()  # a node's settings when none is given
 
 
 async def handle(broker, request):
@@ -61,7 +64,7 @@ def _entries(broker, resource_type: int, name: str):
     if resource_type == RESOURCE_BROKER:
         if name not in ("", str(broker.node_id)):
             raise _invalid(f"unknown broker {name}: this is broker {broker.node_id}")
-        return broker_entries(broker.config.properties())
+        return broker_entries(broker.config.properties(), _DEFAULTS)
     if resource_type == RESOURCE_BROKER_LOGGER:
         return []
     raise _invalid(f"unsupported resource type {resource_type}")
