@@ -46,6 +46,17 @@ EXPECTED: list[Expected] = [
     # No dynamic broker configs.
     Expected("config/alter-broker:responses[0].error_code", kafka="none",
              gateway="invalid_request", doc="dynamic broker configs"),
+    *(Expected(f"node/describe-broker:results[0].configs.{name}.read_only", kafka=False,
+               gateway=True, doc="dynamic broker configs")
+      for name in ("log.retention.ms", "log.retention.bytes", "message.max.bytes")),
+    # Auto-creation: the gateway creates the topic before it answers.
+    Expected("metadata/auto-create-first:topics.*.error_code",
+             kafka=lambda v: v in ("unknown_topic_or_partition", "leader_not_available"),
+             gateway="none", doc="auto-created topics"),
+    Expected("metadata/auto-create-first:topics.*.topic_id", kafka=None, gateway=ANY,
+             doc="auto-created topics"),
+    Expected("metadata/auto-create-first:topics.*.partitions.0", kafka=ABSENT, gateway=ANY,
+             doc="auto-created topics"),
     # Kafka's documentation strings are not shipped.
     Expected("describe/documentation:results[0].configs.retention.ms.documentation",
              kafka=_is_text, gateway=None, doc="config documentation"),

@@ -133,6 +133,13 @@ def test_produce_and_read_errors(kafka_broker, gateway):
         await pair.check("produce-error/unknown-topic", rq.produce([(_name("nope"), 0, small)]))
         await pair.check("produce-error/offsets-after", rq.list_offsets(topic, [(0, -1), (1, -1)]))
         await pair.check("metadata/unknown-topic-no-auto-create", rq.metadata([_name("nope")]))
+        # auto.create.topics.enable is on (both defaults): Kafka's controller
+        # creates the topic after answering, the gateway before.
+        created = _name("auto")
+        await pair.check("metadata/auto-create-first",
+                         rq.metadata([created], allow_auto_topic_creation=True))
+        await pair.wait_ready(created, 1)
+        await pair.check("metadata/auto-created", rq.metadata([created]))
         await pair.check("metadata/topic", rq.metadata([topic]))
         for version in (1, 4, 9, 12):
             await pair.check(f"metadata/v{version}", rq.metadata([topic], version=version))
