@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from pathlib import Path
 
 from differences import EXPECTED
 
@@ -329,3 +330,10 @@ def test_free_text_of_a_megabyte(kafka_broker, gateway):
 
     run(scenario, kafka_broker, gateway)
 
+
+
+def test_every_intended_difference_is_documented():
+    docs = (Path(__file__).resolve().parent.parent / "docs" / "compatibility.md").read_text()
+    section = docs.split("## Differences from Apache Kafka", 1)[1].split("\n## ", 1)[0]
+    missing = {e.doc for e in EXPECTED if f"**{e.doc}**" not in section}
+    assert not missing, f"not in docs/compatibility.md, Differences from Apache Kafka: {missing}"
