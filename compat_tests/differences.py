@@ -57,6 +57,8 @@ EXPECTED: list[Expected] = [
              doc="auto-created topics"),
     Expected("metadata/auto-create-first:topics.*.partitions.0", kafka=ABSENT, gateway=ANY,
              doc="auto-created topics"),
+    Expected("collision/auto-create:topics.*.error_code", kafka="unknown_topic_or_partition",
+             gateway="invalid_topic_exception", doc="auto-created topics"),
     # Kafka's documentation strings are not shipped.
     Expected("describe/documentation:results[0].configs.retention.ms.documentation",
              kafka=_is_text, gateway=None, doc="config documentation"),

@@ -62,6 +62,8 @@ def test_bad_topics_partitions_and_replication(kafka_broker, gateway):
                          rq.create_topics([(f"col_lide-{u}", 1, 1, {"retention.ms": "x"})]))
         await pair.check("collision/after-delete", rq.delete_topics([f"coll_2-{u}"]))
         await pair.create_topic("collision/free-again", f"coll.2-{u}")
+        await pair.check("collision/auto-create", rq.metadata(
+            [f"coll_2-{u}"], allow_auto_topic_creation=True))
         # Partitions and replication factor; which check comes first.
         cases = {"partitions-0": (0, 1), "partitions-negative": (-5, 1), "rf-0": (1, 0),
                  "rf-3": (1, 3), "rf-negative": (1, -2), "both-bad": (0, 3)}
