@@ -22,7 +22,7 @@ from testkit import kafka_requests as rq
 from testkit.differential import CLOSED, Differ, Pair
 
 SERVERS = ("kafka", "gateway")
-SESSION_MS, REBALANCE_MS = 30_000, 30_000
+SESSION_MS, REBALANCE_MS = 60_000, 60_000
 
 
 def _name(prefix: str) -> str:

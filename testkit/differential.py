@@ -325,6 +325,8 @@ class Pair:
         self.client_id = client_id
         self.clients: dict[str, KafkaClient | None] = {"kafka": None, "gateway": None}
         self.members: list[Pair] = []
+        # One request at a time per connection, whoever sends it.
+        self.locks = {"kafka": asyncio.Lock(), "gateway": asyncio.Lock()}
 
     def member(self, client_id: str) -> Pair:
         """Another connection to each server, under its own client id (a group
@@ -332,6 +334,7 @@ class Pair:
         other = Pair.__new__(Pair)
         other.servers, other.differ, other.client_id = self.servers, self.differ, client_id
         other.clients, other.members = {"kafka": None, "gateway": None}, []
+        other.locks = {"kafka": asyncio.Lock(), "gateway": asyncio.Lock()}
         self.members.append(other)
         return other
 
@@ -355,13 +358,14 @@ class Pair:
         return client
 
     async def _one(self, name: str, request: Any, timeout: float) -> Any:
-        client = await self._client(name)
-        try:
-            return await asyncio.wait_for(client.request(request), timeout)
-        except (asyncio.IncompleteReadError, ConnectionError):
-            await client.close()
-            self.clients[name] = None
-            return CLOSED
+        async with self.locks[name]:
+            client = await self._client(name)
+            try:
+                return await asyncio.wait_for(client.request(request), timeout)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                await client.close()
+                self.clients[name] = None
+                return CLOSED
 
     async def send(self, request: Any, gateway_request: Any = None,
                    timeout: float = 30.0) -> tuple[Any, Any]:
