@@ -66,8 +66,9 @@ class Log:
         ]
 
 
-async def _produce_log(pair: Pair, log: Log) -> None:
-    await pair.create_topic("produce/create", log.topic, partitions=3)
+async def _produce_log(pair: Pair, log: Log) -> dict[str, object]:
+    """Create and fill the log; returns each server's id for the topic."""
+    ids = await pair.create_topic("produce/create", log.topic, partitions=3)
     p0, p1 = log.p0(), log.p1()
     await pair.check("produce/one-record", rq.produce([(log.topic, 0, p0[0])]))
     await pair.check("produce/many-records", rq.produce([(log.topic, 0, p0[1])]))
@@ -82,6 +83,7 @@ async def _produce_log(pair: Pair, log: Log) -> None:
         batch = encode_batch([Record(f"v{version}".encode())], log.t0 + 9000 + version)
         await pair.check(f"produce/v{version}",
                          rq.produce([(log.topic, 2, batch)], version=version))
+    return ids
 
 
 def test_offsets_watermarks_and_list_offsets(kafka_broker, gateway):
@@ -122,7 +124,7 @@ def test_fetch_positions_limits_and_versions(kafka_broker, gateway):
     log = Log(_name("fetch"))
 
     async def scenario(pair: Pair) -> None:
-        await _produce_log(pair, log)
+        ids = await _produce_log(pair, log)
         # p0: offsets 0 | 1-5 | 6 | 7-9, high watermark 10.
         for offset in (0, 1, 3, 5, 6, 8, 9, 10, 11, 1000):
             await pair.check(f"fetch/p0-at-{offset}", rq.fetch(log.topic, [(0, offset, 1 << 20)]))
@@ -145,6 +147,23 @@ def test_fetch_positions_limits_and_versions(kafka_broker, gateway):
                 log.topic, [(0, 2, 1 << 20), (1, 4, 1 << 20)], version=version))
             await pair.check(f"fetch/v{version}-past-end",
                              rq.fetch(log.topic, [(0, 11, 1 << 20)], version=version))
+        # v13 names the topic by its id: each server's own.
+        await pair.check("fetch/v13-by-id", *(
+            rq.fetch(ids[s], [(0, 2, 1 << 20), (1, 4, 1 << 20)], version=13)
+            for s in ("kafka", "gateway")))
+        await pair.check("fetch/v13-unknown-id", rq.fetch(uuid.uuid4(), [(0, 0, 1 << 20)],
+                                                          version=13))
+        # Leader epochs: every partition is at epoch 0, which ends at the log end.
+        for version in (2, 3, 4):
+            await pair.check(f"leader-epoch/v{version}", rq.offset_for_leader_epoch(
+                log.topic, [(0, -1, 0), (1, 0, 0), (2, -1, 5)], version=version))
+        await pair.check("leader-epoch/fenced-and-unknown", rq.offset_for_leader_epoch(
+            log.topic, [(0, 7, 0), (1, -2, 0), (9, -1, 0)]))
+        for epoch in (-2, 1, 0):  # current leader epoch named by the client
+            await pair.check(f"leader-epoch/fetch-at-{epoch}", rq.fetch(
+                log.topic, [(0, 0, 1 << 20)], current_leader_epoch=epoch))
+            await pair.check(f"leader-epoch/list-offsets-at-{epoch}", rq.list_offsets(
+                log.topic, [(0, -1)], current_leader_epoch=epoch))
 
     run(scenario, kafka_broker, gateway)
 

@@ -389,15 +389,17 @@ class Pair:
         return kafka, gateway
 
     async def create_topic(self, step: str, name: str, partitions: int = 1,
-                           configs: dict[str, str] | None = None) -> None:
+                           configs: dict[str, str] | None = None) -> dict[str, Any]:
         """Create a topic on both (compared), then wait until both lead every
         partition: Kafka takes its leadership from the metadata log a moment
-        after CreateTopics answers (a client retries NOT_LEADER_OR_FOLLOWER)."""
+        after CreateTopics answers (a client retries NOT_LEADER_OR_FOLLOWER).
+        Returns each server's id for the topic."""
         kafka, gateway = await self.check(
             step, requests.create_topics([(name, partitions, 1, configs)]))
         for response in (kafka, gateway):
             assert response.topics[0].error_code.value == 0, response
         await self.wait_ready(name, partitions)
+        return {"kafka": kafka.topics[0].topic_id, "gateway": gateway.topics[0].topic_id}
 
     async def wait_ready(self, name: str, partitions: int, timeout: float = 30.0) -> None:
         probe = requests.list_offsets(name, [(p, -1) for p in range(partitions)])

@@ -82,22 +82,23 @@ def produce(batches: Iterable[tuple[str, int, bytes]], acks: int = -1,
 
 
 def list_offsets(topic: str, partitions: Iterable[tuple[int, int]], isolation_level: int = 0,
-                 version: int = 7) -> Any:
+                 version: int = 7, current_leader_epoch: int = -1) -> Any:
     """``partitions``: (partition, timestamp or -1 latest / -2 earliest / -3 max)."""
     s = _schema(2, version)
     return build(s.ListOffsetsRequest, replica_id=-1, isolation_level=isolation_level,
                  topics=(build(s.ListOffsetsTopic, name=topic, partitions=tuple(
-                     build(s.ListOffsetsPartition, partition_index=p, current_leader_epoch=-1,
-                           timestamp=ts, max_num_offsets=1)
+                     build(s.ListOffsetsPartition, partition_index=p, timestamp=ts,
+                           current_leader_epoch=current_leader_epoch, max_num_offsets=1)
                      for p, ts in partitions)),))
 
 
 def fetch(topic: Any, partitions: Iterable[tuple[int, int, int]], isolation_level: int = 0,
-          max_bytes: int = 50 << 20, max_wait_ms: int = 0, version: int = 12) -> Any:
+          max_bytes: int = 50 << 20, max_wait_ms: int = 0, version: int = 12,
+          current_leader_epoch: int = -1) -> Any:
     """``partitions``: (partition, fetch offset, partition max bytes); ``topic`` is
     a name, or a topic id from v13 on."""
     s = _schema(1, version)
-    parts = tuple(build(s.FetchPartition, partition=p, current_leader_epoch=-1,
+    parts = tuple(build(s.FetchPartition, partition=p, current_leader_epoch=current_leader_epoch,
                         fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
                         partition_max_bytes=limit) for p, offset, limit in partitions)
     return build(s.FetchRequest, cluster_id=None, replica_id=-1, max_wait=ms(max_wait_ms),
@@ -230,3 +231,13 @@ def find_coordinator(keys: Iterable[str], key_type: int = 0, version: int = 4) -
     keys = tuple(keys)
     return build(s.FindCoordinatorRequest, key=keys[0], key_type=key_type,
                  coordinator_keys=keys)
+
+
+def offset_for_leader_epoch(topic: str, partitions: Iterable[tuple[int, int, int]],
+                            version: int = 4) -> Any:
+    """``partitions``: (partition, current leader epoch, leader epoch asked about)."""
+    s = _schema(23, version)
+    return build(s.OffsetForLeaderEpochRequest, replica_id=-1, topics=(build(
+        s.OffsetForLeaderTopic, topic=topic, partitions=tuple(
+            build(s.OffsetForLeaderPartition, partition=p, current_leader_epoch=current,
+                  leader_epoch=epoch) for p, current, epoch in partitions)),))

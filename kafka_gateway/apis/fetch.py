@@ -79,8 +79,8 @@ def _resolve(broker, key, part, by_id: bool) -> _Wanted:
         error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
     elif not 0 <= part.partition < len(topic.partitions):
         error = ErrorCode.unknown_topic_or_partition
-    elif (fenced := leader_epoch_error(getattr(part, "current_leader_epoch", -1))).value:
-        error = fenced  # v9+ clients name the epoch they know
+    elif (fenced := leader_epoch_error(max(getattr(part, "current_leader_epoch", -1), -1))).value:
+        error = fenced  # v9+ clients name the epoch they know; Kafka ignores negative ones
     else:
         tablet = topic.partitions[part.partition]
     return _Wanted(key, part.partition, part.fetch_offset, part.partition_max_bytes, tablet, error)
