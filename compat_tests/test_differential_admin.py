@@ -17,6 +17,7 @@ from pathlib import Path
 
 from differences import EXPECTED
 
+from kafka_gateway.codec import build, request_schema
 from testkit import kafka_requests as rq
 from testkit.differential import CLOSED, Differ, Pair
 from testkit.kafka_requests import APPEND, BROKER, DELETE, SET, SUBTRACT, TOPIC
@@ -108,8 +109,6 @@ def test_bad_topics_partitions_and_replication(kafka_broker, gateway):
 
 
 def _create_partitions(topic: str, count: int, validate_only: bool = False):
-    from kafka_gateway.codec import build, request_schema
-
     s = request_schema(37, 3)
     return build(s.CreatePartitionsRequest, validate_only=validate_only, timeout=rq.ms(30_000),
                  topics=(build(s.CreatePartitionsTopic, name=topic, count=count,
@@ -146,6 +145,16 @@ def test_produce_and_read_errors(kafka_broker, gateway):
         await pair.check("metadata/topic", rq.metadata([topic]))
         for version in (1, 4, 9, 12):
             await pair.check(f"metadata/v{version}", rq.metadata([topic], version=version))
+        await pair.check("metadata/describe-cluster", build(
+            request_schema(60, 0).DescribeClusterRequest,
+            include_cluster_authorized_operations=False))
+        # A deleted topic is unknown everywhere at once.
+        await pair.check("metadata/delete-topic", rq.delete_topics([topic]))
+        await pair.check("metadata/deleted-produce", rq.produce([(topic, 0, small)]))
+        await pair.check("metadata/deleted-fetch", rq.fetch(topic, [(0, 0, 1 << 20)]))
+        await pair.check("metadata/deleted-list-offsets", rq.list_offsets(topic, [(0, -1)]))
+        await pair.check("metadata/deleted-configs", rq.describe_configs([(TOPIC, topic, None)]))
+        await pair.check("metadata/deleted-again", rq.delete_topics([topic]))
 
     run(scenario, kafka_broker, gateway)
 

@@ -194,7 +194,8 @@ def _records(_server: Server, value: Any) -> Any:
 NORMALISE: dict[str, Callable[[Server, Any], Any]] = {
     # each broker's own identity
     "node_id": _node, "leader_id": _node, "controller_id": _node, "replica_nodes": _node,
-    "isr_nodes": _node, "offline_replicas": _node, "broker_ids": _node, "leader": _leader,
+    "isr_nodes": _node, "offline_replicas": _node, "broker_ids": _node, "broker_id": _node,
+    "leader": _leader,
     "port": _port,
     "cluster_id": lambda _s, v: None if v is None else "<cluster id>",
     "topic_id": _topic_id, "resource_name": _resource_name,
