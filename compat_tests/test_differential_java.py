@@ -14,7 +14,9 @@ field by field:
 - admin: createTopics errors (names, replication factor, partitions, configs,
   a '.'/'_' collision), describeConfigs with synonyms of a default topic and
   of one with overrides, incrementalAlterConfigs errors, describeTopics,
-  describeCluster, a record over max.message.bytes.
+  describeCluster, a record over max.message.bytes;
+- group: a subscribed consumer reads and commits; describeConsumerGroups,
+  listConsumerGroupOffsets, alter and delete offsets, deleteConsumerGroups.
 """
 
 from __future__ import annotations
@@ -67,3 +69,7 @@ def test_java_client_log(java_classes, kafka_broker, gateway):
 
 def test_java_client_admin(java_classes, kafka_broker, gateway):
     compare_scenario(java_classes, kafka_broker, gateway, "admin")
+
+
+def test_java_client_group(java_classes, kafka_broker, gateway):
+    compare_scenario(java_classes, kafka_broker, gateway, "group")
