@@ -19,9 +19,10 @@ from differences import EXPECTED
 
 from kafka_gateway.codec import build, request_schema
 from testkit import kafka_requests as rq
-from testkit.differential import CLOSED, Differ, Pair
+from testkit.differential import CLOSED, Differ
 from testkit.kafka_requests import APPEND, BROKER, DELETE, SET, SUBTRACT, TOPIC
 from testkit.record_batches import Record, encode_batch
+from testkit.server_pair import Pair
 
 
 def _name(prefix: str) -> str:

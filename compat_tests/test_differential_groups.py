@@ -19,7 +19,8 @@ from typing import Any
 from differences import EXPECTED
 
 from testkit import kafka_requests as rq
-from testkit.differential import CLOSED, Differ, Pair
+from testkit.differential import CLOSED, Differ
+from testkit.server_pair import Pair
 
 SERVERS = ("kafka", "gateway")
 SESSION_MS, REBALANCE_MS = 60_000, 60_000

@@ -17,8 +17,9 @@ import uuid
 from differences import EXPECTED
 
 from testkit import kafka_requests as rq
-from testkit.differential import Differ, Pair
+from testkit.differential import Differ
 from testkit.record_batches import GZIP, LZ4, NONE, SNAPPY, ZSTD, Record, encode_batch
+from testkit.server_pair import Pair
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
 

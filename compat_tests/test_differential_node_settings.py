@@ -19,11 +19,12 @@ import pytest
 from differences import EXPECTED
 
 from testkit import kafka_requests as rq
-from testkit.differential import Differ, Pair
+from testkit.differential import Differ
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_requests import BROKER, TOPIC
 from testkit.record_batches import Record, encode_batch
+from testkit.server_pair import Pair
 
 SETTINGS = {"auto.create.topics.enable": "false", "log.retention.ms": "86400000",
             "message.max.bytes": "2000000", "num.partitions": "2"}
