@@ -326,7 +326,9 @@ def test_describe_configs_defaults_sources_and_synonyms(kafka_broker, gateway):
 
 def test_free_text_of_a_megabyte(kafka_broker, gateway):
     """A 1 MB value for a string config: Kafka refuses any request string over
-    32,767 bytes by closing the connection; the gateway refuses the value."""
+    32,767 bytes by closing the connection; the gateway refuses the value
+    (INVALID_CONFIG, a short message), or closes too once its decoder applies
+    Kafka's string limit. Either way nothing is stored."""
     async def scenario(pair: Pair) -> None:
         topic = _name("mb")
         await pair.create_topic("megabyte/create", topic)
@@ -335,8 +337,9 @@ def test_free_text_of_a_megabyte(kafka_broker, gateway):
             kafka, gateway_answer = await pair.send(rq.incremental_alter_configs(
                 [(TOPIC, topic, [(config, SET, value)])]))
             assert kafka == CLOSED
-            assert gateway_answer.responses[0].error_code.name == "invalid_config"
-            assert len(gateway_answer.responses[0].error_message) < 1000
+            if gateway_answer != CLOSED:
+                assert gateway_answer.responses[0].error_code.name == "invalid_config"
+                assert len(gateway_answer.responses[0].error_message) < 1000
         await pair.check("megabyte/unchanged", rq.describe_configs(
             [(TOPIC, topic, ["message.format.version", "compression.type"])]))
 
