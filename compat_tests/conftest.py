@@ -11,11 +11,13 @@ from collections.abc import Callable
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch
+from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.static.primitive import i32Timedelta
 
 from kafka_gateway.client import KafkaClient
 from tablets.batch import parse_batches
 from testkit import jvm
+from testkit.differential import TALLY
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
 
@@ -80,7 +82,9 @@ def stored_batches(gateway) -> StoredBatches:
                     forgotten_topics_data=(), rack_id=""))
                 data = response.responses[0].partitions[0]
                 if data.error_code is ErrorCode.offset_out_of_range and not out:
-                    offset = data.log_start_offset  # records were deleted: start there
+                    # Records were deleted: start at the log start offset (an
+                    # answer in error carries no offsets, as Kafka's).
+                    offset = await earliest(client, topic, partition)
                     continue
                 assert data.error_code is ErrorCode.none, data.error_code
                 high_watermark = data.high_watermark
@@ -96,3 +100,18 @@ def stored_batches(gateway) -> StoredBatches:
             await client.close()
 
     return lambda topic, partition: asyncio.run(asyncio.wait_for(read(topic, partition), 30))
+
+
+async def earliest(client: KafkaClient, topic: str, partition: int) -> int:
+    """The log start offset of a partition (ListOffsets, earliest)."""
+    response = await client.request(list_offsets.ListOffsetsRequest(
+        replica_id=-1, isolation_level=0, topics=(list_offsets.ListOffsetsTopic(
+            name=topic, partitions=(list_offsets.ListOffsetsPartition(
+                partition_index=partition, current_leader_epoch=-1, timestamp=-2),)),)))
+    return response.topics[0].partitions[0].offset
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The differential tests' total: how many fields were compared with Kafka."""
+    if TALLY.checks:
+        terminalreporter.write_line(TALLY.summary())

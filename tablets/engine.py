@@ -29,7 +29,7 @@ from .errors import (
 )
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
 from .tablet import PartitionTablet, TabletSettings, now_ms
-from .topic_config import TOPIC_CONFIGS, effective, validate
+from .topic_config import TOPIC_CONFIGS, effective, validate_all
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,12 @@ def check_topic_name(name: str) -> None:
             f"Topic name {name!r} is illegal, it contains a character other than ASCII "
             "alphanumerics, '.', '_' and '-'"
         )
+
+
+def collision_key(name: str) -> str:
+    """Kafka's metric names turn '.' into '_': two topics whose names then
+    match would collide (Topic.hasCollision), so the second is refused."""
+    return name.replace(".", "_")
 
 
 @dataclass(slots=True)
@@ -89,6 +95,7 @@ class StorageEngine:
         self.store = RocksStore(os.path.join(data_dir, "rocksdb"), self.settings.fsync)
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[UUID, Topic] = {}
+        self.topics_by_collision_key: dict[str, Topic] = {}
         self.writer: GroupCommitWriter | None = None
         # Checks the records of compressed and large batches off the event
         # loop; two threads bound the memory decompression holds at once.
@@ -152,11 +159,18 @@ class StorageEngine:
         return effective(topic.configs, self.settings.topic_defaults)
 
     def check_new_topic(
-        self, name: str, partitions: int, replication_factor: int, configs: dict[str, str | None]
-    ) -> None:
+        self, name: str, partitions: int, replication_factor: int,
+        configs: dict[str, str | None],
+    ) -> dict[str, str]:
+        """Every check of a new topic, in the order Kafka's controller makes
+        them; returns the config overrides as they are stored."""
         check_topic_name(name)
         if name in self.topics:
             raise TopicAlreadyExists(f"Topic '{name}' already exists.")
+        other = self.topics_by_collision_key.get(collision_key(name))
+        if other is not None:
+            raise InvalidTopicName(f"Topic '{name}' collides with existing topic: {other.name}")
+        stored = validate_all(configs)
         if not 1 <= partitions <= MAX_PARTITIONS:
             raise InvalidPartitions(
                 f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
@@ -165,14 +179,13 @@ class StorageEngine:
             raise InvalidReplicationFactor(
                 f"Replication factor {replication_factor} is larger than the 1 available broker"
             )
-        for config, value in configs.items():
-            validate(config, value)
+        return stored
 
     async def create_topic(
         self, name: str, partitions: int, configs: dict[str, str]
     ) -> Topic:
-        self.check_new_topic(name, partitions, 1, dict(configs))
-        topic = Topic(name, uuid.uuid4(), dict(configs))
+        stored = self.check_new_topic(name, partitions, 1, dict(configs))
+        topic = Topic(name, uuid.uuid4(), stored)
         self._add_partitions(topic, partitions)
         # Registered before the write lands so a concurrent create sees it.
         self._register(topic)
@@ -228,11 +241,9 @@ class StorageEngine:
         self._share_tail_budget()
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
-        """Replace a topic's config overrides (already validated by the caller)."""
+        """Replace a topic's config overrides (checked again here)."""
         topic = self.topic(name)
-        for config, value in configs.items():
-            validate(config, value)
-        topic.configs = dict(configs)
+        topic.configs = validate_all(configs)
         topic._settings = None
         ops = Ops()
         ops.put(keys.topic_key(name), topic.record())
@@ -261,6 +272,7 @@ class StorageEngine:
     def _register(self, topic: Topic) -> None:
         self.topics[topic.name] = topic
         self.topics_by_id[topic.topic_id] = topic
+        self.topics_by_collision_key[collision_key(topic.name)] = topic
 
     def _share_tail_budget(self) -> None:
         """Split the node's tail budget evenly over every partition: many
@@ -273,6 +285,8 @@ class StorageEngine:
     def _unregister(self, topic: Topic) -> None:
         self.topics.pop(topic.name, None)
         self.topics_by_id.pop(topic.topic_id, None)
+        if self.topics_by_collision_key.get(collision_key(topic.name)) is topic:
+            del self.topics_by_collision_key[collision_key(topic.name)]
 
     def _add_partitions(self, topic: Topic, count: int) -> None:
         assert self.writer is not None, "engine not started"
@@ -293,12 +307,14 @@ class StorageEngine:
     def _tablet_settings(self, topic: Topic) -> TabletSettings:
         if topic._settings is None:
             values = self.topic_configs(topic)
+            # As in Kafka, retention deletes only where cleanup.policy has "delete".
+            deletes = "delete" in values["cleanup.policy"].split(",")
             topic._settings = TabletSettings(
                 max_message_bytes=int(values["max.message.bytes"]),
                 log_append_time=values["message.timestamp.type"] == "LogAppendTime",
                 timestamp_difference_max_ms=int(values["message.timestamp.difference.max.ms"]),
-                retention_ms=int(values["retention.ms"]),
-                retention_bytes=int(values["retention.bytes"]),
+                retention_ms=int(values["retention.ms"]) if deletes else -1,
+                retention_bytes=int(values["retention.bytes"]) if deletes else -1,
                 max_producers=self.settings.max_producers_per_partition,
             )
         return topic._settings

@@ -1,16 +1,35 @@
-"""Topic configurations: every Kafka 3.4 topic config, its default and its type.
+"""Topic configurations: every Kafka 3.4 topic config, its type, default and validator.
 
 DescribeConfigs lists all of them, like Kafka. The ones that change how this
 gateway stores data are enforced by the tablets (see TabletSettings); the
 rest are accepted and stored so that tools which set them keep working, and
-docs/compatibility.md says which are which. Values are kept as strings, as
-the protocol carries them.
+docs/compatibility.md says which are which.
+
+Values are checked as Kafka's ConfigDef checks them: parsed with Java's rules
+(tablets/config_parsing.py), then each config's validator (ranges, allowed
+strings, Kafka's own list and version validators), then the rules that tie
+configs together. What is stored is the value as Kafka shows it back
+(``+0100`` is stored as ``100``), so DescribeConfigs answers as Kafka does.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from typing import Any
+
+from .config_parsing import (
+    ParseError,
+    equals_ignore_case,
+    is_metadata_version,
+    is_throttled_replica_list,
+    java_double_string,
+    java_trim,
+    parse_double,
+    parse_integer,
+    parse_list,
+)
 
 
 class ConfigType(Enum):
@@ -25,100 +44,194 @@ class ConfigType(Enum):
     PASSWORD = 9
 
 
+class InvalidConfig(ValueError):
+    """A config name or value Kafka would reject (INVALID_CONFIG)."""
+
+
+def _quote(value: object) -> str:
+    # Values are quoted in messages; a huge one must not make a huge error
+    # (Kafka's clients refuse protocol strings over 32767 bytes).
+    text = str(value)
+    return text if len(text) <= 200 else f"{text[:200]}... ({len(text)} characters)"
+
+
+# A validator gets the parsed value and returns why it is wrong, or None.
+Validator = Callable[[Any], str | None]
+
+
+def at_least(minimum: int) -> Validator:
+    return lambda v: f"Value must be at least {minimum}" if v < minimum else None
+
+
+def between(low: int, high: int) -> Validator:
+    # Comparisons with NaN are false, so Kafka's Range lets NaN through: so do we.
+    def check(value: float) -> str | None:
+        if value < low:
+            return f"Value must be at least {low}"
+        if value > high:
+            return f"Value must be no more than {high}"
+        return None
+    return check
+
+
+def one_of(*allowed: str) -> Validator:
+    return lambda v: None if v in allowed else f"String must be one of: {', '.join(allowed)}"
+
+
+def each_one_of(*allowed: str) -> Validator:
+    def check(items: list[str]) -> str | None:
+        bad = next((i for i in items if i not in allowed), None)
+        return None if bad is None else f"String must be one of: {', '.join(allowed)}"
+    return check
+
+
+def _metadata_version(value: str) -> str | None:
+    return None if is_metadata_version(value) else f"Version {_quote(value)} is not a valid version"
+
+
+def _throttled_replicas(items: list[str]) -> str | None:
+    return None if is_throttled_replica_list(items) else (
+        "must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     name: str
     default: str | None
     type: ConfigType
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None
+    validator: Validator | None = None
     sensitive: bool = False
+    # Kafka 3.4 defines these (tiered storage, early access) but leaves them
+    # out of DescribeConfigs; CreateTopics still reports them.
+    internal: bool = False
 
 
 _T = ConfigType
+_LONG_MAX = str((1 << 63) - 1)
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in (
-        ConfigDef("cleanup.policy", "delete", _T.LIST, choices=("delete",)),
+        ConfigDef("cleanup.policy", "delete", _T.LIST, each_one_of("compact", "delete")),
         ConfigDef("compression.type", "producer", _T.STRING,
-                  choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
-        ConfigDef("delete.retention.ms", "86400000", _T.LONG, minimum=0),
-        ConfigDef("file.delete.delay.ms", "60000", _T.LONG, minimum=0),
-        ConfigDef("flush.messages", "9223372036854775807", _T.LONG, minimum=1),
-        ConfigDef("flush.ms", "9223372036854775807", _T.LONG, minimum=0),
-        ConfigDef("follower.replication.throttled.replicas", "", _T.LIST),
-        ConfigDef("index.interval.bytes", "4096", _T.INT, minimum=0),
-        ConfigDef("leader.replication.throttled.replicas", "", _T.LIST),
-        ConfigDef("local.retention.bytes", "-2", _T.LONG, minimum=-2),
-        ConfigDef("local.retention.ms", "-2", _T.LONG, minimum=-2),
-        ConfigDef("max.compaction.lag.ms", "9223372036854775807", _T.LONG, minimum=1),
-        ConfigDef("max.message.bytes", "1048588", _T.INT, minimum=0),
+                  one_of("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")),
+        ConfigDef("delete.retention.ms", "86400000", _T.LONG, at_least(0)),
+        ConfigDef("file.delete.delay.ms", "60000", _T.LONG, at_least(0)),
+        ConfigDef("flush.messages", _LONG_MAX, _T.LONG, at_least(1)),
+        ConfigDef("flush.ms", _LONG_MAX, _T.LONG, at_least(0)),
+        ConfigDef("follower.replication.throttled.replicas", "", _T.LIST, _throttled_replicas),
+        ConfigDef("index.interval.bytes", "4096", _T.INT, at_least(0)),
+        ConfigDef("leader.replication.throttled.replicas", "", _T.LIST, _throttled_replicas),
+        ConfigDef("local.retention.bytes", "-2", _T.LONG, at_least(-2), internal=True),
+        ConfigDef("local.retention.ms", "-2", _T.LONG, at_least(-2), internal=True),
+        ConfigDef("max.compaction.lag.ms", _LONG_MAX, _T.LONG, at_least(1)),
+        ConfigDef("max.message.bytes", "1048588", _T.INT, at_least(0)),
         ConfigDef("message.downconversion.enable", "true", _T.BOOLEAN),
-        ConfigDef("message.format.version", "3.0-IV1", _T.STRING),
-        ConfigDef("message.timestamp.difference.max.ms", "9223372036854775807", _T.LONG,
-                  minimum=0),
+        ConfigDef("message.format.version", "3.0-IV1", _T.STRING, _metadata_version),
+        ConfigDef("message.timestamp.difference.max.ms", _LONG_MAX, _T.LONG, at_least(0)),
         ConfigDef("message.timestamp.type", "CreateTime", _T.STRING,
-                  choices=("CreateTime", "LogAppendTime")),
-        ConfigDef("min.cleanable.dirty.ratio", "0.5", _T.DOUBLE, minimum=0),
-        ConfigDef("min.compaction.lag.ms", "0", _T.LONG, minimum=0),
-        ConfigDef("min.insync.replicas", "1", _T.INT, minimum=1),
+                  one_of("CreateTime", "LogAppendTime")),
+        ConfigDef("min.cleanable.dirty.ratio", "0.5", _T.DOUBLE, between(0, 1)),
+        ConfigDef("min.compaction.lag.ms", "0", _T.LONG, at_least(0)),
+        ConfigDef("min.insync.replicas", "1", _T.INT, at_least(1)),
         ConfigDef("preallocate", "false", _T.BOOLEAN),
-        ConfigDef("remote.storage.enable", "false", _T.BOOLEAN),
+        ConfigDef("remote.storage.enable", "false", _T.BOOLEAN, internal=True),
         ConfigDef("retention.bytes", "-1", _T.LONG),
-        ConfigDef("retention.ms", "604800000", _T.LONG, minimum=-1),
-        ConfigDef("segment.bytes", "1073741824", _T.INT, minimum=14),
-        ConfigDef("segment.index.bytes", "10485760", _T.INT, minimum=4),
-        ConfigDef("segment.jitter.ms", "0", _T.LONG, minimum=0),
-        ConfigDef("segment.ms", "604800000", _T.LONG, minimum=1),
+        ConfigDef("retention.ms", "604800000", _T.LONG, at_least(-1)),
+        ConfigDef("segment.bytes", "1073741824", _T.INT, at_least(14)),
+        ConfigDef("segment.index.bytes", "10485760", _T.INT, at_least(4)),
+        ConfigDef("segment.jitter.ms", "0", _T.LONG, at_least(0)),
+        ConfigDef("segment.ms", "604800000", _T.LONG, at_least(1)),
         ConfigDef("unclean.leader.election.enable", "false", _T.BOOLEAN),
     )
 }
 
-class InvalidConfig(ValueError):
-    """A config name or value Kafka would reject (INVALID_CONFIG)."""
+_BITS = {_T.SHORT: 16, _T.INT: 32, _T.LONG: 64}
 
 
-def validate(name: str, value: str | None) -> None:
-    """Check one topic config the way Kafka's ConfigDef does."""
+def _invalid(name: str, value: object, why: str | None = None) -> InvalidConfig:
+    suffix = f": {why}" if why else ""
+    return InvalidConfig(f"Invalid value {_quote(value)} for configuration {name}{suffix}")
+
+
+def parse(definition: ConfigDef, value: str) -> Any:
+    """ConfigDef.parseType: the typed value of a (trimmed) string."""
+    text = java_trim(value)
+    kind = definition.type
+    try:
+        if kind in _BITS:
+            return parse_integer(text, _BITS[kind])
+        if kind is _T.DOUBLE:
+            return parse_double(text)
+    except ParseError:
+        raise _invalid(definition.name, value, f"Not a number of type {kind.name}") from None
+    if kind is _T.BOOLEAN:
+        for word in ("true", "false"):
+            if equals_ignore_case(text, word):
+                return word == "true"
+        raise _invalid(definition.name, value, "Expected value to be either true or false")
+    if kind is _T.LIST:
+        return parse_list(text)
+    return text
+
+
+def to_string(definition: ConfigDef, parsed: Any) -> str:
+    """ConfigDef.convertToString: the value as Kafka shows it back."""
+    if definition.type is _T.BOOLEAN:
+        return "true" if parsed else "false"
+    if definition.type is _T.DOUBLE:
+        return java_double_string(parsed)
+    if definition.type is _T.LIST:
+        return ",".join(parsed)
+    return str(parsed)
+
+
+def _shown(definition: ConfigDef, parsed: Any) -> str:
+    # How Kafka prints a parsed value in a validator's message (a list as [a, b]).
+    if definition.type is _T.LIST:
+        return f"[{', '.join(parsed)}]"
+    return to_string(definition, parsed)
+
+
+def _check(name: str, value: str | None) -> tuple[ConfigDef, Any]:
     definition = TOPIC_CONFIGS.get(name)
     if definition is None:
         raise InvalidConfig(f"Unknown topic config name: {name}")
     if value is None:
-        raise InvalidConfig(f"Invalid value null for configuration {name}")
-    if definition.type in (_T.INT, _T.LONG, _T.SHORT):
-        try:
-            number: float = int(value)
-        except ValueError:
-            raise InvalidConfig(
-                f"Invalid value {value} for configuration {name}: Not a number of type "
-                f"{definition.type.name}"
-            ) from None
-    elif definition.type is _T.DOUBLE:
-        try:
-            number = float(value)
-        except ValueError:
-            raise InvalidConfig(f"Invalid value {value} for configuration {name}") from None
-    elif definition.type is _T.BOOLEAN:
-        if value.lower() not in ("true", "false"):
-            raise InvalidConfig(f"Invalid value {value} for configuration {name}: Expected "
-                                "value to be either true or false")
-        return
-    else:
-        number = 0
-    if definition.minimum is not None and number < definition.minimum:
-        raise InvalidConfig(
-            f"Invalid value {value} for configuration {name}: Value must be at least "
-            f"{definition.minimum:g}"
-        )
-    if definition.choices:
-        items = [v.strip() for v in value.split(",")] if definition.type is _T.LIST else [value]
-        for item in items:
-            if item not in definition.choices:
-                hint = " (log compaction is not supported)" if item == "compact" else ""
-                raise InvalidConfig(
-                    f"Invalid value {value} for configuration {name}: String must be one of: "
-                    f"{', '.join(definition.choices)}{hint}"
-                )
+        raise InvalidConfig(f"Null value not supported for topic configs: {name}")
+    parsed = parse(definition, value)
+    why = definition.validator(parsed) if definition.validator else None
+    if why is not None:
+        raise _invalid(name, _shown(definition, parsed), why)
+    if name == "cleanup.policy" and "compact" in parsed:
+        # The one value Kafka takes and this gateway cannot honour yet.
+        raise _invalid(name, value, "log compaction is not supported by this gateway")
+    return definition, parsed
+
+
+def validate(name: str, value: str | None) -> str:
+    """Check one topic config the way Kafka's ConfigDef does; returns the
+    value as Kafka shows it back (what is stored)."""
+    definition, parsed = _check(name, value)
+    return to_string(definition, parsed)
+
+
+def validate_all(overrides: Mapping[str, str | None]) -> dict[str, str]:
+    """Check a topic's whole set of overrides: each value, then the rules
+    between configs (LogConfig.validateValues). Returns them as stored."""
+    checked = {name: _check(name, value) for name, value in overrides.items()}
+
+    def value_of(name: str) -> Any:
+        if name in checked:
+            return checked[name][1]
+        definition = TOPIC_CONFIGS[name]
+        return parse(definition, definition.default or "")
+
+    low, high = value_of("min.compaction.lag.ms"), value_of("max.compaction.lag.ms")
+    if low > high:
+        raise InvalidConfig(f"conflict topic config setting min.compaction.lag.ms ({low}) > "
+                            f"max.compaction.lag.ms ({high})")
+    return {name: to_string(d, parsed) for name, (d, parsed) in checked.items()}
 
 
 def effective(overrides: dict[str, str], broker_defaults: dict[str, str]) -> dict[str, str]:

@@ -15,7 +15,7 @@ from testkit.batches import make_batch
 TOPIC_ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
 
 
-def kio_encoding(version, topics):
+def kio_encoding(version, topics, read_committed=True):
     schema = response_schema(1, version)
     key_field = "topic_id" if version >= 13 else "topic"
     body = build(
@@ -25,7 +25,8 @@ def kio_encoding(version, topics):
             build(schema.FetchableTopicResponse, **{key_field: key}, partitions=tuple(
                 build(schema.PartitionData, partition_index=index,
                       error_code=ErrorCode(code), high_watermark=hw, last_stable_offset=hw,
-                      log_start_offset=start, aborted_transactions=(),
+                      log_start_offset=start,
+                      aborted_transactions=() if read_committed or code in (3, 100) else None,
                       preferred_read_replica=-1, records=Records(b"".join(batches)))
                 for index, code, hw, start, batches in parts))
             for key, parts in topics.items()),
@@ -35,8 +36,9 @@ def kio_encoding(version, topics):
     return b"".join(out.chunks)
 
 
+@pytest.mark.parametrize("read_committed", [True, False])
 @pytest.mark.parametrize("version", range(4, 14))
-def test_same_bytes_as_kio(version):
+def test_same_bytes_as_kio(version, read_committed):
     key = TOPIC_ID if version >= 13 else "orders"
     batches = [make_batch([b"a", b"b"]), make_batch([b"c"])]
     topics = {
@@ -44,7 +46,7 @@ def test_same_bytes_as_kio(version):
                                                        10, 5, [])],
         (uuid.uuid4() if version >= 13 else "other"): [(0, 3, -1, -1, [])],
     }
-    encoded = fetch_response.encode(version, topics)
+    encoded = fetch_response.encode(version, topics, read_committed)
     assert encoded.flexible == (version >= 12)
-    assert b"".join(encoded.chunks) == kio_encoding(version, topics)
+    assert b"".join(encoded.chunks) == kio_encoding(version, topics, read_committed)
     assert any(chunk is batches[0] for chunk in encoded.chunks)  # passed through, not copied

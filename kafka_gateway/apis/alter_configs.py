@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from tablets.topic_config import validate
+from tablets.engine import check_topic_name
+from tablets.topic_config import validate_all
 
 from ..codec import NO_THROTTLE, build, response_schema
 from ..configs import RESOURCE_TOPIC
@@ -22,9 +23,18 @@ VERSIONS = (0, 2)
 
 async def handle(broker, request):
     def replace(_current: dict[str, str], configs) -> dict[str, str]:
-        return {c.name: c.value for c in configs if c.value is not None}
+        refuse_null_values(configs)
+        return {c.name: c.value for c in configs}
 
     return await alter(broker, request, API_KEY, replace)
+
+
+def refuse_null_values(configs) -> None:
+    """A null value is a malformed request here (Kafka: INVALID_REQUEST)."""
+    for config in configs:
+        if config.value is None:
+            raise KafkaError(ErrorCode.invalid_request,
+                             f"Null value not supported for : {config.name}")
 
 
 async def alter(broker, request, api_key: int,
@@ -39,10 +49,9 @@ async def alter(broker, request, api_key: int,
                 raise KafkaError(ErrorCode.invalid_request,
                                  "only topic configs can be altered; broker settings are set "
                                  "with flags or the config file")
+            check_topic_name(resource.resource_name)  # INVALID_TOPIC_EXCEPTION, as Kafka
             topic = broker.engine.topic(resource.resource_name)
-            overrides = change(dict(topic.configs), resource.configs)
-            for name, value in overrides.items():
-                validate(name, value)
+            overrides = validate_all(change(dict(topic.configs), resource.configs))
             if not body.validate_only:
                 await broker.engine.set_topic_configs(topic.name, overrides)
             code, message = ErrorCode.none, None

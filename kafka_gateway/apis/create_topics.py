@@ -2,14 +2,16 @@
 
 -1 partitions / replication factor mean the node's defaults. Replication
 factor can only be 1 (one copy per partition). Manual assignments must name
-this node. validate_only checks everything and creates nothing. v5+ answers
-with the topic's configs, v7 with its id.
+this node. The engine checks name, collisions, configs, partitions and
+replication factor in the order Kafka's controller does. validate_only checks
+everything and creates nothing. v5+ answers with the topic's configs as
+given, v7 with its id.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from kio.schema.errors import ErrorCode
 
@@ -26,15 +28,20 @@ async def handle(broker, request):
     body = request.body
     counts = Counter(t.name for t in body.topics)
     results = []
+    answered = set()
     for topic in body.topics:
+        if topic.name in answered:
+            continue  # one answer per name, as Kafka
+        answered.add(topic.name)
         try:
             if counts[topic.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"topic {topic.name} appears more than once in the request")
             partitions, configs = _plan(broker, topic)
+            broker.engine.check_new_topic(topic.name, partitions, topic.replication_factor,
+                                          configs)
             if body.validate_only:
-                broker.engine.check_new_topic(topic.name, partitions, 1, configs)
-                topic_id = UUID(int=0)
+                topic_id = uuid4()  # as Kafka: an id, though nothing is created
             else:
                 created = await broker.engine.create_topic(topic.name, partitions, configs)
                 topic_id = created.topic_id
@@ -43,12 +50,12 @@ async def handle(broker, request):
             results.append(
                 build(schema.CreatableTopicResult, name=topic.name, topic_id=UUID(int=0),
                       error_code=error_code(exc), error_message=error_message(exc),
-                      num_partitions=-1, replication_factor=-1, configs=None)
+                      num_partitions=-1, replication_factor=-1, configs=())
             )
     return build(schema.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
 
 
-def _plan(broker, topic) -> tuple[int, dict[str, str]]:
+def _plan(broker, topic) -> tuple[int, dict[str, str | None]]:
     partitions = topic.num_partitions
     if topic.assignments:
         if partitions != -1 or topic.replication_factor != -1:
@@ -61,16 +68,8 @@ def _plan(broker, topic) -> tuple[int, dict[str, str]]:
         partitions = len(topic.assignments)
     elif partitions == -1:
         partitions = broker.config.num_partitions
-    if topic.replication_factor not in (-1, 1):
-        raise KafkaError(ErrorCode.invalid_replication_factor,
-                         f"Replication factor {topic.replication_factor} is larger than the "
-                         "1 available broker")
-    configs: dict[str, str] = {}
-    for config in topic.configs:
-        if config.value is None:
-            continue  # a null value means "use the default"
-        configs[config.name] = config.value
-    return partitions, configs
+    # A null value is refused (INVALID_CONFIG) by the engine's checks, as in Kafka.
+    return partitions, {config.name: config.value for config in topic.configs}
 
 
 def _result(schema, broker, name, topic_id, partitions, configs):
@@ -79,7 +78,7 @@ def _result(schema, broker, name, topic_id, partitions, configs):
         described = tuple(
             build(schema.CreatableTopicConfigs, name=e.name, value=e.value,
                   read_only=e.read_only, config_source=e.source, is_sensitive=e.sensitive)
-            for e in topic_entries(configs, broker.config.topic_defaults())
+            for e in topic_entries(configs, broker.config.topic_defaults(), include_internal=True)
         )
     return build(
         schema.CreatableTopicResult,

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from tablets.engine import check_topic_name
+
 from ..codec import NO_THROTTLE, build, response_schema
+from ..config import GatewayConfig
 from ..configs import (
     RESOURCE_BROKER,
     RESOURCE_BROKER_LOGGER,
@@ -22,6 +25,8 @@ from ..errors import KafkaError, error_code, error_message
 
 API_KEY = 32
 VERSIONS = (1, 4)
+
+_DEFAULTS = GatewayConfig().properties()  # a node's settings when none is given
 
 
 async def handle(broker, request):
@@ -53,12 +58,13 @@ async def handle(broker, request):
 
 def _entries(broker, resource_type: int, name: str):
     if resource_type == RESOURCE_TOPIC:
+        check_topic_name(name)  # INVALID_TOPIC_EXCEPTION before "unknown", as Kafka
         topic = broker.engine.topic(name)
         return topic_entries(topic.configs, broker.config.topic_defaults())
     if resource_type == RESOURCE_BROKER:
         if name not in ("", str(broker.node_id)):
             raise _invalid(f"unknown broker {name}: this is broker {broker.node_id}")
-        return broker_entries(broker.config.properties())
+        return broker_entries(broker.config.properties(), _DEFAULTS)
     if resource_type == RESOURCE_BROKER_LOGGER:
         return []
     raise _invalid(f"unsupported resource type {resource_type}")

@@ -8,7 +8,9 @@
   watermark moves. Errors, and a request naming no partition, answer at once.
 - Both isolation levels read the same data: transactional data reaches a
   log only when committed, so the last stable offset is the high watermark
-  and the aborted-transactions list is always empty.
+  and no transaction is ever aborted (the list is empty for READ_COMMITTED,
+  null for READ_UNCOMMITTED, as Kafka sends it). A partition in error has
+  no offsets (-1), as in Kafka.
 - v13 addresses topics by id (the zero id is UNKNOWN_TOPIC_ID, answered as
   sent). Fetch sessions (KIP-227) are not kept: the answer's session id is 0,
   which tells clients to send full requests.
@@ -70,7 +72,7 @@ async def handle(broker, request):
             break
         await _wait_for_data([w.tablet for w in wanted if w.tablet is not None], remaining)
     broker.metrics.fetched_bytes += total
-    return _response(version, wanted, parts)
+    return _response(version, wanted, parts, body.isolation_level == 1)
 
 
 def _resolve(broker, key, part, by_id: bool) -> _Wanted:
@@ -81,8 +83,8 @@ def _resolve(broker, key, part, by_id: bool) -> _Wanted:
         error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
     elif not 0 <= part.partition < len(topic.partitions):
         error = ErrorCode.unknown_topic_or_partition
-    elif (fenced := leader_epoch_error(getattr(part, "current_leader_epoch", -1))).value:
-        error = fenced  # v9+ clients name the epoch they know
+    elif (fenced := leader_epoch_error(max(getattr(part, "current_leader_epoch", -1), -1))).value:
+        error = fenced  # v9+ clients name the epoch they know; Kafka ignores negative ones
     else:
         tablet = topic.partitions[part.partition]
     return _Wanted(key, part.partition, part.fetch_offset, part.partition_max_bytes, tablet, error)
@@ -107,7 +109,7 @@ async def _read_all(wanted: list[_Wanted], max_bytes: int):
         try:
             result = await tablet.read(want.fetch_offset, min(want.max_bytes, room))
         except Exception as exc:
-            parts.append((error_code(exc), tablet.high_watermark, tablet.log_start_offset, []))
+            parts.append((error_code(exc), -1, -1, []))  # as Kafka: no offsets with an error
             failed = True
             continue
         if result.batches and total and result.nbytes > room:
@@ -130,8 +132,8 @@ async def _wait_for_data(tablets: list[PartitionTablet], timeout: float) -> None
                 tablet.forget_waiter(waiter)
 
 
-def _response(version: int, wanted: list[_Wanted], parts) -> EncodedBody:
+def _response(version: int, wanted: list[_Wanted], parts, read_committed: bool) -> EncodedBody:
     topics: dict[str | UUID, list[PartitionResult]] = {}
     for want, (code, hw, log_start, batches) in zip(wanted, parts, strict=True):
         topics.setdefault(want.key, []).append((want.index, code.value, hw, log_start, batches))
-    return encode(version, topics)
+    return encode(version, topics, read_committed)

@@ -21,6 +21,7 @@ _I32 = struct.Struct(">i")
 # partition index, error code, high watermark, last stable offset
 _PARTITION = struct.Struct(">ihqq")
 _I64 = struct.Struct(">q")
+_UNRESOLVED = frozenset({3, 100})  # UNKNOWN_TOPIC_OR_PARTITION, UNKNOWN_TOPIC_ID
 
 
 def _array_length(count: int, flexible: bool) -> bytes:
@@ -31,8 +32,14 @@ def _array_length(count: int, flexible: bool) -> bytes:
 PartitionResult = tuple[int, int, int, int, list[bytes]]
 
 
-def encode(version: int, topics: dict[str | UUID, list[PartitionResult]]) -> EncodedBody:
+def encode(version: int, topics: dict[str | UUID, list[PartitionResult]],
+           read_committed: bool = True) -> EncodedBody:
     flexible = version >= 12
+    # No transaction is ever aborted here. Kafka's list is empty for
+    # READ_COMMITTED and null for READ_UNCOMMITTED, except for partitions it
+    # could not resolve (unknown topic or partition): empty there too.
+    empty = _array_length(0, flexible)
+    aborted = empty if read_committed else _array_length(-1, flexible)
     chunks: list[bytes] = []
     head = bytearray(_I32.pack(0))  # throttle time
     if version >= 7:
@@ -52,7 +59,7 @@ def encode(version: int, topics: dict[str | UUID, list[PartitionResult]]) -> Enc
             head += _PARTITION.pack(index, error, high_watermark, high_watermark)
             if version >= 5:
                 head += _I64.pack(log_start)
-            head += _array_length(0, flexible)  # aborted transactions: always none
+            head += empty if error in _UNRESOLVED else aborted
             if version >= 11:
                 head += _I32.pack(-1)  # preferred read replica
             size = sum(map(len, batches))

@@ -35,10 +35,13 @@ async def handle(broker, request):
     host, port = broker.config.advertised
     node = broker.node_id
 
+    # As Kafka: a success says "NONE" (v1-3) or "" (v4, per key).
+    success = "" if request.version >= 4 else "NONE"
+
     def answer(cls, code: ErrorCode, **key):
         ok = code is ErrorCode.none
         return build(cls, **key, throttle_time=NO_THROTTLE, error_code=code,
-                     error_message=None if ok else code.name.upper(),
+                     error_message=success if ok else code.name.upper(),
                      node_id=node if ok else -1, host=host if ok else "",
                      port=port if ok else -1)
 

@@ -12,7 +12,7 @@ from kio.schema.errors import ErrorCode
 from tablets.topic_config import TOPIC_CONFIGS, ConfigType, InvalidConfig
 
 from ..errors import KafkaError
-from .alter_configs import alter
+from .alter_configs import alter, refuse_null_values
 
 API_KEY = 44
 VERSIONS = (0, 1)
@@ -28,15 +28,17 @@ def _apply(current: dict[str, str], configs) -> dict[str, str]:
     names = [c.name for c in configs]
     if len(names) != len(set(names)):
         raise KafkaError(ErrorCode.invalid_request, "a config appears more than once")
+    refuse_null_values(c for c in configs if c.config_operation == SET)
     for config in configs:
         op, name, value = config.config_operation, config.name, config.value
         definition = TOPIC_CONFIGS.get(name)
+        if op == DELETE:  # Kafka deletes even a name it does not know: nothing to do
+            current.pop(name, None)
+            continue
         if definition is None:
             raise InvalidConfig(f"Unknown topic config name: {name}")
         if op == SET:
             current[name] = value
-        elif op == DELETE:
-            current.pop(name, None)
         elif op in (APPEND, SUBTRACT):
             if definition.type is not ConfigType.LIST:
                 raise InvalidConfig(f"Config value append/subtract is not allowed for config "

@@ -6,10 +6,14 @@
   isolation levels get the same, correct answer; Spark's source asks this way.
 - -3 (max timestamp, v7): the record with the largest timestamp.
 - any other timestamp: the first record stamped at or after it, found with
-  the time index and a scan of that one batch; (-1, -1) when there is none.
+  the time index and a scan of that one batch; (-1, -1) and leader epoch -1
+  when there is none.
+- a partition asked for twice in one request: INVALID_REQUEST for both, as Kafka.
 """
 
 from __future__ import annotations
+
+from collections import Counter
 
 from kio.schema.errors import ErrorCode
 
@@ -29,11 +33,16 @@ MAX_TIMESTAMP = -3
 
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
+    asked = Counter((t.name, p.partition_index) for t in request.body.topics for p in t.partitions)
     topics = []
     for topic in request.body.topics:
         partitions = []
         for part in topic.partitions:
             try:
+                if asked[topic.name, part.partition_index] > 1:  # as Kafka: ambiguous
+                    partitions.append(_answer(schema, part.partition_index,
+                                              ErrorCode.invalid_request))
+                    continue
                 code = leader_epoch_error(getattr(part, "current_leader_epoch", -1))
                 if code is not ErrorCode.none:
                     partitions.append(_answer(schema, part.partition_index, code))
@@ -69,5 +78,6 @@ def _answer(schema, index: int, code: ErrorCode, offset: int = -1, timestamp: in
         error_code=code,
         timestamp=timestamp,
         offset=offset,
-        leader_epoch=LEADER_EPOCH if code is ErrorCode.none else -1,
+        # As Kafka: no epoch when no offset was found.
+        leader_epoch=LEADER_EPOCH if code is ErrorCode.none and offset != -1 else -1,
     )

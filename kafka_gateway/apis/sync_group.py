@@ -5,7 +5,8 @@ Members wait until the leader's SyncGroup arrives; once the group is Stable
 a SyncGroup answers at once with the member's current assignment (a static
 member back from a restart gets its old one). REBALANCE_IN_PROGRESS when a
 new rebalance started meanwhile, ILLEGAL_GENERATION for an old generation,
-INCONSISTENT_GROUP_PROTOCOL (v5) when the protocol type or name differs.
+INCONSISTENT_GROUP_PROTOCOL (v5) when the protocol type or name differs or
+is missing (both are mandatory from v5, as in Kafka).
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ VERSIONS = (0, 5)
 
 async def handle(broker, request):
     body = request.body
+    schema = response_schema(API_KEY, request.version)
+    if request.version >= 5 and (body.protocol_type is None or body.protocol_name is None):
+        # As Kafka: from v5 both are mandatory; the group is not touched.
+        return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE,
+                     error_code=ErrorCode.inconsistent_group_protocol, protocol_type=None,
+                     protocol_name=None, assignment=b"")
     result = await broker.groups.sync_group(
         body.group_id, body.generation_id, body.member_id,
         getattr(body, "group_instance_id", None),
@@ -27,7 +34,6 @@ async def handle(broker, request):
         {a.member_id: bytes(a.assignment) for a in body.assignments},  # kept: copy out of the frame
     )
     ok = result.error is ErrorCode.none
-    schema = response_schema(API_KEY, request.version)
     return build(
         schema.SyncGroupResponse,
         throttle_time=NO_THROTTLE,

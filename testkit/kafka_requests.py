@@ -1,0 +1,243 @@
+"""Kafka requests at any version, from plain arguments: for raw-client tests.
+
+    create_topics([("t", 3)])                     # newest version kio and Kafka share
+    list_offsets("t", [(0, -2)], version=1)        # an older one, same arguments
+
+Each builder takes every field any version has and keeps those the chosen
+version knows (``codec.build``), so one scenario can be replayed at each version.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from kio.static.primitive import i32Timedelta
+
+from kafka_gateway.codec import build, request_schema
+
+# Config operations of IncrementalAlterConfigs.
+SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
+# Resource types of the config APIs.
+TOPIC, BROKER = 2, 4
+
+
+def ms(value: int) -> i32Timedelta:
+    return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
+
+
+def _schema(api_key: int, version: int) -> Any:
+    return request_schema(api_key, version)
+
+
+Configs = Mapping[str, str | None] | Iterable[tuple[str, str | None]]
+
+
+def _pairs(configs: Configs | None) -> list[tuple[str, str | None]]:
+    if configs is None:
+        return []
+    return list(configs.items()) if isinstance(configs, Mapping) else list(configs)
+
+
+def create_topics(topics: Iterable[tuple], validate_only: bool = False,
+                  version: int = 7) -> Any:
+    """``topics``: (name, partitions[, replication factor[, configs[, assignments]]])."""
+    s = _schema(19, version)
+    out = []
+    for name, partitions, *rest in topics:
+        replication = rest[0] if rest else 1
+        configs = rest[1] if len(rest) > 1 else None
+        assignments = rest[2] if len(rest) > 2 else ()
+        out.append(build(
+            s.CreatableTopic, name=name, num_partitions=partitions,
+            replication_factor=replication,
+            assignments=tuple(build(s.CreatableReplicaAssignment, partition_index=i,
+                                    broker_ids=tuple(ids)) for i, ids in assignments),
+            configs=tuple(build(s.CreatableTopicConfig, name=k, value=v)
+                          for k, v in _pairs(configs))))
+    return build(s.CreateTopicsRequest, topics=tuple(out), timeout=ms(30_000),
+                 validate_only=validate_only)
+
+
+def delete_topics(names: Iterable[str], version: int = 6) -> Any:
+    s = _schema(20, version)
+    names = tuple(names)
+    return build(s.DeleteTopicsRequest, topic_names=names,
+                 topics=tuple(build(s.DeleteTopicState, name=n, topic_id=None) for n in names)
+                 if hasattr(s, "DeleteTopicState") else (), timeout=ms(30_000))
+
+
+def produce(batches: Iterable[tuple[str, int, bytes]], acks: int = -1,
+            version: int = 9) -> Any:
+    """``batches``: (topic, partition, record set) in request order."""
+    s = _schema(0, version)
+    topics: dict[str, list[Any]] = {}
+    for topic, partition, records in batches:
+        topics.setdefault(topic, []).append(
+            build(s.PartitionProduceData, index=partition, records=records))
+    return build(s.ProduceRequest, transactional_id=None, acks=acks, timeout=ms(30_000),
+                 topic_data=tuple(build(s.TopicProduceData, name=t, partition_data=tuple(p))
+                                  for t, p in topics.items()))
+
+
+def list_offsets(topic: str, partitions: Iterable[tuple[int, int]], isolation_level: int = 0,
+                 version: int = 7, current_leader_epoch: int = -1) -> Any:
+    """``partitions``: (partition, timestamp or -1 latest / -2 earliest / -3 max)."""
+    s = _schema(2, version)
+    return build(s.ListOffsetsRequest, replica_id=-1, isolation_level=isolation_level,
+                 topics=(build(s.ListOffsetsTopic, name=topic, partitions=tuple(
+                     build(s.ListOffsetsPartition, partition_index=p, timestamp=ts,
+                           current_leader_epoch=current_leader_epoch, max_num_offsets=1)
+                     for p, ts in partitions)),))
+
+
+def fetch(topic: Any, partitions: Iterable[tuple[int, int, int]], isolation_level: int = 0,
+          max_bytes: int = 50 << 20, max_wait_ms: int = 0, version: int = 12,
+          current_leader_epoch: int = -1) -> Any:
+    """``partitions``: (partition, fetch offset, partition max bytes); ``topic`` is
+    a name, or a topic id from v13 on."""
+    s = _schema(1, version)
+    parts = tuple(build(s.FetchPartition, partition=p, current_leader_epoch=current_leader_epoch,
+                        fetch_offset=offset, last_fetched_epoch=-1, log_start_offset=-1,
+                        partition_max_bytes=limit) for p, offset, limit in partitions)
+    return build(s.FetchRequest, cluster_id=None, replica_id=-1, max_wait=ms(max_wait_ms),
+                 min_bytes=1, max_bytes=max_bytes, isolation_level=isolation_level,
+                 session_id=0, session_epoch=-1,
+                 topics=(build(s.FetchTopic, topic=topic, topic_id=topic, partitions=parts),),
+                 forgotten_topics_data=(), rack_id="")
+
+
+def delete_records(topic: str, partitions: Iterable[tuple[int, int]], version: int = 2) -> Any:
+    s = _schema(21, version)
+    return build(s.DeleteRecordsRequest, timeout=ms(30_000), topics=(build(
+        s.DeleteRecordsTopic, name=topic, partitions=tuple(
+            build(s.DeleteRecordsPartition, partition_index=p, offset=o)
+            for p, o in partitions)),))
+
+
+def metadata(topics: Iterable[str] | None, allow_auto_topic_creation: bool = False,
+             version: int = 12) -> Any:
+    s = _schema(3, version)
+    listed = None if topics is None else tuple(
+        build(s.MetadataRequestTopic, name=t, topic_id=None) for t in topics)
+    return build(s.MetadataRequest, topics=listed,
+                 allow_auto_topic_creation=allow_auto_topic_creation,
+                 include_cluster_authorized_operations=False,
+                 include_topic_authorized_operations=False)
+
+
+def describe_configs(resources: Iterable[tuple[int, str, Iterable[str] | None]],
+                     include_synonyms: bool = False, include_documentation: bool = False,
+                     version: int = 4) -> Any:
+    s = _schema(32, version)
+    return build(s.DescribeConfigsRequest, include_synonyms=include_synonyms,
+                 include_documentation=include_documentation, resources=tuple(
+                     build(s.DescribeConfigsResource, resource_type=kind, resource_name=name,
+                           configuration_keys=None if keys is None else tuple(keys))
+                     for kind, name, keys in resources))
+
+
+def incremental_alter_configs(resources: Iterable[tuple[int, str, Iterable[tuple]]],
+                              validate_only: bool = False, version: int = 1) -> Any:
+    """``resources``: (type, name, [(config, operation, value), ...])."""
+    s = _schema(44, version)
+    return build(s.IncrementalAlterConfigsRequest, validate_only=validate_only, resources=tuple(
+        build(s.AlterConfigsResource, resource_type=kind, resource_name=name, configs=tuple(
+            build(s.AlterableConfig, name=c, config_operation=op, value=v) for c, op, v in ops))
+        for kind, name, ops in resources))
+
+
+def alter_configs(resources: Iterable[tuple[int, str, Configs]], validate_only: bool = False,
+                  version: int = 2) -> Any:
+    s = _schema(33, version)
+    return build(s.AlterConfigsRequest, validate_only=validate_only, resources=tuple(
+        build(s.AlterConfigsResource, resource_type=kind, resource_name=name, configs=tuple(
+            build(s.AlterableConfig, name=k, value=v) for k, v in _pairs(configs)))
+        for kind, name, configs in resources))
+
+
+def join_group(group: str, member_id: str = "", instance_id: str | None = None,
+               protocols: Iterable[tuple[str, bytes]] = (("range", b"\x00"),),
+               session_timeout_ms: int = 30_000, rebalance_timeout_ms: int = 60_000,
+               protocol_type: str = "consumer", version: int = 9) -> Any:
+    s = _schema(11, version)
+    return build(s.JoinGroupRequest, group_id=group, session_timeout=ms(session_timeout_ms),
+                 rebalance_timeout=ms(rebalance_timeout_ms), member_id=member_id,
+                 group_instance_id=instance_id, protocol_type=protocol_type,
+                 protocols=tuple(build(s.JoinGroupRequestProtocol, name=n, metadata=m)
+                                 for n, m in protocols), reason=None)
+
+
+def sync_group(group: str, generation: int, member_id: str, instance_id: str | None = None,
+               assignments: Iterable[tuple[str, bytes]] = (), protocol_type: str | None = None,
+               protocol_name: str | None = None, version: int = 5) -> Any:
+    s = _schema(14, version)
+    return build(s.SyncGroupRequest, group_id=group, generation_id=generation,
+                 member_id=member_id, group_instance_id=instance_id,
+                 protocol_type=protocol_type, protocol_name=protocol_name,
+                 assignments=tuple(build(s.SyncGroupRequestAssignment, member_id=m, assignment=a)
+                                   for m, a in assignments))
+
+
+def heartbeat(group: str, generation: int, member_id: str, instance_id: str | None = None,
+              version: int = 4) -> Any:
+    s = _schema(12, version)
+    return build(s.HeartbeatRequest, group_id=group, generation_id=generation,
+                 member_id=member_id, group_instance_id=instance_id)
+
+
+def leave_group(group: str, members: Iterable[tuple[str, str | None]], version: int = 5) -> Any:
+    s = _schema(13, version)
+    members = list(members)
+    return build(s.LeaveGroupRequest, group_id=group, member_id=members[0][0] if members else "",
+                 members=tuple(build(s.MemberIdentity, member_id=m, group_instance_id=i,
+                                     reason=None) for m, i in members))
+
+
+def offset_commit(group: str, generation: int, member_id: str, topic: str,
+                  offsets: Iterable[tuple[int, int]], instance_id: str | None = None,
+                  version: int = 8) -> Any:
+    s = _schema(8, version)
+    return build(s.OffsetCommitRequest, group_id=group, generation_id_or_member_epoch=generation,
+                 member_id=member_id, group_instance_id=instance_id, retention_time=-1,
+                 topics=(build(s.OffsetCommitRequestTopic, name=topic, partitions=tuple(
+                     build(s.OffsetCommitRequestPartition, partition_index=p,
+                           committed_offset=o, committed_leader_epoch=-1,
+                           committed_metadata="", commit_timestamp=-1)
+                     for p, o in offsets)),))
+
+
+def offset_fetch(group: str, topic: str, partitions: Iterable[int], version: int = 8) -> Any:
+    s = _schema(9, version)
+    partitions = tuple(partitions)
+    if version >= 8:
+        return build(s.OffsetFetchRequest, require_stable=False, groups=(build(
+            s.OffsetFetchRequestGroup, group_id=group, topics=(build(
+                s.OffsetFetchRequestTopics, name=topic, partition_indexes=partitions),)),))
+    return build(s.OffsetFetchRequest, group_id=group, require_stable=False, topics=(build(
+        s.OffsetFetchRequestTopic, name=topic, partition_indexes=partitions),))
+
+
+def describe_groups(groups: Iterable[str], version: int = 5) -> Any:
+    s = _schema(15, version)
+    return build(s.DescribeGroupsRequest, groups=tuple(groups),
+                 include_authorized_operations=False)
+
+
+def find_coordinator(keys: Iterable[str], key_type: int = 0, version: int = 4) -> Any:
+    """``keys``: group ids (key type 0) or transactional ids (1); one before v4."""
+    s = _schema(10, version)
+    keys = tuple(keys)
+    return build(s.FindCoordinatorRequest, key=keys[0], key_type=key_type,
+                 coordinator_keys=keys)
+
+
+def offset_for_leader_epoch(topic: str, partitions: Iterable[tuple[int, int, int]],
+                            version: int = 4) -> Any:
+    """``partitions``: (partition, current leader epoch, leader epoch asked about)."""
+    s = _schema(23, version)
+    return build(s.OffsetForLeaderEpochRequest, replica_id=-1, topics=(build(
+        s.OffsetForLeaderTopic, topic=topic, partitions=tuple(
+            build(s.OffsetForLeaderPartition, partition=p, current_leader_epoch=current,
+                  leader_epoch=epoch) for p, current, epoch in partitions)),))
