@@ -24,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ class ChaosReport:
     duplicated: int = 0
     reordered: int = 0
     aborted: int = 0  # transactions the workers aborted (zombies, conflicts, restarts)
+    misrouted: int = 0  # target records not in their user's partition (crc32 % partitions)
     seconds: float = 0.0
     events: list[str] = field(default_factory=list)
 
@@ -150,7 +152,7 @@ def committed_everything(bootstrap: str, group: str, source: str, partitions: in
 def check_target(bootstrap: str, target: str, target_partitions: int, source_partitions: int,
                  source_counts: dict[int, int], report: ChaosReport) -> None:
     """Every (source partition, offset) exactly once; per target partition, each
-    source partition's offsets increasing."""
+    source partition's offsets increasing; each record in its user's partition."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{target}",
                          "isolation.level": "read_committed", "enable.auto.commit": False})
     seen: Counter[tuple[int, int]] = Counter()
@@ -167,8 +169,10 @@ def check_target(bootstrap: str, target: str, target_partitions: int, source_par
             if message.error():
                 continue
             position = message.offset()
-            src_partition, src_offset, _rest = message.value().split(b":", 2)
+            src_partition, src_offset, rest = message.value().split(b":", 2)
             key = (int(src_partition), int(src_offset))
+            if zlib.crc32(rest.split(b" ", 1)[0]) % target_partitions != partition:
+                report.misrouted += 1
             seen[key] += 1
             if last.get(key[0], -1) > key[1]:
                 report.reordered += 1

@@ -14,6 +14,7 @@ def test_reshard_exactly_once_under_chaos(gateway, tmp_path):
     print("\nreshard (confluent-kafka workers):", report.line(), report.events)
     assert report.kills + report.hangs + report.restarts == 6
     assert (report.lost, report.duplicated, report.reordered) == (0, 0, 0), report.line()
+    assert report.misrouted == 0
 
 
 def test_reshard_exactly_once_under_chaos_with_java_workers(gateway, tmp_path):
@@ -25,3 +26,4 @@ def test_reshard_exactly_once_under_chaos_with_java_workers(gateway, tmp_path):
     print("\nreshard (Java workers):", report.line(), report.events)
     assert report.kills + report.hangs + report.restarts == 6
     assert (report.lost, report.duplicated, report.reordered) == (0, 0, 0), report.line()
+    assert report.misrouted == 0

@@ -43,9 +43,10 @@ import org.apache.kafka.common.errors.WakeupException;
  * (zlib.crc32 of the user id mod N, as the Python worker routes:
  * java.util.zip.CRC32 is the same function), sendOffsetsToTransaction with
  * the consumer's groupMetadata(), commit. A fatal error (fenced, out of order
- * sequence, authorization) closes the producer and makes a new one; any
- * other KafkaException aborts the transaction. Either way the consumer is
- * rewound to the committed offsets, so what the lost transaction consumed
+ * sequence, authorization; thrown as is or as the cause of a KafkaException)
+ * closes the producer and makes a new one; any other KafkaException aborts
+ * the transaction. Either way the consumer is rewound to the committed
+ * offsets, so what the lost transaction consumed
  * is read again. One plain-text line per outcome on stdout (the check counts
  * the lines starting with "abort" and "fatal"); SIGTERM stops the loop.
  *
@@ -200,21 +201,33 @@ public final class ReshardWorker {
             Map<Integer, Long> shown = new TreeMap<>();
             next.forEach((tp, om) -> shown.put(tp.partition(), om.offset()));
             log("committed " + records.count() + " " + shown);
-        } catch (ProducerFencedException | OutOfOrderSequenceException
-                 | AuthorizationException fatal) {
-            log("fatal " + name(fatal) + " - new producer; lost " + range);
-            replaceProducer();
-            rewind();
-        } catch (KafkaException abortable) {
-            log("abort " + name(abortable) + " " + range);
-            try {
-                producer.abortTransaction();
-            } catch (KafkaException again) {
-                log("abort failed " + name(again) + " - new producer");
+        } catch (KafkaException e) {
+            if (fatal(e)) {
+                log("fatal " + name(e) + " - new producer; lost " + range);
                 replaceProducer();
+            } else {
+                log("abort " + name(e) + " " + range);
+                try {
+                    producer.abortTransaction();
+                } catch (KafkaException again) {
+                    log("abort failed " + name(again) + " - new producer");
+                    replaceProducer();
+                }
             }
             rewind();
         }
+    }
+
+    /** An error this producer cannot go on after, thrown as is or as the cause of a
+     *  KafkaException (commitTransaction() wraps the error of a failed send). */
+    static boolean fatal(KafkaException e) {
+        for (Throwable t : new Throwable[] {e, e.getCause()}) {
+            if (t instanceof ProducerFencedException || t instanceof OutOfOrderSequenceException
+                    || t instanceof AuthorizationException) {
+                return true;
+            }
+        }
+        return false;
     }
 
     /** The class of an error and of its cause, if it has one. */
