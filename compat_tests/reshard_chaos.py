@@ -10,6 +10,7 @@ once, and each source partition's records in order within each target
 partition.
 
     python -m compat_tests.reshard_chaos --rounds 40   # a longer run by hand
+    python -m compat_tests.reshard_chaos --client java  # with Java-client workers
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +32,8 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+
+from testkit import jvm
 
 SESSION_TIMEOUT_S = 6.0
 WORKER = Path(__file__).with_name("reshard_worker.py")
@@ -45,6 +49,7 @@ class ChaosReport:
     duplicated: int = 0
     reordered: int = 0
     aborted: int = 0  # transactions the workers aborted (zombies, conflicts, restarts)
+    misrouted: int = 0  # target records not in their user's partition (crc32 % partitions)
     seconds: float = 0.0
     events: list[str] = field(default_factory=list)
 
@@ -102,11 +107,26 @@ def python_worker(bootstrap: str, group: str, source: str, target: str,
                          str(target_partitions), name]
 
 
+def java_worker(bootstrap: str, group: str, source: str, target: str,
+                target_partitions: int) -> Callable[[str], list[str]]:
+    """The same worker with the Java client 3.4.1 (jvm/src/javatxn/ReshardWorker.java)."""
+    classes = jvm.compile_java()
+    return lambda name: jvm.java_command(
+        "javatxn.ReshardWorker", "run", "--bootstrap", bootstrap, "--group", group,
+        "--source", source, "--target", target, "--target-partitions", str(target_partitions),
+        "--worker", name, classes=classes, heap="256m")
+
+
+WORKERS = {"python": python_worker, "java": java_worker}
+
+
 def produce_source(bootstrap: str, source: str, partitions: int, messages: int,
-                   users: int = 50) -> None:
+                   users: int = 50, start: int = 0) -> None:
+    """Source records ``start`` to ``messages`` - 1 (record ``seq`` on partition
+    ``seq`` % ``partitions``)."""
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
                          "linger.ms": 5})
-    for seq in range(messages):
+    for seq in range(start, messages):
         user = f"u{seq % users}"
         producer.produce(source, partition=seq % partitions,
                          value=f"{user} seq={seq}".encode())
@@ -132,7 +152,7 @@ def committed_everything(bootstrap: str, group: str, source: str, partitions: in
 def check_target(bootstrap: str, target: str, target_partitions: int, source_partitions: int,
                  source_counts: dict[int, int], report: ChaosReport) -> None:
     """Every (source partition, offset) exactly once; per target partition, each
-    source partition's offsets increasing."""
+    source partition's offsets increasing; each record in its user's partition."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"check-{target}",
                          "isolation.level": "read_committed", "enable.auto.commit": False})
     seen: Counter[tuple[int, int]] = Counter()
@@ -149,8 +169,10 @@ def check_target(bootstrap: str, target: str, target_partitions: int, source_par
             if message.error():
                 continue
             position = message.offset()
-            src_partition, src_offset, _rest = message.value().split(b":", 2)
+            src_partition, src_offset, rest = message.value().split(b":", 2)
             key = (int(src_partition), int(src_offset))
+            if zlib.crc32(rest.split(b" ", 1)[0]) % target_partitions != partition:
+                report.misrouted += 1
             seen[key] += 1
             if last.get(key[0], -1) > key[1]:
                 report.reordered += 1
@@ -178,15 +200,22 @@ def run(gateway, workers_command: WorkerCommand,
     for future in admin.create_topics([NewTopic(source, source_partitions),
                                        NewTopic(target, target_partitions)]).values():
         future.result(30)
-    produce_source(gateway.bootstrap, source, source_partitions, messages)
+    # The source is written in rounds + 1 chunks: one before the workers start
+    # and one just before each fault, so every fault lands while the workers
+    # are busy (written at once, it is all processed before the first fault).
+    bounds = [messages * i // (rounds + 1) for i in range(rounds + 2)]
+    produce_source(gateway.bootstrap, source, source_partitions, bounds[1])
     log_dir = log_dir or Path(tempfile.mkdtemp(prefix="reshard-"))
     pool = Workers(workers_command(gateway.bootstrap, group, source, target,
                                    target_partitions), log_dir)
     try:
         for _ in range(workers):
             pool.start()
-        for _ in range(rounds):
+        for chunk in range(rounds):
             time.sleep(rng.uniform(1.0, 3.0))
+            produce_source(gateway.bootstrap, source, source_partitions, bounds[chunk + 2],
+                           start=bounds[chunk + 1])
+            time.sleep(rng.uniform(0.0, 0.5))
             action = rng.choice(("kill", "hang", "restart"))
             if action == "kill" and pool.procs:
                 victim = rng.choice(sorted(pool.procs))
@@ -230,9 +259,11 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--workers", type=int, default=3)
+    parser.add_argument("--client", choices=sorted(WORKERS), default="python",
+                        help="the workers' client: confluent-kafka or the Java client")
     args = parser.parse_args()
     with GatewayProcess(Path(tempfile.mkdtemp()) / "data") as gateway:
-        report = run(gateway, python_worker, args.rounds, args.messages, args.seed,
+        report = run(gateway, WORKERS[args.client], args.rounds, args.messages, args.seed,
                      args.workers, deadline_s=60 + 10 * args.rounds)
     print(report.line())
     print(json.dumps(report.events))
