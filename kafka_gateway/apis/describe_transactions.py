@@ -1,6 +1,6 @@
 """DescribeTransactions (key 65), v0: the state of transactional ids
 (``kafka-transactions describe``): Kafka's state name, producer id and epoch,
-timeout, when the open transaction began, and its partitions.
+timeout, when the (last) transaction began, and the open one's partitions.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
+
+from txn.state import TxnState
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import error_code
@@ -39,7 +41,9 @@ async def handle(broker: Any, request: Request) -> Any:
             schema.TransactionState, error_code=ErrorCode.none,
             transactional_id=transactional_id, transaction_state=meta.state.value,
             transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=meta.timeout_ms)),
-            transaction_start_time=_time(meta.started_ms if meta.is_open else -1),
+            # Kept after completion, as Kafka does, until the next InitProducerId.
+            transaction_start_time=_time(-1 if meta.state is TxnState.EMPTY
+                                         else meta.started_ms),
             producer_id=meta.producer_id, producer_epoch=meta.epoch,
             topics=tuple(build(schema.TopicData, topic=topic, partitions=tuple(parts))
                          for topic, parts in by_topic.items())))
