@@ -221,8 +221,9 @@ def group_offsets(bootstrap: str, group: str, topic: str, timeout: float = 60.0)
                          "enable.auto.commit": False})
     try:
         metadata = consumer.list_topics(topic, timeout=timeout).topics[topic]
-        if metadata.error is not None:
-            raise RuntimeError(f"topic {topic}: {metadata.error}")
+        if metadata.error is not None:  # no topic yet: nothing consumed either
+            log.info("%s: %s; starting at the earliest offsets", topic, metadata.error)
+            return "earliest"
         committed = consumer.committed(
             [TopicPartition(topic, p) for p in sorted(metadata.partitions)], timeout=timeout)
     finally:

@@ -45,9 +45,13 @@ def spark_version() -> str:
     return pyspark.__version__
 
 
+def scala_binary_version(version: str) -> str:
+    """The Scala build pip's pyspark ships: 2.12 for Spark 3, 2.13 from Spark 4."""
+    return "2.13" if int(version.split(".")[0]) >= 4 else "2.12"
+
+
 def connector_coordinates(version: str) -> str:
-    scala = "2.13" if int(version.split(".")[0]) >= 4 else "2.12"
-    return f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"
+    return f"org.apache.spark:spark-sql-kafka-0-10_{scala_binary_version(version)}:{version}"
 
 
 def cache_dir() -> Path:
@@ -101,6 +105,7 @@ def missing_message(version: str) -> str:
         f"is not in the cache {cache_dir()} and --packages was not given.\n"
         "Either put it in the cache with Maven (what tests/run_all.sh does):\n"
         f"    mvn -q -f {SPARK_POM} dependency:copy-dependencies -Dspark.version={version} "
+        f"-Dscala.binary.version={scala_binary_version(version)} "
         f"-DoutputDirectory={cache_dir() / ('spark-' + version)}\n"
         "or let Spark download it from Maven Central at start-up: add --packages."
     )
