@@ -13,8 +13,9 @@ each), with confluent-kafka's transactional producer, whose
 partition's end offset to the consumer group GROUP. A task first asks the
 group: if it already holds an offset past the task's first record, that
 batch was committed before (a replay after a crash) and the task skips it.
-The gateway's offset-range check refuses any second commit of the same range,
-so a zombie task can never publish: see docs/spark.md.
+A zombie task never publishes: the gateway refuses a second commit of the
+same range, by fencing (same transactional id) or by its offset-range check
+(another id). See docs/spark.md.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -49,7 +50,6 @@ class Writer:
     group: str
     query_name: str
     timeout: float = 60.0
-    producer_config: dict[str, str] = field(default_factory=dict)
 
 
 def transactional_id(query_name: str, topic: str, partition: int) -> str:
@@ -84,7 +84,6 @@ def write_partition(writer: Writer, rows: Iterable[Any],
         "transaction.timeout.ms": int(writer.timeout * 1000),
         "partitioner": "murmur2_random",  # the Java client's choice for a key
         "linger.ms": 5,
-        **writer.producer_config,
     })
     # read_uncommitted: the group's last committed offset, without waiting for
     # a pending transaction's offsets (a hung zombie's could hold them for the
@@ -154,8 +153,7 @@ def _produce(producer: Any, writer: Writer, source: tuple[str, int], first: Any,
         while True:
             try:
                 producer.produce(writer.target, key=key, value=_bytes(row.value),
-                                 headers=headers,
-                                 **extra)
+                                 headers=headers, **extra)
                 break
             except BufferError:
                 producer.poll(0.1)
