@@ -105,10 +105,11 @@ def produce(bootstrap: str, topic: str, values: Iterable[bytes], partition: int 
     for value in values:
         extra = {"timestamp": next(stamps)} if stamps is not None else {}
         producer.produce(topic, value, partition=partition, **extra)
+    # Sent before the end of the transaction: an abort would otherwise purge
+    # what is still queued, and the broker would never see the aborted records.
+    assert producer.flush(30) == 0
     if transactional_id:
         (producer.abort_transaction if abort else producer.commit_transaction)(30)
-    else:
-        assert producer.flush(30) == 0
 
 
 
