@@ -7,7 +7,9 @@
 Jars come from ``compat_tests/jvm/pom.xml`` through ``mvn
 dependency:copy-dependencies`` into a cache outside git (``$KAFKA_GATEWAY_JVM_CACHE``,
 default ``~/.cache/kafka-gateway/jvm``), keyed by the pom's hash so a changed pom
-resolves again. A missing ``java``, ``javac`` or ``mvn`` is an error that says what
+resolves again. Spark's Kafka connector has its own pom (``SPARK_POM``), resolved
+the same way into its own directory: ``resolve(SPARK_POM)``; spark_jobs finds it
+there. A missing ``java``, ``javac`` or ``mvn`` is an error that says what
 to install: these tests are never skipped.
 """
 
@@ -22,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 JVM_DIR = ROOT / "compat_tests" / "jvm"
 POM = JVM_DIR / "pom.xml"
+SPARK_POM = JVM_DIR / "spark" / "pom.xml"
 LOG4J = JVM_DIR / "log4j.properties"
 SOURCES = JVM_DIR / "src"
 
@@ -53,21 +56,21 @@ def _digest(*paths: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def resolve(quiet: bool = True) -> Path:
-    """The directory holding every jar of the pom, resolving it if needed."""
-    lib = cache_dir() / f"lib-{_digest(POM)}"
+def resolve(pom: Path = POM, quiet: bool = True) -> Path:
+    """The directory holding every jar of ``pom``, resolving it if needed."""
+    lib = cache_dir() / f"lib-{_digest(pom)}"
     complete = lib / ".complete"
     if complete.exists():
         return lib
     partial = lib.with_name(lib.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    command = [tool("mvn"), "-B", "-f", str(POM), "dependency:copy-dependencies",
+    command = [tool("mvn"), "-B", "-f", str(pom), "dependency:copy-dependencies",
                f"-DoutputDirectory={partial}"]
     if quiet:
         command.insert(1, "-q")
     done = subprocess.run(command, capture_output=True, text=True, timeout=1800)
     if done.returncode != 0:
-        raise RuntimeError(f"mvn could not resolve {POM}:\n{done.stdout[-4000:]}"
+        raise RuntimeError(f"mvn could not resolve {pom}:\n{done.stdout[-4000:]}"
                            f"{done.stderr[-4000:]}")
     if not any(partial.glob("kafka-clients-*.jar")):
         raise RuntimeError(f"mvn finished but {partial} has no kafka-clients jar")

@@ -5,8 +5,10 @@
 #
 # Installs: the gateway with its test extras (pip), Debian's kcat (apt-get),
 # kafkajs (npm), the Java client, Kafka Streams and the Apache Kafka broker
-# (Maven, into a cache outside git), the Tansu peer for the benchmark smoke test (pip, in the
-# test extras). Fails loudly at the first step that goes wrong.
+# (Maven, into a cache outside git), PySpark (pip, the `spark` extra inside the test
+# extras) and Spark's Kafka connector (Maven, into the same cache), the Tansu peer for
+# the benchmark smoke test (pip, in the test extras). Fails loudly at the first step
+# that goes wrong.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -44,6 +46,20 @@ for tool in java javac mvn; do
 done
 java -version 2>&1 | head -1
 python3 -c 'from testkit import jvm; print("jars in", jvm.resolve())'
+
+step "Spark: pyspark and its Kafka connector (compat_tests/jvm/spark/pom.xml)"
+python3 - <<'PY'
+import pyspark
+from spark_jobs import session
+from testkit import jvm
+lib = jvm.resolve(jvm.SPARK_POM)
+jars = session.cached_connector(pyspark.__version__)
+if jars is None:
+    raise SystemExit(f"error: {lib} has no connector for pyspark {pyspark.__version__}: "
+                     "the pom's spark.version must equal the pinned pyspark")
+print(f"pyspark {pyspark.__version__}; connector jars in {lib}:",
+      " ".join(jar.name for jar in jars))
+PY
 
 step "lint"
 python3 -m ruff check .

@@ -1,34 +1,57 @@
-"""docker-compose.yml and the Dockerfile are consistent with the code.
+"""docker-compose.yml and the Dockerfiles are consistent with the code.
 
 No Docker engine runs here, so the compose file is checked for structure: the
-services, the gateway's command (parsed by the real CLI parser), its health
-check against the admin endpoint, and the Spark job it submits.
+services, their images or builds, ports, commands (parsed by the real CLI
+parsers of the gateway and of spark_jobs), volumes, depends_on and the
+gateway's health check; and every Spark version in it (the images, the
+connector it submits with) is the pinned pyspark's.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
+import tomllib
 from pathlib import Path
 
 import yaml
 
 from kafka_gateway import config
+from spark_jobs.__main__ import parser as jobs_parser
 
 ROOT = Path(__file__).resolve().parent.parent
+SPARK_SERVICES = {"spark-master", "spark-worker", "feeder", "reshard-job"}
 
 
 def compose() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
+def pinned_pyspark() -> str:
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    [pin] = [req for req in extras["spark"] if req.startswith("pyspark")]
+    return pin.split("==")[1]
+
+
+def job_command(service: str) -> argparse.Namespace:
+    """The spark_jobs arguments of a service's command, parsed by the real parser."""
+    command = compose()["services"][service]["command"]
+    start = next(i for i, arg in enumerate(command)  # python3 -m spark_jobs, or spark-submit
+                 if arg == "spark_jobs" or arg.endswith("spark_jobs/__main__.py"))
+    return jobs_parser().parse_args(command[start + 1:])
+
+
 def test_services_and_dependencies():
     services = compose()["services"]
-    assert set(services) == {"gateway", "spark-master", "spark-worker", "reshard-job"}
+    assert set(services) == {"gateway"} | SPARK_SERVICES
     assert services["gateway"]["build"] == "."
     job = services["reshard-job"]
     assert job["depends_on"]["gateway"]["condition"] == "service_healthy"
-    assert "spark://spark-master:7077" in services["spark-worker"]["command"]
-    assert "gateway-data" in compose()["volumes"]
+    assert job["depends_on"]["spark-worker"]["condition"] == "service_started"
+    assert services["feeder"]["depends_on"]["gateway"]["condition"] == "service_healthy"
+    assert services["spark-worker"]["depends_on"] == ["spark-master"]
+    assert {"gateway-data", "reshard-checkpoints"} <= set(compose()["volumes"])
 
 
 def test_gateway_command_is_accepted_by_the_cli():
@@ -41,16 +64,65 @@ def test_gateway_command_is_accepted_by_the_cli():
     assert cfg.data_dir == "/data"
     admin_port = cfg.admin_listen.rsplit(":", 1)[1]
     assert f"127.0.0.1:{admin_port}/health" in " ".join(gateway["healthcheck"]["test"])
+    assert gateway["ports"] == [f"{admin_port}:{admin_port}"]
     assert any(v.endswith(":/data") for v in gateway["volumes"])
 
 
-def test_spark_job_submits_an_existing_script_with_the_connector():
-    command = compose()["services"]["reshard-job"]["command"]
-    script = next(arg for arg in command if arg.endswith(".py"))
-    assert (ROOT / "spark_jobs" / Path(script).name).is_file()
+def test_spark_services_share_one_image_of_the_pinned_spark():
+    services = compose()["services"]
+    version = pinned_pyspark()
+    for name in SPARK_SERVICES:
+        service = services[name]
+        assert service["build"] == {"context": ".", "dockerfile": "spark.Dockerfile"}, name
+        assert service["image"] == f"kafka-gateway-spark:{version}", name
+    dockerfile = (ROOT / "spark.Dockerfile").read_text()
+    assert re.search(rf"^FROM apache/spark:{re.escape(version)}-java17-python3$", dockerfile,
+                     re.M), "spark.Dockerfile's Spark must be the pinned pyspark's"
+    assert "COPY spark_jobs /opt/kafka-gateway/spark_jobs" in dockerfile
+    assert "ENV PYTHONPATH=/opt/kafka-gateway" in dockerfile
+    assert "confluent-kafka" in dockerfile
+    pom = (ROOT / "compat_tests" / "jvm" / "spark" / "pom.xml").read_text()
+    assert f"<spark.version>{version}</spark.version>" in pom
+
+
+def test_spark_cluster_master_and_worker():
+    services = compose()["services"]
+    master = services["spark-master"]["command"]
+    assert master[:2] == ["/opt/spark/bin/spark-class", "org.apache.spark.deploy.master.Master"]
+    assert master[master.index("--port") + 1] == "7077"
+    assert services["spark-master"]["ports"] == [f"{master[master.index('--webui-port') + 1]}"
+                                                 ":8080"]
+    worker = services["spark-worker"]["command"]
+    assert worker[:3] == ["/opt/spark/bin/spark-class", "org.apache.spark.deploy.worker.Worker",
+                          "spark://spark-master:7077"]
+
+
+def test_reshard_job_submits_the_launcher_with_the_matching_connector():
+    service = compose()["services"]["reshard-job"]
+    command = service["command"]
+    assert command[0] == "/opt/spark/bin/spark-submit"
+    assert command[command.index("--master") + 1] == "spark://spark-master:7077"
     packages = command[command.index("--packages") + 1]
-    assert packages.startswith("org.apache.spark:spark-sql-kafka-0-10_2.12:3.5")
-    assert command[command.index("--bootstrap-servers") + 1] == "gateway:9092"
+    assert packages == f"org.apache.spark:spark-sql-kafka-0-10_2.12:{pinned_pyspark()}"
+    script = next(arg for arg in command if arg.endswith(".py"))
+    assert script == "/opt/kafka-gateway/spark_jobs/__main__.py"  # where the image copies it
+    assert (ROOT / "spark_jobs" / "__main__.py").is_file()
+    args = job_command("reshard-job")
+    assert args.job == "reshard"
+    assert args.bootstrap_servers == "gateway:9092"
+    checkpoint_volume = next(v for v in service["volumes"] if v.startswith("reshard-checkpoints:"))
+    assert args.checkpoint.startswith(checkpoint_volume.split(":", 1)[1] + "/")
+    assert "/checkpoints" in (ROOT / "spark.Dockerfile").read_text()  # owned by spark
+
+
+def test_feeder_feeds_the_reshard_jobs_source():
+    feeder = compose()["services"]["feeder"]
+    assert feeder["command"][:3] == ["python3", "-m", "spark_jobs"]
+    args = job_command("feeder")
+    assert args.job == "feed"
+    assert args.bootstrap_servers == "gateway:9092"
+    assert args.topic == job_command("reshard-job").source
+    assert args.count > 0
 
 
 def test_dockerfile_installs_the_packages_and_serves():

@@ -1,0 +1,14 @@
+# Spark for the jobs of spark_jobs/: the master, the worker (whose executors run
+# the jobs' Python tasks), the driver (spark-submit) and the feeder all use this
+# image, so they import the same spark_jobs package. The Spark version is the
+# pinned pyspark's (pyproject.toml, the `spark` extra); tests/test_deployment.py
+# checks that they agree.
+FROM apache/spark:3.5.7-java17-python3
+USER root
+# reshard's transactional producer runs in every task.
+RUN pip install --no-cache-dir "confluent-kafka>=2.6,<3"
+COPY spark_jobs /opt/kafka-gateway/spark_jobs
+# Owned by spark, so the reshard job's checkpoint volume mounted here is too.
+RUN mkdir -p /checkpoints && chown spark:spark /checkpoints
+ENV PYTHONPATH=/opt/kafka-gateway
+USER spark
