@@ -4,5 +4,6 @@
 - ``batches``: build v2 record batches byte by byte;
 - ``txn``: a transaction coordinator over a real storage engine, reopened
   between test phases;
+- ``cli``: run ``kafka-gateway`` commands in a subprocess;
 - ``describe_transactions``: DescribeTransactions responses kio cannot read.
 """
