@@ -6,6 +6,7 @@
   their latency, per-partition watermarks and sizes, consumer lag per group
   and partition, transactions, event-loop lag
 - ``GET /topics``   topics, partitions and watermarks as JSON
+- ``GET /ui/``      a read-only web console (webui/)
 
 While it runs, the event loop's lag is sampled (metrics.watch_event_loop).
 """
@@ -20,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 
 from .broker import Broker
 from .prometheus import render
+from .webui import add_console
 
 
 class AdminHttp:
@@ -31,6 +33,7 @@ class AdminHttp:
             web.get("/metrics", self.metrics),
             web.get("/topics", self.topics),
         ])
+        add_console(self.app, broker)
         self._runner: web.AppRunner | None = None
         self._loop_watch: asyncio.Task[None] | None = None
         self.address = ""
