@@ -3,8 +3,8 @@
 #
 #   ./tests/run_all.sh            # from the repository root, on a fresh machine
 #
-# Installs: the gateway with its test extras (pip), Debian's kcat and chromium
-# (apt-get), kafkajs and playwright-core with uPlot (npm), the Java client, Kafka Streams and the Apache Kafka broker
+# Installs: the gateway with its test extras (pip), Debian's kcat, chromium, curl
+# and iproute2 (apt-get), kafkajs and playwright-core with uPlot (npm), the Java client, Kafka Streams and the Apache Kafka broker
 # (Maven, into a cache outside git), the Tansu peer for the benchmark smoke test (pip, in the
 # test extras). Fails loudly at the first step that goes wrong.
 set -euo pipefail
@@ -24,6 +24,16 @@ if ! command -v kcat >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq kcat >/dev/null
 fi
 kcat -V | head -1
+
+step "the README's tools: curl; ip (iproute2) for the README test's network namespace"
+for tool in curl:curl ip:iproute2 unshare:util-linux; do
+  if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${tool##*:}" >/dev/null
+  fi
+done
 
 step "kafkajs (npm)"
 (cd compat_tests/js && npm ci --no-audit --no-fund --loglevel=error)
