@@ -134,3 +134,23 @@ def test_bootstrap_server_before_the_command_or_between_its_words(gateway, topic
         assert topic_name in listed
     unreachable = run_cli("127.0.0.1:1", "topics", "list", check=False)
     assert unreachable.returncode != 0 and "cannot connect to 127.0.0.1:1" in unreachable.stderr
+
+
+def test_command_config_file(gateway, topic_name, tmp_path):
+    """--command-config: Kafka's client properties file, for every client command."""
+    config = tmp_path / "client.properties"
+    config.write_text(f"# as kafka-topics.sh --command-config reads it\n"
+                      f"bootstrap.servers={gateway.bootstrap}\nclient.id=ops-console\n")
+    run_cli(None, "topics", "create", topic_name, "--command-config", str(config))
+    assert topic_name in run_cli(None, "--command-config", str(config), "topics",
+                                 "list").stdout.split()
+    run_cli(None, "produce", "--topic", topic_name, "--command-config", str(config),
+            input="from a file\n")
+    consumed = run_cli(None, "consume", "--topic", topic_name, "--from-beginning",
+                       "--max-messages", "1", "--command-config", str(config))
+    assert consumed.stdout == "from a file\n"
+    secured = tmp_path / "secured.properties"
+    secured.write_text(f"bootstrap.servers={gateway.bootstrap}\nsecurity.protocol=SASL_SSL\n")
+    refused = run_cli(None, "topics", "list", "--command-config", str(secured), check=False)
+    assert refused.returncode != 0
+    assert "security.protocol=SASL_SSL is not supported" in refused.stderr

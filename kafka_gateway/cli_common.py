@@ -1,6 +1,7 @@
 """What every client command of ``kafka-gateway`` shares: the options that say
-where the gateway is (accepted anywhere on the line, as Kafka's tools do), the
-connection, and the table printer.
+where the gateway is and how to reach it (accepted anywhere on the line, as
+Kafka's tools do), the connection, lookups of topics, offsets and groups, and
+the table printer.
 
 argparse copies a subcommand's defaults over what an outer parser read, so
 the client options are declared with ``SUPPRESS`` at every level and their
@@ -21,8 +22,10 @@ from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_fetch.v8 import request as offset_fetch
 
 from .client import KafkaClient
+from .config import read_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+DEFAULT_CLIENT_ID = "kafka-gateway-cli"
 
 
 def _servers(value: str) -> list[tuple[str, int]]:
@@ -42,6 +45,22 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
         "--bootstrap-server", type=_servers, default=argparse.SUPPRESS, metavar="HOST:PORT",
         help=f"the gateway (or any Kafka broker) to connect to; a comma-separated list is "
              f"tried in order (default {DEFAULT_BOOTSTRAP}) [bootstrap.servers]")
+    parser.add_argument(
+        "--command-config", default=argparse.SUPPRESS, metavar="FILE",
+        help="a properties file of client settings, as Kafka's tools take (key=value lines): "
+             "bootstrap.servers, client.id, security.protocol (PLAINTEXT), and for produce "
+             "and consume any librdkafka setting; flags win (default: none)")
+
+
+def client_properties(args: argparse.Namespace) -> dict[str, str]:
+    """The --command-config file's settings ({} without one)."""
+    path = getattr(args, "command_config", None)
+    if path is None:
+        return {}
+    try:
+        return read_properties(path)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"kafka-gateway: --command-config: {exc}") from None
 
 
 def client_command(commands: argparse._SubParsersAction, name: str, *,
@@ -61,15 +80,24 @@ def client_action(actions: argparse._SubParsersAction, name: str, *,
 
 
 def bootstrap_servers(args: argparse.Namespace) -> list[tuple[str, int]]:
-    return getattr(args, "bootstrap_server", None) or _servers(DEFAULT_BOOTSTRAP)
+    given = getattr(args, "bootstrap_server", None)
+    if given:
+        return given
+    return _servers(client_properties(args).get("bootstrap.servers", DEFAULT_BOOTSTRAP))
 
 
 async def connect(args: argparse.Namespace) -> KafkaClient:
     """A connection to the first bootstrap server that answers."""
+    settings = client_properties(args)
+    protocol = settings.get("security.protocol", "PLAINTEXT").upper()
+    if protocol != "PLAINTEXT":
+        raise SystemExit(f"kafka-gateway: security.protocol={protocol} is not supported by "
+                         f"this command (PLAINTEXT only)")
+    client_id = settings.get("client.id", DEFAULT_CLIENT_ID)
     failure: OSError | None = None
     for host, port in bootstrap_servers(args):
         try:
-            return await KafkaClient.connect(host, port)
+            return await KafkaClient.connect(host, port, client_id=client_id)
         except (OSError, TimeoutError) as exc:
             failure = exc if isinstance(exc, OSError) else OSError(str(exc))
     servers = ",".join(f"{h}:{p}" for h, p in bootstrap_servers(args))

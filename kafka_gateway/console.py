@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from .cli_common import DEFAULT_BOOTSTRAP, add_client_options, bootstrap_servers
+from .cli_common import DEFAULT_BOOTSTRAP, add_client_options, bootstrap_servers, client_properties
 
 PRODUCER_PROPERTIES = {
     "parse.key": "false", "key.separator": "\t", "parse.headers": "false",
@@ -54,9 +54,10 @@ def add_console_parsers(commands: argparse._SubParsersAction) -> None:
     produce.add_argument("--producer-property", action="append", default=[], metavar="KEY=VALUE",
                          help="a librdkafka producer setting, e.g. linger.ms=5 or "
                               "enable.idempotence=true")
-    produce.add_argument("--request-required-acks", default="-1", choices=("-1", "0", "1", "all"),
+    produce.add_argument("--request-required-acks", default=None,
+                         choices=("-1", "0", "1", "all"),
                          help="acks: -1/all waits for the write to the store (default -1) [acks]")
-    produce.add_argument("--compression-codec", default="none",
+    produce.add_argument("--compression-codec", default=None,
                          choices=("none", "gzip", "snappy", "lz4", "zstd"),
                          help="compress batches (default none) [compression.type]")
 
@@ -177,12 +178,16 @@ def run_produce(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException, Producer
 
     reader = LineReader(_properties(args.property, PRODUCER_PROPERTIES))
-    settings = {"bootstrap.servers": _servers(args),
-                "acks": "-1" if args.request_required_acks == "all" else args.request_required_acks,
-                "compression.type": args.compression_codec,
-                # Keys land where Kafka's own console producer puts them.
-                "partitioner": "murmur2_random",
-                **_pairs(args.producer_property, "--producer-property")}
+    given = {"acks": args.request_required_acks, "compression.type": args.compression_codec}
+    settings = {
+        "acks": "-1", "compression.type": "none",
+        # Keys land where Kafka's own console producer puts them.
+        "partitioner": "murmur2_random",
+        **client_properties(args),
+        **{k: ("-1" if v == "all" else v) for k, v in given.items() if v is not None},
+        **_pairs(args.producer_property, "--producer-property"),
+        "bootstrap.servers": _servers(args),
+    }
     failures: list[str] = []
 
     def delivered(error, message) -> None:
@@ -304,6 +309,7 @@ def run_consume(args: argparse.Namespace) -> int:
     if args.offset is not None and args.partition is None:
         raise SystemExit("kafka-gateway: --offset needs --partition")
     settings = {
+        **client_properties(args),
         "bootstrap.servers": _servers(args),
         # Without --group no group is joined and nothing is committed; librdkafka
         # wants an id all the same.
