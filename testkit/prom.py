@@ -23,8 +23,3 @@ def samples(text: str) -> dict[Sample, float]:
 def value(parsed: dict[Sample, float], name: str, **labels: str) -> float:
     return parsed[(name, frozenset(labels.items()))]
 
-
-def family_names(text: str) -> set[str]:
-    """Every sample name a page has (histograms: _bucket, _sum, _count; counters: _total)."""
-    return {s.name for family in text_string_to_metric_families(text) for s in family.samples} \
-        | {family.name for family in text_string_to_metric_families(text)}
