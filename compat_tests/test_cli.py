@@ -1,22 +1,20 @@
-"""The ``kafka-gateway topics`` and ``groups`` commands against a running gateway."""
+"""The ``kafka-gateway topics``, ``groups`` and ``transactions`` commands against a
+running gateway (reset-offsets and deletion in test_cli_groups.py, the console
+producer and consumer in test_console.py)."""
 
 from __future__ import annotations
 
 import subprocess
-import sys
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+
+from testkit.cli import run_cli
 
 TIMEOUT = 30
 
 
 def cli(gateway, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "kafka_gateway", args[0],
-               "--bootstrap-server", gateway.bootstrap, *args[1:]]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT)
-    if check:
-        assert result.returncode == 0, result.stderr
-    return result
+    return run_cli(gateway.bootstrap, *args, check=check)
 
 
 def test_topics_lifecycle(gateway, topic_name):
@@ -47,7 +45,7 @@ def test_topics_lifecycle(gateway, topic_name):
     again = cli(gateway, "topics", "create", topic_name, check=False)
     assert again.returncode != 0 and "TOPIC_ALREADY_EXISTS" in again.stderr
 
-    cli(gateway, "topics", "delete", topic_name)
+    cli(gateway, "topics", "delete", "--topic", topic_name)
     assert topic_name not in cli(gateway, "topics", "list").stdout.split()
     missing = cli(gateway, "topics", "describe", topic_name, check=False)
     assert missing.returncode != 0 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
@@ -112,3 +110,47 @@ def test_transactions_list_describe_producers_abort(gateway, topic_name):
     low, high = consumer.get_watermark_offsets(TopicPartition(topic_name, 1), TIMEOUT)
     consumer.close()
     assert (low, high) == (0, 0)  # nothing of the aborted transaction entered the log
+
+
+def test_topics_describe_without_a_name_describes_every_topic(gateway, topic_name):
+    names = [f"{topic_name}-{i}" for i in range(3)]
+    for count, name in enumerate(names, 1):
+        cli(gateway, "topics", "create", name, "--partitions", str(count))
+    described = cli(gateway, "topics", "describe").stdout
+    headers = [line.split("\t")[0].removeprefix("Topic: ") for line in described.splitlines()
+               if line.startswith("Topic: ")]
+    assert headers == sorted(headers) and set(names) <= set(headers)
+    for count, name in enumerate(names, 1):
+        assert f"Topic: {name}\t" in described
+        block = described.split(f"Topic: {name}\t")[1].split("Topic: ")[0]
+        assert f"PartitionCount: {count}" in block and block.count("Partition: ") == count
+
+
+def test_bootstrap_server_before_the_command_or_between_its_words(gateway, topic_name):
+    cli(gateway, "topics", "create", topic_name)
+    for argv in (["--bootstrap-server", gateway.bootstrap, "topics", "list"],
+                 ["topics", "--bootstrap-server", gateway.bootstrap, "list"]):
+        listed = run_cli(None, *argv).stdout.split()
+        assert topic_name in listed
+    unreachable = run_cli("127.0.0.1:1", "topics", "list", check=False)
+    assert unreachable.returncode != 0 and "cannot connect to 127.0.0.1:1" in unreachable.stderr
+
+
+def test_command_config_file(gateway, topic_name, tmp_path):
+    """--command-config: Kafka's client properties file, for every client command."""
+    config = tmp_path / "client.properties"
+    config.write_text(f"# as kafka-topics.sh --command-config reads it\n"
+                      f"bootstrap.servers={gateway.bootstrap}\nclient.id=ops-console\n")
+    run_cli(None, "topics", "create", topic_name, "--command-config", str(config))
+    assert topic_name in run_cli(None, "--command-config", str(config), "topics",
+                                 "list").stdout.split()
+    run_cli(None, "produce", "--topic", topic_name, "--command-config", str(config),
+            input="from a file\n")
+    consumed = run_cli(None, "consume", "--topic", topic_name, "--from-beginning",
+                       "--max-messages", "1", "--command-config", str(config))
+    assert consumed.stdout == "from a file\n"
+    secured = tmp_path / "secured.properties"
+    secured.write_text(f"bootstrap.servers={gateway.bootstrap}\nsecurity.protocol=SASL_SSL\n")
+    refused = run_cli(None, "topics", "list", "--command-config", str(secured), check=False)
+    assert refused.returncode != 0
+    assert "security.protocol=SASL_SSL is not supported" in refused.stderr

@@ -15,6 +15,7 @@ from kio.schema.offset_commit.v8 import request as offset_commit
 from kio.static.primitive import i32Timedelta
 
 from kafka_gateway.client import KafkaClient
+from testkit import prom
 from testkit.gateway import GatewayProcess
 
 TIMEOUT = 30
@@ -92,16 +93,16 @@ def test_admin_http_with_fsync_always(tmp_path):
         assert get("/health") == (200, json.dumps({"status": "ok"}))
 
         _, metrics = get("/metrics")
-        values = dict(
-            line.rsplit(" ", 1) for line in metrics.splitlines() if not line.startswith("#")
-        )
-        assert int(values['kafka_gateway_requests_total{api="produce"}']) >= 1
-        assert int(values['kafka_gateway_high_watermark{topic="watched",partition="0"}']) == 20
-        fsyncs = int(values["kafka_gateway_store_fsyncs_total"])
-        writes = int(values["kafka_gateway_store_writes_total"])
+        values = prom.samples(metrics)
+        assert prom.value(values, "kafka_gateway_requests_total", api="produce") >= 1
+        assert prom.value(values, "kafka_gateway_high_watermark", topic="watched",
+                          partition="0") == 20
+        fsyncs = prom.value(values, "kafka_gateway_store_fsyncs_total")
+        writes = prom.value(values, "kafka_gateway_store_writes_total")
         assert fsyncs == writes > 0  # every group commit was fsynced
-        assert 'kafka_gateway_request_seconds_bucket{api="metadata",le="+Inf"}' in values
-        assert int(values["kafka_gateway_group_rebalances_total"]) == 0
+        assert prom.value(values, "kafka_gateway_request_seconds_bucket", api="metadata",
+                          le="+Inf") >= 1
+        assert prom.value(values, "kafka_gateway_group_rebalances_total") == 0
 
         async def commit(offset: int) -> None:
             client = await KafkaClient.connect(*gateway.host_port)
@@ -117,8 +118,8 @@ def test_admin_http_with_fsync_always(tmp_path):
 
         asyncio.run(commit(15))
         _, metrics = get("/metrics")
-        assert 'kafka_gateway_consumer_lag{group="watchers",topic="watched",partition="0"} 5' \
-            in metrics.splitlines()
+        assert prom.value(prom.samples(metrics), "kafka_gateway_consumer_lag", group="watchers",
+                          topic="watched", partition="0") == 5
 
         _, topics = get("/topics")
         [partition] = json.loads(topics)["watched"]["partitions"]

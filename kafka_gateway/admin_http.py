@@ -1,18 +1,27 @@
 """The admin/metrics side over HTTP (aiohttp).
 
 - ``GET /health``   200 while the store accepts writes, 503 after a storage failure
-- ``GET /metrics``  Prometheus text: requests and latency per API, bytes in and
-  out, connections, store writes and fsyncs, per-partition watermarks, and
-  consumer lag per group and partition (high watermark - committed offset)
+- ``GET /metrics``  Prometheus text (prometheus.py): requests, errors and
+  latency per API, bytes in and out per topic, connections, store writes and
+  their latency, per-partition watermarks and sizes, consumer lag per group
+  and partition, transactions, event-loop lag
 - ``GET /topics``   topics, partitions and watermarks as JSON
+- ``GET /ui/``      a read-only web console (webui/)
+
+While it runs, the event loop's lag is sampled (metrics.watch_event_loop).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from .broker import Broker
-from .metrics import label
+from .prometheus import render
+from .webui import add_console
 
 
 class AdminHttp:
@@ -24,7 +33,9 @@ class AdminHttp:
             web.get("/metrics", self.metrics),
             web.get("/topics", self.topics),
         ])
+        add_console(self.app, broker)
         self._runner: web.AppRunner | None = None
+        self._loop_watch: asyncio.Task[None] | None = None
         self.address = ""
 
     async def start(self, host: str, port: int) -> None:
@@ -34,8 +45,14 @@ class AdminHttp:
         await site.start()
         sockets = site._server.sockets  # type: ignore[union-attr]
         self.address = "{}:{}".format(*sockets[0].getsockname()[:2])
+        self._loop_watch = asyncio.get_running_loop().create_task(
+            self.broker.metrics.watch_event_loop())
 
     async def stop(self) -> None:
+        if self._loop_watch is not None:
+            self._loop_watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop_watch
         if self._runner is not None:
             await self._runner.cleanup()
 
@@ -46,63 +63,8 @@ class AdminHttp:
         return web.json_response({"status": "ok"})
 
     async def metrics(self, _request: web.Request) -> web.Response:
-        stats = self.broker.engine.store.stats
-        extra: dict[str, float] = {
-            "store_writes_total": stats.writes,
-            "store_changes_total": stats.changes,
-            "store_fsyncs_total": stats.fsyncs,
-            "store_written_bytes_total": stats.bytes,
-            "store_write_seconds_total": stats.write_seconds,
-            "topics": len(self.broker.engine.topics),
-        }
-        if self.broker.groups is not None:
-            extra["group_rebalances_total"] = self.broker.groups.rebalances
-        if self.broker.txns is not None:
-            extra.update(self._transactions())
-        lines = [self.broker.metrics.render(extra)]
-        for topic in self.broker.engine.topics.values():
-            for tablet in topic.partitions:
-                labels = f'topic="{label(topic.name)}",partition="{tablet.partition}"'
-                lines.append(f"kafka_gateway_high_watermark{{{labels}}} {tablet.high_watermark}\n")
-                lines.append(f"kafka_gateway_log_start_offset{{{labels}}} "
-                             f"{tablet.log_start_offset}\n")
-                lines.append(f"kafka_gateway_partition_bytes{{{labels}}} {tablet.size_bytes}\n")
-        lines.extend(self._consumer_lag())
-        return web.Response(text="".join(lines), content_type="text/plain")
-
-    def _transactions(self) -> dict[str, float]:
-        txns = self.broker.txns
-        assert txns is not None
-        stats = txns.stats
-        kept, evicted = self.broker.engine.producer_stats()
-        return {
-            "txn_commits_total": stats.commits,
-            "txn_aborts_total": stats.aborts,
-            "txn_timeouts_total": stats.timeouts,
-            "txn_conflicts_total": stats.conflicts,
-            "txn_fenced_total": stats.fenced,
-            "txn_stale_end_txn_total": stats.stale_end_txn,
-            "txn_open": txns.open_count,
-            "txn_pending_bytes": txns.pending_bytes,
-            "producer_ids": kept,
-            "producer_ids_evicted_total": evicted,
-        }
-
-    def _consumer_lag(self) -> list[str]:
-        """Per group and partition: high watermark minus the committed offset."""
-        offsets = self.broker.engine.consumer_offsets
-        if offsets is None:
-            return []
-        lines = []
-        for group in offsets.groups():
-            for (topic, partition), committed in offsets.group_offsets(group).items():
-                if not self.broker.engine.has_partition(topic, partition):
-                    continue
-                tablet = self.broker.engine.partition(topic, partition)
-                lag = max(tablet.high_watermark - max(committed.offset, tablet.log_start_offset), 0)
-                lines.append(f'kafka_gateway_consumer_lag{{group="{label(group)}",'
-                             f'topic="{label(topic)}",partition="{partition}"}} {lag}\n')
-        return lines
+        return web.Response(body=render(self.broker),
+                            headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def topics(self, _request: web.Request) -> web.Response:
         return web.json_response({

@@ -1,11 +1,15 @@
-"""``kafka-gateway``: run the gateway, or manage topics on a running one.
+"""``kafka-gateway``: run the gateway, or manage a running one.
 
     kafka-gateway serve [--listen HOST:PORT] [--data-dir DIR] [...]
     kafka-gateway topics list|describe|create|delete|alter [...]
-    kafka-gateway groups list|describe GROUP
+    kafka-gateway groups list|describe|delete|delete-offsets|reset-offsets [...]
+    kafka-gateway transactions list|describe|producers|abort [...]
+    kafka-gateway produce|consume --topic TOPIC [...]
 
-The ``topics`` and ``groups`` commands speak the Kafka protocol to the gateway (or to any
-Kafka broker), like ``kafka-topics.sh``.
+Every command but ``serve`` speaks the Kafka protocol to the gateway (or to any
+Kafka broker) named by --bootstrap-server, which may come anywhere on the line,
+like kafka-topics.sh, kafka-consumer-groups.sh, kafka-transactions.sh and the
+console producer and consumer. ``kafka-gateway COMMAND --help`` tells more.
 """
 
 from __future__ import annotations
@@ -20,14 +24,24 @@ from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
 from kio.schema.delete_topics.v6 import request as delete_topics
 from kio.schema.describe_configs.v4 import request as describe_configs
-from kio.schema.errors import ErrorCode
 from kio.schema.incremental_alter_configs.v1 import request as alter_configs
-from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.metadata.v12 import request as metadata
 from kio.static.primitive import i32Timedelta
 
 from . import config as settings
+from .cli_common import (
+    EARLIEST,
+    LATEST,
+    add_client_options,
+    check,
+    client_action,
+    client_command,
+    connected,
+    offsets_at,
+    topic_partitions,
+)
 from .client import KafkaClient
+from .console import add_console_parsers, run_consume, run_produce
 from .groups_cli import add_groups_parser, run_groups
 from .transactions_cli import add_transactions_parser, run_transactions
 
@@ -35,45 +49,78 @@ TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="kafka-gateway", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    serve = commands.add_parser("serve", help="run the gateway")
-    settings.add_arguments(serve)
-    serve.add_argument("--log-level", default="INFO")
-
-    topics = commands.add_parser("topics", help="manage topics on a running gateway")
-    topics.add_argument("--bootstrap-server", default="127.0.0.1:9092", type=settings._hostport)
-    actions = topics.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", help="topic names")
-    describe = actions.add_parser("describe", help="partitions, watermarks and configs")
-    describe.add_argument("name")
-    create = actions.add_parser("create", help="create a topic")
-    create.add_argument("name")
-    create.add_argument("--partitions", type=int, default=-1)
-    create.add_argument("--replication-factor", type=int, default=-1)
-    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    delete = actions.add_parser("delete", help="delete a topic")
-    delete.add_argument("name")
-    alter = actions.add_parser("alter", help="add partitions or change configs")
-    alter.add_argument("name")
-    alter.add_argument("--partitions", type=int, help="new (larger) partition count")
-    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    alter.add_argument("--delete", action="append", default=[], metavar="KEY")
-
-    add_groups_parser(commands)
-    add_transactions_parser(commands)
-
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     if args.command == "serve":
         _serve(args)
     elif args.command == "groups":
         sys.exit(asyncio.run(run_groups(args)))
     elif args.command == "transactions":
         sys.exit(asyncio.run(run_transactions(args)))
+    elif args.command == "produce":
+        sys.exit(run_produce(args))
+    elif args.command == "consume":
+        sys.exit(run_consume(args))
     else:
         sys.exit(asyncio.run(_topics(args)))
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kafka-gateway", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_client_options(parser)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the gateway",
+                                description="Run the gateway until SIGTERM or SIGINT.")
+    settings.add_arguments(serve)
+    serve.add_argument("--log-level", default="INFO",
+                       choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper,
+                       help="least severe log lines printed (default INFO)")
+
+    topics = client_command(commands, "topics", help="manage topics on a running gateway")
+    actions = topics.add_subparsers(dest="action", required=True)
+    _topic_name(client_action(actions, "list", help="topic names"), required=False,
+                help="only this topic (default: every topic)")
+    _topic_name(client_action(actions, "describe",
+                              help="partitions, watermarks and configs of topics"),
+                required=False, help="the topic (default: every topic)")
+    create = client_action(actions, "create", help="create a topic")
+    _topic_name(create)
+    create.add_argument("--partitions", type=int, default=-1,
+                        help="partition count (default: the gateway's num.partitions)")
+    create.add_argument("--replication-factor", type=int, default=-1,
+                        help="accepted for kafka-topics.sh compatibility; the gateway keeps "
+                             "one copy, so only 1 or -1 (default -1: the gateway's) "
+                             "[default.replication.factor]")
+    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a topic config, e.g. retention.ms=3600000 or "
+                             "cleanup.policy=compact (repeatable; default: the gateway's "
+                             "log.* settings)")
+    delete = client_action(actions, "delete", help="delete a topic and its data")
+    _topic_name(delete)
+    alter = client_action(actions, "alter", help="add partitions or change topic configs")
+    _topic_name(alter)
+    alter.add_argument("--partitions", type=int,
+                       help="new, larger partition count (default: unchanged)")
+    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                       help="set a topic config (repeatable), as kafka-configs.sh --add-config")
+    alter.add_argument("--delete", action="append", default=[], metavar="KEY",
+                       help="reset a topic config to the gateway's default (repeatable), as "
+                            "kafka-configs.sh --delete-config")
+
+    add_groups_parser(commands)
+    add_transactions_parser(commands)
+    add_console_parsers(commands)
+    return parser
+
+
+def _topic_name(parser: argparse.ArgumentParser, required: bool = True,
+                help: str = "the topic") -> None:
+    """The topic as a positional argument, or as kafka-topics.sh's --topic."""
+    parser.add_argument("name", nargs="?", metavar="TOPIC", help=help)
+    parser.add_argument("--topic", dest="topic_flag", metavar="TOPIC",
+                        help="the same, as kafka-topics.sh names it")
+    parser.set_defaults(topic_required=required)
 
 
 def _serve(args: argparse.Namespace) -> None:
@@ -100,26 +147,20 @@ def _pairs(items: list[str]) -> dict[str, str]:
     return out
 
 
-def _check(code: ErrorCode, message: str | None, what: str) -> None:
-    if code is not ErrorCode.none:
-        raise SystemExit(f"{what}: {code.name.upper()}{': ' + message if message else ''}")
-
-
 async def _topics(args: argparse.Namespace) -> int:
-    client = await KafkaClient.connect(*args.bootstrap_server)
-    try:
+    if args.name and args.topic_flag and args.name != args.topic_flag:
+        raise SystemExit("kafka-gateway: two different topics named")
+    args.name = args.name or args.topic_flag
+    if args.topic_required and not args.name:
+        raise SystemExit(f"kafka-gateway: topics {args.action} needs a TOPIC")
+    async with connected(args) as client:
         return await _run_topics(client, args)
-    finally:
-        await client.close()
 
 
 async def _run_topics(client: KafkaClient, args: argparse.Namespace) -> int:
     if args.action == "list":
-        response = await client.request(metadata.MetadataRequest(
-            topics=None, allow_auto_topic_creation=False,
-            include_topic_authorized_operations=False))
-        for topic in sorted(response.topics, key=lambda t: t.name or ""):
-            print(topic.name)
+        for name in sorted(await topic_partitions(client, [args.name] if args.name else None)):
+            print(name)
     elif args.action == "create":
         response = await client.request(create_topics.CreateTopicsRequest(
             topics=(create_topics.CreatableTopic(
@@ -129,7 +170,7 @@ async def _run_topics(client: KafkaClient, args: argparse.Namespace) -> int:
                               for k, v in _pairs(args.config).items())),),
             timeout=TIMEOUT, validate_only=False))
         result = response.topics[0]
-        _check(result.error_code, result.error_message, f"create {args.name}")
+        check(result.error_code, result.error_message, f"create {args.name}")
         print(f"Created topic {args.name} with {result.num_partitions} partitions "
               f"(id {result.topic_id}).")
     elif args.action == "delete":
@@ -137,12 +178,14 @@ async def _run_topics(client: KafkaClient, args: argparse.Namespace) -> int:
             topics=(delete_topics.DeleteTopicState(name=args.name, topic_id=None),),
             timeout=TIMEOUT))
         result = response.responses[0]
-        _check(result.error_code, result.error_message, f"delete {args.name}")
+        check(result.error_code, result.error_message, f"delete {args.name}")
         print(f"Deleted topic {args.name}.")
     elif args.action == "alter":
         await _alter(client, args)
     elif args.action == "describe":
-        await _describe(client, args.name)
+        names = [args.name] if args.name else sorted(await topic_partitions(client, None))
+        for name in names:
+            await _describe(client, name)
     return 0
 
 
@@ -153,7 +196,7 @@ async def _alter(client: KafkaClient, args: argparse.Namespace) -> None:
                 name=args.name, count=args.partitions, assignments=None),),
             timeout=TIMEOUT, validate_only=False))
         result = response.results[0]
-        _check(result.error_code, result.error_message, f"alter {args.name}")
+        check(result.error_code, result.error_message, f"alter {args.name}")
         print(f"Topic {args.name} now has {args.partitions} partitions.")
     changes = [alter_configs.AlterableConfig(name=k, config_operation=0, value=v)
                for k, v in _pairs(args.set).items()]
@@ -165,7 +208,7 @@ async def _alter(client: KafkaClient, args: argparse.Namespace) -> None:
                 resource_type=2, resource_name=args.name, configs=tuple(changes)),),
             validate_only=False))
         result = response.responses[0]
-        _check(result.error_code, result.error_message, f"alter {args.name}")
+        check(result.error_code, result.error_message, f"alter {args.name}")
         print(f"Updated {len(changes)} config(s) of {args.name}.")
 
 
@@ -174,17 +217,10 @@ async def _describe(client: KafkaClient, name: str) -> None:
         topics=(metadata.MetadataRequestTopic(topic_id=None, name=name),),
         allow_auto_topic_creation=False, include_topic_authorized_operations=False))
     topic = response.topics[0]
-    _check(topic.error_code, None, f"describe {name}")
+    check(topic.error_code, None, f"describe {name}")
     partitions = sorted(p.partition_index for p in topic.partitions)
-    marks = {}
-    for position in (-2, -1):
-        offsets = await client.request(list_offsets.ListOffsetsRequest(
-            replica_id=-1, isolation_level=0,
-            topics=(list_offsets.ListOffsetsTopic(name=name, partitions=tuple(
-                list_offsets.ListOffsetsPartition(partition_index=p, timestamp=position)
-                for p in partitions)),)))
-        for part in offsets.topics[0].partitions:
-            marks[(position, part.partition_index)] = part.offset
+    starts = await offsets_at(client, {(name, p): EARLIEST for p in partitions})
+    ends = await offsets_at(client, {(name, p): LATEST for p in partitions})
     configs = await client.request(describe_configs.DescribeConfigsRequest(
         resources=(describe_configs.DescribeConfigsResource(
             resource_type=2, resource_name=name, configuration_keys=None),),
@@ -195,4 +231,5 @@ async def _describe(client: KafkaClient, name: str) -> None:
           f"Configs: {','.join(overrides)}")
     for p in partitions:
         print(f"\tPartition: {p}\tLeader: {response.controller_id}\t"
-              f"LogStartOffset: {marks[(-2, p)]}\tHighWatermark: {marks[(-1, p)]}")
+              f"LogStartOffset: {starts.get((name, p), '-')}\t"
+              f"HighWatermark: {ends.get((name, p), '-')}")

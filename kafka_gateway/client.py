@@ -32,9 +32,10 @@ class KafkaClient:
         self._correlation = 0
 
     @classmethod
-    async def connect(cls, host: str, port: int, timeout: float = 10.0) -> KafkaClient:
+    async def connect(cls, host: str, port: int, timeout: float = 10.0,
+                      client_id: str = "kafka-gateway-cli") -> KafkaClient:
         reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-        return cls(reader, writer)
+        return cls(reader, writer, client_id)
 
     async def request(self, body: Any) -> Any:
         api_key = int(type(body).__api_key__)

@@ -34,7 +34,8 @@ class Setting:
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("auto.create.topics.enable", "auto_create_topics", bool,
-            "create a topic on first Metadata/Produce for it"),
+            "create a topic when a client's Metadata request names it and allows it (as "
+            "Kafka; Produce and Fetch never create one)"),
     Setting("num.partitions", "num_partitions", int, "partitions of auto-created topics"),
     Setting("log.retention.ms", "retention_ms", int,
             "default retention.ms of topics (-1: keep forever)"),
@@ -188,16 +189,24 @@ def read_properties(path: str) -> dict[str, str]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", type=_hostport, default=None,
-                        help="HOST:PORT to accept Kafka clients on (default 127.0.0.1:9092)")
+                        help="HOST:PORT to accept Kafka clients on (default 127.0.0.1:9092) "
+                             "[listeners]")
     parser.add_argument("--advertise", type=_hostport, default=None,
-                        help="HOST:PORT clients are told to connect to (default: --listen)")
-    parser.add_argument("--data-dir", default=None, help="where the RocksDB store lives (./data)")
-    parser.add_argument("--node-id", type=int, default=None, help="broker id (0)")
+                        help="HOST:PORT clients are told to connect to (default: --listen) "
+                             "[advertised.listeners]")
+    parser.add_argument("--data-dir", default=None,
+                        help="where the RocksDB store lives (default ./data) [log.dirs]")
+    parser.add_argument("--node-id", type=int, default=None, help="broker id (default 0) [node.id]")
     parser.add_argument("--config", default=None,
-                        help="a properties file with the settings below (flags win)")
+                        help="a server.properties-style file of the settings below, by the "
+                             "names in brackets (flags win)")
+    defaults = GatewayConfig()
     for setting in SETTINGS:
+        default = getattr(defaults, setting.attr)
+        shown = str(default).lower() if isinstance(default, bool) else default
         parser.add_argument(setting.flag, dest=setting.attr, default=None, metavar="VALUE",
-                            help=f"{setting.help} [{setting.prop}]")
+                            choices=setting.choices or None,
+                            help=f"{setting.help} (default {shown}) [{setting.prop}]")
 
 
 def from_arguments(args: argparse.Namespace) -> GatewayConfig:

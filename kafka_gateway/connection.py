@@ -291,6 +291,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             metrics.latency[name].observe(time.perf_counter() - started)
         if body is None:
             return None
+        metrics.count_errors(name, body)
         return encode_response(request.header.api_key, request.header.correlation_id, body)
 
     def _queue_ready(self, chunks: list[bytes]) -> None:

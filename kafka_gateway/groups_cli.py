@@ -1,81 +1,138 @@
-"""``kafka-gateway groups list|describe GROUP``: consumer groups of a running
-gateway (or any Kafka broker), like ``kafka-consumer-groups.sh``.
+"""``kafka-gateway groups``: consumer groups of a running gateway (or any Kafka
+broker), like ``kafka-consumer-groups.sh``.
 
-``describe`` shows the group's state, protocol and members, then per
-partition the committed offset, the log end offset and the lag, with the
-member that holds the partition.
+- ``list``: group ids with state and protocol type;
+- ``describe``: the group's state, protocol and members, then per partition
+  the committed offset, the log end offset and the lag, with the member that
+  holds the partition;
+- ``delete``: groups without members, with their offsets;
+- ``delete-offsets``: some committed offsets of a group (not of topics its
+  members subscribe to);
+- ``reset-offsets``: move a group's committed offsets (groups_reset.py).
+
+Groups are named as positional arguments or with ``--group`` (repeatable, as
+in Kafka's tool); ``--all-groups`` names every group.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 
-from kio.schema.describe_groups.v5 import request as describe_groups
+from kio.schema.delete_groups.v2 import request as delete_groups
 from kio.schema.errors import ErrorCode
 from kio.schema.list_groups.v4 import request as list_groups
-from kio.schema.list_offsets.v7 import request as list_offsets
-from kio.schema.offset_fetch.v8 import request as offset_fetch
+from kio.schema.offset_delete.v0 import request as offset_delete
 
-from . import config as settings
+from .cli_common import (
+    LATEST,
+    client_action,
+    client_command,
+    committed_offsets,
+    connected,
+    group_state,
+    offsets_at,
+    print_rows,
+    topic_partitions,
+)
 from .client import KafkaClient
 from .groups.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
-
-LATEST = -1
+from .groups_reset import add_reset_arguments, parse_topic_partitions, reset_offsets
 
 
 def add_groups_parser(commands: argparse._SubParsersAction) -> None:
-    groups = commands.add_parser("groups", help="inspect consumer groups on a running gateway")
-    groups.add_argument("--bootstrap-server", default="127.0.0.1:9092", type=settings._hostport)
+    groups = client_command(commands, "groups", help="consumer groups on a running gateway",
+                            description=__doc__)
     actions = groups.add_subparsers(dest="action", required=True)
-    listing = actions.add_parser("list", help="group ids with state and protocol type")
+    listing = client_action(actions, "list", help="group ids with state and protocol type")
     listing.add_argument("--state", action="append", default=[],
-                         help="only groups in this state (repeatable)")
-    describe = actions.add_parser("describe", help="members, assignment, offsets and lag")
-    describe.add_argument("group")
+                         help="only groups in this state, e.g. Stable or Empty (repeatable; "
+                              "default: every state)")
+    describe = client_action(actions, "describe",
+                             help="members, assignment, committed offsets and lag")
+    add_group_selection(describe)
+    delete = client_action(actions, "delete",
+                           help="delete groups without members, with their committed offsets")
+    add_group_selection(delete)
+    delete_offsets = client_action(
+        actions, "delete-offsets",
+        help="delete a group's committed offsets of some topics or partitions")
+    delete_offsets.add_argument("group_args", nargs="?", metavar="GROUP", help="the group id")
+    delete_offsets.add_argument("--group", dest="group_flags", action="append", default=[],
+                                help="the group whose offsets go")
+    delete_offsets.add_argument("--topic", action="append", default=[], required=True,
+                                metavar="TOPIC[:P,P...]",
+                                help="a topic, or some of its partitions (repeatable)")
+    reset = client_action(actions, "reset-offsets",
+                          help="move committed offsets of inactive groups (dry run by default)")
+    add_group_selection(reset)
+    add_reset_arguments(reset)
+
+
+def add_group_selection(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("group_args", nargs="*", metavar="GROUP", help="group ids")
+    parser.add_argument("--group", dest="group_flags", action="append", default=[],
+                        help="a group id (repeatable)")
+    parser.add_argument("--all-groups", action="store_true",
+                        help="every group the gateway knows (default: only those named)")
+
+
+async def selected_groups(client: KafkaClient, args: argparse.Namespace) -> list[str]:
+    named = [*(args.group_args or []), *args.group_flags]
+    if getattr(args, "all_groups", False):
+        if named:
+            raise SystemExit("kafka-gateway: name groups or give --all-groups, not both")
+        response = await client.request(list_groups.ListGroupsRequest(states_filter=()))
+        return sorted(g.group_id for g in response.groups)
+    if not named:
+        raise SystemExit("kafka-gateway: name a group (GROUP or --group GROUP) or --all-groups")
+    return list(dict.fromkeys(named))
 
 
 async def run_groups(args: argparse.Namespace) -> int:
-    client = await KafkaClient.connect(*args.bootstrap_server)
-    try:
+    async with connected(args) as client:
         if args.action == "list":
             response = await client.request(
                 list_groups.ListGroupsRequest(states_filter=tuple(args.state)))
-            _rows([("GROUP", "STATE", "PROTOCOL-TYPE")] + [
+            print_rows([("GROUP", "STATE", "PROTOCOL-TYPE")] + [
                 (g.group_id, g.group_state, g.protocol_type or "-")
                 for g in sorted(response.groups, key=lambda g: g.group_id)])
             return 0
-        return await _describe(client, args.group)
-    finally:
-        await client.close()
+        if args.action == "delete-offsets":
+            return await _delete_offsets(client, args)
+        groups = await selected_groups(client, args)
+        if args.action == "delete":
+            return await _delete(client, groups)
+        if args.action == "reset-offsets":
+            return await reset_offsets(client, groups, args)
+        status = 0
+        for number, group in enumerate(groups):
+            if number:
+                print()
+            status = max(status, await _describe(client, group))
+        return status
 
 
 async def _describe(client: KafkaClient, group_id: str) -> int:
-    described = (await client.request(describe_groups.DescribeGroupsRequest(
-        groups=(group_id,), include_authorized_operations=False))).groups[0]
-    if described.error_code is not ErrorCode.none:
-        raise SystemExit(f"describe {group_id}: {described.error_code.name.upper()}")
+    described = await group_state(client, group_id)
     if described.group_state == "Dead":
         print(f"Group {group_id} does not exist.")
         return 1
-    fetched = (await client.request(offset_fetch.OffsetFetchRequest(
-        groups=(offset_fetch.OffsetFetchRequestGroup(group_id=group_id, topics=None),),
-        require_stable=False))).groups[0]
-    committed = {(t.name, p.partition_index): p.committed_offset
-                 for t in fetched.topics for p in t.partitions}
+    committed = await committed_offsets(client, group_id)
     owners: dict[tuple[str, int], object] = {}
     for member in described.members:
         if described.protocol_type == PROTOCOL_TYPE:
             for topic, partitions in (assigned_partitions(member.member_assignment) or {}).items():
                 owners.update({(topic, p): member for p in partitions})
     partitions = sorted(set(committed) | set(owners))
-    ends = await _log_end_offsets(client, partitions)
+    ends = await offsets_at(client, dict.fromkeys(partitions, LATEST))
 
     protocol = "/".join(x for x in (described.protocol_type, described.protocol_data) if x)
     print(f"Group: {group_id}\tState: {described.group_state}\tProtocol: {protocol or '-'}\t"
           f"Members: {len(described.members)}")
     if described.members:
         print()
-        _rows([("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT")] + [
+        print_rows([("MEMBER-ID", "INSTANCE-ID", "CLIENT-ID", "HOST", "ASSIGNMENT")] + [
             (m.member_id, m.group_instance_id or "-", m.client_id, m.client_host or "-",
              _assignment_text(m.member_assignment) if described.protocol_type == PROTOCOL_TYPE
              else f"{len(m.member_assignment)} bytes")
@@ -91,25 +148,54 @@ async def _describe(client: KafkaClient, group_id: str) -> int:
         rows.append((topic, str(partition), str(current) if current >= 0 else "-",
                      str(end) if end >= 0 else "-", str(lag) if lag is not None else "-",
                      owner.member_id if owner else "-", owner.client_id if owner else "-"))
-    _rows(rows)
+    print_rows(rows)
     return 0
 
 
-async def _log_end_offsets(client: KafkaClient,
-                           partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-    by_topic: dict[str, list[int]] = {}
-    for topic, partition in partitions:
-        by_topic.setdefault(topic, []).append(partition)
-    if not by_topic:
-        return {}
-    response = await client.request(list_offsets.ListOffsetsRequest(
-        replica_id=-1, isolation_level=0,
-        topics=tuple(list_offsets.ListOffsetsTopic(name=topic, partitions=tuple(
-            list_offsets.ListOffsetsPartition(partition_index=p, timestamp=LATEST,
-                                              current_leader_epoch=-1)
-            for p in indexes)) for topic, indexes in by_topic.items())))
-    return {(t.name, p.partition_index): p.offset for t in response.topics
-            for p in t.partitions if p.error_code is ErrorCode.none}
+async def _delete(client: KafkaClient, groups: list[str]) -> int:
+    if not groups:
+        print("No groups to delete.")
+        return 0
+    response = await client.request(delete_groups.DeleteGroupsRequest(groups_names=tuple(groups)))
+    failed = [r for r in response.results if r.error_code is not ErrorCode.none]
+    for result in response.results:
+        if result.error_code is ErrorCode.none:
+            print(f"Deleted group {result.group_id}.")
+        else:
+            print(f"Group {result.group_id} could not be deleted: "
+                  f"{result.error_code.name.upper()}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+async def _delete_offsets(client: KafkaClient, args: argparse.Namespace) -> int:
+    named = [*([args.group_args] if args.group_args else []), *args.group_flags]
+    if len(named) != 1:
+        raise SystemExit("kafka-gateway: delete-offsets takes exactly one group")
+    [group] = named
+    wanted = parse_topic_partitions(args.topic)
+    whole = [topic for topic, partitions in wanted.items() if partitions is None]
+    if whole:
+        wanted.update(await topic_partitions(client, whole))
+    response = await client.request(offset_delete.OffsetDeleteRequest(
+        group_id=group, topics=tuple(
+            offset_delete.OffsetDeleteRequestTopic(name=topic, partitions=tuple(
+                offset_delete.OffsetDeleteRequestPartition(partition_index=p)
+                for p in partitions or ()))
+            for topic, partitions in wanted.items())))
+    if response.error_code is not ErrorCode.none:
+        print(f"Offsets of group {group} could not be deleted: "
+              f"{response.error_code.name.upper()}", file=sys.stderr)
+        return 1
+    rows = [("TOPIC", "PARTITION", "STATUS")]
+    failed = False
+    for topic in response.topics:
+        for part in sorted(topic.partitions, key=lambda p: p.partition_index):
+            ok = part.error_code is ErrorCode.none
+            failed |= not ok
+            rows.append((topic.name, str(part.partition_index),
+                         "Successful" if ok else f"Error: {part.error_code.name.upper()}"))
+    print_rows(rows)
+    return 1 if failed else 0
 
 
 def _assignment_text(assignment: bytes) -> str:
@@ -117,10 +203,3 @@ def _assignment_text(assignment: bytes) -> str:
     if partitions is None:
         return "?"
     return ",".join(f"{t}-{p}" for t in sorted(partitions) for p in sorted(partitions[t])) or "-"
-
-
-def _rows(rows: list[tuple[str, ...]]) -> None:
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-              .rstrip())

@@ -1,33 +1,25 @@
-"""Counters and latency histograms, exposed in Prometheus text format."""
+"""What the gateway counts as it serves: plain integers and bucket counts,
+cheap on the request path. ``prometheus.py`` renders them (with the store's,
+the partitions' and the coordinators' state) when /metrics is scraped.
+"""
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import asyncio
+import typing
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
+from functools import cache
+from typing import Any
+from uuid import UUID
 
+from kio.schema.errors import ErrorCode
 
-def label(value: object) -> str:
-    """A label value as the Prometheus text format writes it: backslash, double
-    quote and newline escaped, so no value (a client's group id) can end its
-    label and forge a line."""
-    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+from tablets.histogram import Histogram
 
-
-# Seconds; an operator alarms when simple requests land in the top buckets.
-LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
-
-
-@dataclass(slots=True)
-class Histogram:
-    counts: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
-    total: float = 0.0
-    n: int = 0
-
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect_left(LATENCY_BUCKETS, seconds)] += 1
-        self.total += seconds
-        self.n += 1
+# How late the event loop runs a timer: sampled every this many seconds.
+LOOP_LAG_INTERVAL = 0.25
+LOOP_LAG_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
 @dataclass(slots=True)
@@ -35,6 +27,12 @@ class Metrics:
     requests: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     request_errors: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     latency: dict[str, Histogram] = field(default_factory=lambda: defaultdict(Histogram))
+    # (api, error name) -> partitions, resources or requests answered with that error
+    response_errors: dict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
+    # topic id -> bytes of record batches appended / returned by Fetch
+    topic_bytes_in: dict[UUID, int] = field(default_factory=lambda: defaultdict(int))
+    topic_bytes_out: dict[UUID, int] = field(default_factory=lambda: defaultdict(int))
+    loop_lag: Histogram = field(default_factory=lambda: Histogram(LOOP_LAG_BUCKETS))
     bytes_in: int = 0
     bytes_out: int = 0
     produced_bytes: int = 0
@@ -46,39 +44,56 @@ class Metrics:
     connections_expired: int = 0  # closed idle, or stalled in the middle of a frame
     request_memory_bytes: int = 0  # read buffers charged to queued.max.request.bytes
 
-    def render(self, extra: dict[str, float]) -> str:
-        lines = [
-            "# TYPE kafka_gateway_requests_total counter",
-            *(f'kafka_gateway_requests_total{{api="{label(a)}"}} {n}'
-              for a, n in self.requests.items()),
-            "# TYPE kafka_gateway_request_errors_total counter",
-            *(
-                f'kafka_gateway_request_errors_total{{api="{label(a)}"}} {n}'
-                for a, n in self.request_errors.items()
-            ),
-            "# TYPE kafka_gateway_request_seconds histogram",
-        ]
-        for name, hist in self.latency.items():
-            api = label(name)
-            running = 0
-            for bound, count in zip((*LATENCY_BUCKETS, "+Inf"), hist.counts, strict=True):
-                running += count
-                lines.append(f'kafka_gateway_request_seconds_bucket{{api="{api}",le="{bound}"}} '
-                             f"{running}")
-            lines.append(f'kafka_gateway_request_seconds_sum{{api="{api}"}} {hist.total}')
-            lines.append(f'kafka_gateway_request_seconds_count{{api="{api}"}} {hist.n}')
-        scalars = {
-            "bytes_in_total": self.bytes_in,
-            "bytes_out_total": self.bytes_out,
-            "produced_bytes_total": self.produced_bytes,
-            "fetched_bytes_total": self.fetched_bytes,
-            "connections": self.connections,
-            "connections_total": self.connections_total,
-            "bad_frames_total": self.bad_frames,
-            "log_lines_suppressed_total": self.log_lines_suppressed,
-            "connections_expired_total": self.connections_expired,
-            "request_memory_bytes": self.request_memory_bytes,
-            **extra,
-        }
-        lines.extend(f"kafka_gateway_{name} {value}" for name, value in scalars.items())
-        return "\n".join(lines) + "\n"
+    def count_errors(self, api: str, body: Any) -> None:
+        """Count the error codes of a response body (a kio entity), as Kafka's
+        ErrorsPerSec does; NONE is not counted (requests_total has those)."""
+        walk = _error_walker(type(body))
+        if walk is not None:
+            for code in walk(body):
+                if code is not ErrorCode.none:
+                    self.response_errors[(api, code.name.upper())] += 1
+
+    async def watch_event_loop(self) -> None:
+        """Observe how late the loop wakes a timer, until cancelled."""
+        loop = asyncio.get_running_loop()
+        while True:
+            expected = loop.time() + LOOP_LAG_INTERVAL
+            await asyncio.sleep(LOOP_LAG_INTERVAL)
+            self.loop_lag.observe(max(loop.time() - expected, 0.0))
+
+
+Walker = typing.Callable[[Any], typing.Iterator[ErrorCode]]
+
+
+@cache
+def _error_walker(cls: type) -> Walker | None:
+    """A function yielding every ErrorCode field of an entity and its nested
+    entities; None for a type with none (planned once per response class)."""
+    if not is_dataclass(cls):
+        return None
+    hints = typing.get_type_hints(cls)
+    codes: list[str] = []
+    nested: list[tuple[str, Walker, bool]] = []
+    for item in fields(cls):
+        hint = hints.get(item.name)
+        if hint is ErrorCode:
+            codes.append(item.name)
+            continue
+        many = typing.get_origin(hint) is tuple
+        inner = typing.get_args(hint)[0] if many else hint
+        if isinstance(inner, type) and (walk := _error_walker(inner)) is not None:
+            nested.append((item.name, walk, many))
+    if not codes and not nested:
+        return None
+
+    def walk(entity: Any) -> typing.Iterator[ErrorCode]:
+        for name in codes:
+            yield getattr(entity, name)
+        for name, inner_walk, many in nested:
+            value = getattr(entity, name)
+            if value is None:
+                continue
+            for item in value if many else (value,):
+                yield from inner_walk(item)
+
+    return walk

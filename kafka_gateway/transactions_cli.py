@@ -23,33 +23,32 @@ from kio.schema.init_producer_id.v4 import request as init_producer_id
 from kio.schema.list_transactions.v0 import request as list_transactions
 from kio.static.primitive import i32Timedelta
 
-from . import config as settings
+from .cli_common import client_action, client_command, connected, print_rows
 from .client import KafkaClient
 from .described_txns import DescribedTxn, decode_describe_transactions
-from .groups_cli import _rows
 
 ABORT_TIMEOUT = i32Timedelta.parse(datetime.timedelta(minutes=1))
 
 
 def add_transactions_parser(commands: argparse._SubParsersAction) -> None:
-    txns = commands.add_parser("transactions",
-                               help="inspect and abort transactions on a running gateway")
-    txns.add_argument("--bootstrap-server", default="127.0.0.1:9092", type=settings._hostport,
-                      help="HOST:PORT of the gateway (default 127.0.0.1:9092)")
+    txns = client_command(commands, "transactions",
+                          help="inspect and abort transactions on a running gateway",
+                          description=__doc__)
     actions = txns.add_subparsers(dest="action", required=True)
-    actions.add_parser("list", help="transactional ids with producer id and state")
-    describe = actions.add_parser("describe", help="one transactional id in detail")
-    describe.add_argument("transactional_id")
-    producers = actions.add_parser("producers", help="producers of a partition")
-    producers.add_argument("topic")
-    producers.add_argument("partition", type=int)
-    abort = actions.add_parser("abort", help="abort an id's open transaction, fencing its producer")
-    abort.add_argument("transactional_id")
+    client_action(actions, "list", help="transactional ids with producer id and state")
+    describe = client_action(actions, "describe", help="one transactional id in detail")
+    describe.add_argument("transactional_id", help="the transactional.id of a producer")
+    producers = client_action(actions, "producers",
+                              help="idempotent and transactional producers of a partition")
+    producers.add_argument("topic", help="the topic")
+    producers.add_argument("partition", type=int, help="the partition index")
+    abort = client_action(actions, "abort",
+                          help="abort an id's open transaction, fencing its producer")
+    abort.add_argument("transactional_id", help="the transactional.id of a producer")
 
 
 async def run_transactions(args: argparse.Namespace) -> int:
-    client = await KafkaClient.connect(*args.bootstrap_server)
-    try:
+    async with connected(args) as client:
         if args.action == "list":
             return await _list(client)
         if args.action == "producers":
@@ -61,14 +60,12 @@ async def run_transactions(args: argparse.Namespace) -> int:
             _print_state(state)
             return 0
         return await _abort(client, state)
-    finally:
-        await client.close()
 
 
 async def _list(client: KafkaClient) -> int:
     response = await client.request(list_transactions.ListTransactionsRequest(
         state_filters=(), producer_id_filters=()))
-    _rows([("TRANSACTIONAL-ID", "PRODUCER-ID", "STATE")] + [
+    print_rows([("TRANSACTIONAL-ID", "PRODUCER-ID", "STATE")] + [
         (t.transactional_id, str(t.producer_id), t.transaction_state)
         for t in response.transaction_states])
     return 0
@@ -92,7 +89,7 @@ def _print_state(state: DescribedTxn) -> None:
     if state.start_ms >= 0:
         started = datetime.datetime.fromtimestamp(state.start_ms / 1000,
                                                   tz=datetime.UTC).isoformat()
-    _rows([("TRANSACTIONAL-ID", "PRODUCER-ID", "EPOCH", "STATE", "TIMEOUT-MS", "START-TIME",
+    print_rows([("TRANSACTIONAL-ID", "PRODUCER-ID", "EPOCH", "STATE", "TIMEOUT-MS", "START-TIME",
             "PARTITIONS"),
            (state.transactional_id, str(state.producer_id), str(state.producer_epoch),
             state.state, str(state.timeout_ms), started,
@@ -105,7 +102,7 @@ async def _producers(client: KafkaClient, topic: str, partition: int) -> int:
     result = response.topics[0].partitions[0]
     if result.error_code is not ErrorCode.none:
         raise SystemExit(f"producers {topic}-{partition}: {result.error_code.name.upper()}")
-    _rows([("PRODUCER-ID", "EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP")] + [
+    print_rows([("PRODUCER-ID", "EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP")] + [
         (str(p.producer_id), str(p.producer_epoch), str(p.last_sequence),
          datetime.datetime.fromtimestamp(p.last_timestamp / 1000, tz=datetime.UTC).isoformat())
         for p in result.active_producers])

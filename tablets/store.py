@@ -30,6 +30,8 @@ from rocksdict import (
     WriteOptions,
 )
 
+from .histogram import Histogram
+
 log = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["never", "always"]
@@ -52,6 +54,10 @@ class Ops:
     def delete_range(self, start: bytes, end: bytes) -> None:
         self.delete_ranges.append((start, end))
 
+# Changes per RocksDB write: how much the group commit gathers.
+GROUP_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
 @dataclass(slots=True)
 class WriterStats:
     """Counters exported as metrics (and read by the benchmarks)."""
@@ -61,6 +67,8 @@ class WriterStats:
     fsyncs: int = 0
     bytes: int = 0
     write_seconds: float = 0.0
+    write_latency: Histogram = field(default_factory=Histogram)  # seconds per write
+    group_sizes: Histogram = field(default_factory=lambda: Histogram(GROUP_SIZE_BUCKETS))
 
 
 class StorageError(RuntimeError):
@@ -153,7 +161,10 @@ class RocksStore:
         started = time.perf_counter()
         self.db.write(batch, self._write_options)
         stats = self.stats
-        stats.write_seconds += time.perf_counter() - started
+        seconds = time.perf_counter() - started
+        stats.write_seconds += seconds
+        stats.write_latency.observe(seconds)
+        stats.group_sizes.observe(len(changes))
         stats.writes += 1
         stats.changes += len(changes)
         stats.fsyncs += self._write_options.sync

@@ -4,5 +4,8 @@
 - ``batches``: build v2 record batches byte by byte;
 - ``txn``: a transaction coordinator over a real storage engine, reopened
   between test phases;
+- ``cli``: run ``kafka-gateway`` commands in a subprocess;
+- ``prom``: read a /metrics page with Prometheus' own parser;
+- ``readme_run``: run the README's commands and code blocks in order;
 - ``describe_transactions``: DescribeTransactions responses kio cannot read.
 """

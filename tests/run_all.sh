@@ -3,12 +3,12 @@
 #
 #   ./tests/run_all.sh            # from the repository root, on a fresh machine
 #
-# Installs: the gateway with its test extras (pip), Debian's kcat (apt-get),
-# kafkajs (npm), the Java client, Kafka Streams and the Apache Kafka broker
-# (Maven, into a cache outside git), PySpark (pip, the `spark` extra inside the test
-# extras) and Spark's Kafka connector (Maven, into the same cache), the Tansu peer for
-# the benchmark smoke test (pip, in the test extras). Fails loudly at the first step
-# that goes wrong.
+# Installs: the gateway with its test extras (pip), Debian's kcat, chromium, curl
+# and iproute2 (apt-get), kafkajs and playwright-core with uPlot (npm), the Java
+# client, Kafka Streams and the Apache Kafka broker (Maven, into a cache outside
+# git), PySpark (pip, the `spark` extra inside the test extras) and Spark's Kafka
+# connector (Maven, into the same cache), the Tansu peer for the benchmark smoke
+# test (pip, in the test extras). Fails loudly at the first step that goes wrong.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,8 +27,27 @@ if ! command -v kcat >/dev/null 2>&1; then
 fi
 kcat -V | head -1
 
+step "the README's tools: curl; ip (iproute2) for the README test's network namespace"
+for tool in curl:curl ip:iproute2 unshare:util-linux; do
+  if ! command -v "${tool%%:*}" >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${tool##*:}" >/dev/null
+  fi
+done
+
 step "kafkajs (npm)"
 (cd compat_tests/js && npm ci --no-audit --no-fund --loglevel=error)
+
+step "the web console's browser test: Debian's chromium, playwright-core (npm)"
+if ! command -v chromium >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+(cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 
 step "JVM: Java 17, Maven, and the jars of compat_tests/jvm/pom.xml"
 if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then

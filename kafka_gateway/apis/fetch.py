@@ -71,8 +71,18 @@ async def handle(broker, request):
         if total >= min_bytes or failed or remaining <= 0 or broker.stopping or not wanted:
             break
         await _wait_for_data([w.tablet for w in wanted if w.tablet is not None], remaining)
-    broker.metrics.fetched_bytes += total
+    _count(broker.metrics, wanted, parts, total)
     return _response(version, wanted, parts, body.isolation_level == 1)
+
+
+def _count(metrics, wanted: list[_Wanted], parts, total: int) -> None:
+    """Bytes per topic and error codes (the answer is encoded here, not by kio)."""
+    metrics.fetched_bytes += total
+    for want, (code, _hw, _start, batches) in zip(wanted, parts, strict=True):
+        if code is not ErrorCode.none:
+            metrics.response_errors[("fetch", code.name.upper())] += 1
+        elif batches:
+            metrics.topic_bytes_out[want.tablet.topic_id] += sum(map(len, batches))
 
 
 def _resolve(broker, key, part, by_id: bool) -> _Wanted:

@@ -68,6 +68,7 @@ async def handle(broker, request):
                                                 request.connection)
                 outcome = tablet.append(part.records, now, sink)
                 broker.metrics.produced_bytes += len(part.records)
+                broker.metrics.topic_bytes_in[tablet.topic_id] += len(part.records)
             except Exception as exc:
                 outcome = exc
             pending.append((topic_data.name, part.index, outcome))

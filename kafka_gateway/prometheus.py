@@ -1,0 +1,224 @@
+"""/metrics in the Prometheus text format, rendered by ``prometheus_client``.
+
+The request path only bumps plain counters (``metrics.py``, the store's
+``WriterStats``); this collector reads them, the partitions, the groups'
+committed offsets and the transaction coordinator at scrape time, so a
+scrape costs what it reads and a request costs nothing more. Every name
+starts with ``kafka_gateway_``; docs/operations.md lists them all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
+
+from tablets.histogram import Histogram
+
+from .apis import APIS
+from .broker import Broker
+
+PREFIX = "kafka_gateway_"
+API_NAMES = sorted(api.name for api in APIS.values())
+
+
+def render(broker: Broker) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(GatewayCollector(broker))
+    return generate_latest(registry)
+
+
+def _counter(name: str, doc: str, value: float) -> CounterMetricFamily:
+    return CounterMetricFamily(PREFIX + name, doc, value=value)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, value=value)
+
+
+def _add_histogram(family: HistogramMetricFamily, labels: list[str], hist: Histogram) -> None:
+    family.add_metric(labels, [(floatToGoString(bound), count)
+                               for bound, count in hist.cumulative()], hist.total)
+
+
+class GatewayCollector(Collector):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._requests()
+        yield from self._traffic()
+        yield from self._store()
+        yield from self._partitions()
+        yield from self._groups()
+        yield from self._transactions()
+
+    def _requests(self) -> Iterator[Metric]:
+        metrics = self.broker.metrics
+        # Every API has its series from the start (at 0), so rate() and alerts see
+        # the first request too.
+        requests = CounterMetricFamily(PREFIX + "requests", "Requests served, per API",
+                                       labels=["api"])
+        failed = CounterMetricFamily(
+            PREFIX + "request_errors",
+            "Requests whose handler failed (the connection was closed), per API",
+            labels=["api"])
+        for api in API_NAMES:
+            requests.add_metric([api], metrics.requests.get(api, 0))
+            failed.add_metric([api], metrics.request_errors.get(api, 0))
+        yield requests
+        yield failed
+        codes = CounterMetricFamily(
+            PREFIX + "response_errors",
+            "Error codes in answers (per partition, resource or request), per API and error",
+            labels=["api", "error"])
+        for (api, error), count in sorted(metrics.response_errors.items()):
+            codes.add_metric([api, error], count)
+        yield codes
+        latency = HistogramMetricFamily(PREFIX + "request_seconds",
+                                        "Time from reading a request to its answer, per API",
+                                        labels=["api"])
+        for api, hist in sorted(metrics.latency.items()):
+            _add_histogram(latency, [api], hist)
+        yield latency
+        lag = HistogramMetricFamily(
+            PREFIX + "event_loop_lag_seconds",
+            "How late the event loop ran a timer (sampled every 250 ms)")
+        _add_histogram(lag, [], metrics.loop_lag)
+        yield lag
+
+    def _traffic(self) -> Iterator[Metric]:
+        metrics = self.broker.metrics
+        yield _counter("bytes_in", "Bytes read from client sockets", metrics.bytes_in)
+        yield _counter("bytes_out", "Bytes written to client sockets", metrics.bytes_out)
+        yield _counter("produced_bytes", "Bytes of record batches produced",
+                       metrics.produced_bytes)
+        yield _counter("fetched_bytes", "Bytes of record batches fetched", metrics.fetched_bytes)
+        by_id = self.broker.engine.topics_by_id
+        for name, doc, counts in (
+                ("topic_bytes_in", "Bytes of record batches produced, per topic",
+                 metrics.topic_bytes_in),
+                ("topic_bytes_out", "Bytes of record batches fetched, per topic",
+                 metrics.topic_bytes_out)):
+            family = CounterMetricFamily(PREFIX + name, doc, labels=["topic"])
+            for topic_id in list(counts):
+                topic = by_id.get(topic_id)
+                if topic is None:  # deleted: its series ends, as in Kafka
+                    del counts[topic_id]
+                    continue
+                family.add_metric([topic.name], counts[topic_id])
+            yield family
+        yield _gauge("connections", "Open client connections", metrics.connections)
+        # Not "connections_total": that would be a second family named "connections".
+        yield _counter("connections_accepted", "Client connections accepted",
+                       metrics.connections_total)
+        yield _counter("bad_frames", "Malformed or oversized frames (connection closed)",
+                       metrics.bad_frames)
+        yield _counter("log_lines_suppressed", "Bad-input log lines over the per-address rate",
+                       metrics.log_lines_suppressed)
+        yield _counter("connections_expired", "Connections closed idle or stalled mid-frame",
+                       metrics.connections_expired)
+        yield _gauge("request_memory_bytes",
+                     "Request buffers charged to queued.max.request.bytes",
+                     metrics.request_memory_bytes)
+
+    def _store(self) -> Iterator[Metric]:
+        engine = self.broker.engine
+        stats = engine.store.stats
+        yield _counter("store_writes", "RocksDB writes (one per group commit)", stats.writes)
+        yield _counter("store_changes", "Atomic changes written (several per group commit)",
+                       stats.changes)
+        yield _counter("store_fsyncs", "Group commits fsynced", stats.fsyncs)
+        yield _counter("store_written_bytes", "Bytes of keys and values written",
+                       stats.bytes)
+        yield _counter("store_write_seconds", "Time spent in RocksDB writes",
+                       stats.write_seconds)
+        latency = HistogramMetricFamily(PREFIX + "store_write_latency_seconds",
+                                        "Duration of one RocksDB write (a group commit)")
+        _add_histogram(latency, [], stats.write_latency)
+        yield latency
+        sizes = HistogramMetricFamily(PREFIX + "store_group_commit_changes",
+                                      "Atomic changes gathered into one RocksDB write")
+        _add_histogram(sizes, [], stats.group_sizes)
+        yield sizes
+        writer = engine.writer
+        yield _gauge("store_failed",
+                     "1 once a store write failed: writes are refused until a restart",
+                     int(writer is not None and writer.failed is not None))
+        yield _gauge("topics", "Topics", len(engine.topics))
+
+    def _partitions(self) -> Iterator[Metric]:
+        labels = ["topic", "partition"]
+        high = GaugeMetricFamily(PREFIX + "high_watermark", "High watermark (log end offset)",
+                                 labels=labels)
+        start = GaugeMetricFamily(PREFIX + "log_start_offset", "Log start offset",
+                                  labels=labels)
+        size = GaugeMetricFamily(PREFIX + "partition_bytes", "Bytes of record batches stored",
+                                 labels=labels)
+        for topic in self.broker.engine.topics.values():
+            for tablet in topic.partitions:
+                values = [topic.name, str(tablet.partition)]
+                high.add_metric(values, tablet.high_watermark)
+                start.add_metric(values, tablet.log_start_offset)
+                size.add_metric(values, tablet.size_bytes)
+        yield from (high, start, size)
+
+    def _groups(self) -> Iterator[Metric]:
+        groups = self.broker.groups
+        if groups is not None:
+            yield _counter("group_rebalances", "Completed group rebalances", groups.rebalances)
+            states = GaugeMetricFamily(PREFIX + "groups", "Consumer groups, per state",
+                                       labels=["state"])
+            counts: dict[str, int] = {}
+            for _group_id, _protocol, state in groups.list_groups():
+                counts[state] = counts.get(state, 0) + 1
+            for state, count in sorted(counts.items()):
+                states.add_metric([state], count)
+            yield states
+        lag = GaugeMetricFamily(
+            PREFIX + "consumer_lag",
+            "High watermark minus the group's committed offset, per group and partition",
+            labels=["group", "topic", "partition"])
+        offsets = self.broker.engine.consumer_offsets
+        engine = self.broker.engine
+        if offsets is not None:
+            for group in offsets.groups():
+                for (topic, partition), committed in offsets.group_offsets(group).items():
+                    if not engine.has_partition(topic, partition):
+                        continue
+                    tablet = engine.partition(topic, partition)
+                    behind = tablet.high_watermark - max(committed.offset,
+                                                         tablet.log_start_offset)
+                    lag.add_metric([group, topic, str(partition)], max(behind, 0))
+        yield lag
+
+    def _transactions(self) -> Iterator[Metric]:
+        txns = self.broker.txns
+        if txns is None:
+            return
+        stats = txns.stats
+        yield _counter("txn_commits", "Transactions committed", stats.commits)
+        yield _counter("txn_aborts", "Transactions aborted (by the producer or a timeout)",
+                       stats.aborts)
+        yield _counter("txn_timeouts", "Transactions aborted for passing their timeout",
+                       stats.timeouts)
+        yield _counter("txn_conflicts",
+                       "Commits refused by the offset-range conflict check", stats.conflicts)
+        yield _counter("txn_fenced", "Requests of fenced producers refused", stats.fenced)
+        yield _counter("txn_stale_end_txn", "EndTxn of a finished transaction refused",
+                       stats.stale_end_txn)
+        yield _gauge("txn_open", "Open transactions", txns.open_count)
+        yield _gauge("txn_pending_bytes", "Batches of open transactions held in memory",
+                     txns.pending_bytes)
+        kept, evicted = self.broker.engine.producer_stats()
+        yield _gauge("producer_ids", "Producer ids whose sequences partitions keep", kept)
+        yield _counter("producer_ids_evicted", "Producer ids forgotten to stay within "
+                       "gateway.producer.state.max.per.partition", evicted)

@@ -1,0 +1,171 @@
+"""The console's pages: each handler reads the model and renders HTML."""
+
+from __future__ import annotations
+
+import datetime
+from urllib.parse import quote
+
+from aiohttp import web
+
+from ..broker import Broker
+from . import model
+from .html import CSP, Html, chart, facts, link, page, size, table, tag
+
+
+def _response(body: Html, status: int = 200) -> web.Response:
+    return web.Response(text=body, status=status, content_type="text/html",
+                        headers={"Content-Security-Policy": CSP,
+                                 "X-Content-Type-Options": "nosniff"})
+
+
+def _not_found(section: str, what: str) -> web.Response:
+    return _response(page("Not found", section, tag("p", what, class_="empty")), status=404)
+
+
+def _when(ms: int) -> str:
+    if ms < 0:
+        return "-"
+    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC).strftime(
+        "%Y-%m-%d %H:%M:%S UTC")
+
+
+def _optional(value: object) -> object:
+    return "-" if value is None else value
+
+
+def _partitions(partitions: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{t}-{p}" for t, p in partitions) or "-"
+
+
+def _charts(url: str) -> Html:
+    return tag("div",
+               chart("Throughput (bytes/s)", url, id="chart-bytes", series="bytes"),
+               chart("Records/s (appended, committed by groups)", url, id="chart-records",
+                     series="records"),
+               class_="charts")
+
+
+class Console:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    async def home_redirect(self, _request: web.Request) -> web.Response:
+        raise web.HTTPFound("/ui/")
+
+    async def overview(self, _request: web.Request) -> web.Response:
+        broker = self.broker
+        topics = model.topics(broker)
+        groups = model.group_ids(broker)
+        txns = broker.txns
+        host, port = broker.config.advertised
+        body = [
+            facts([
+                ("Cluster id", broker.cluster_id),
+                ("Node", broker.node_id),
+                ("Advertised", f"{host}:{port}"),
+                ("Topics", len(topics)),
+                ("Partitions", sum(len(t.partitions) for t in topics)),
+                ("Records", sum(t.records for t in topics)),
+                ("Stored", size(sum(t.size_bytes for t in topics))),
+                ("Groups", len(groups)),
+                ("Open transactions", 0 if txns is None else txns.open_count),
+                ("Connections", broker.metrics.connections),
+            ], id="overview"),
+            _charts("/ui/api/rates"),
+        ]
+        return _response(page("Overview", "Overview", *body))
+
+    async def topics(self, _request: web.Request) -> web.Response:
+        rows = [(link(t.name, "topics", t.name), len(t.partitions), t.records,
+                 size(t.size_bytes),
+                 ", ".join(f"{k}={v}" for k, v in sorted(t.overrides.items())) or "-")
+                for t in model.topics(self.broker)]
+        return _response(page("Topics", "Topics", table(
+            ("Topic", "Partitions", "Records", "Size", "Configs set"), rows, id="topics",
+            empty="no topics yet", numeric=(1, 2, 3))))
+
+    async def topic(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        summary = model.topic(self.broker, name)
+        if summary is None:
+            return _not_found("Topics", f"There is no topic {name}.")
+        partitions = table(
+            ("Partition", "Log start offset", "High watermark", "Records", "Size"),
+            [(p.partition, p.log_start_offset, p.high_watermark, p.records, size(p.size_bytes))
+             for p in summary.partitions], id="partitions", numeric=(0, 1, 2, 3, 4))
+        configs = table(("Config", "Value", "Source"),
+                        [(c.name, c.value, c.source)
+                         for c in model.topic_configs(self.broker, name)], id="configs")
+        readers = table(("Group", "Lag"), [(link(g, "groups", g), lag)
+                                           for g, lag in model.readers_of(self.broker, name)],
+                        id="readers", empty="no group has committed offsets here",
+                        numeric=(1,))
+        body = [
+            facts([("Topic id", summary.topic_id), ("Partitions", len(summary.partitions)),
+                   ("Records", summary.records), ("Size", size(summary.size_bytes))],
+                  id="topic-facts"),
+            _charts(f"/ui/api/rates?topic={quote(name, safe='')}"),
+            tag("h2", "Partitions"), partitions,
+            tag("h2", "Consumer groups"), readers,
+            tag("h2", "Configs"), configs,
+        ]
+        return _response(page(f"Topic {name}", "Topics", *body))
+
+    async def groups(self, _request: web.Request) -> web.Response:
+        rows = [(link(g.group_id, "groups", g.group_id), g.state, g.protocol_type or "-",
+                 g.protocol or "-", len(g.members), g.lag)
+                for g in model.groups(self.broker)]
+        return _response(page("Consumer groups", "Groups", table(
+            ("Group", "State", "Protocol type", "Assignor", "Members", "Lag"), rows,
+            id="groups", empty="no groups yet", numeric=(4, 5))))
+
+    async def group(self, request: web.Request) -> web.Response:
+        group_id = request.match_info["group_id"]
+        view = model.group(self.broker, group_id)
+        if view is None:
+            return _not_found("Groups", f"There is no group {group_id}.")
+        members = table(
+            ("Member id", "Instance id", "Client id", "Host", "Assignment"),
+            [(m.member_id, _optional(m.instance_id), m.client_id, m.host or "-",
+              _partitions(m.assignment)) for m in view.members],
+            id="members", empty="no members")
+        offsets = table(
+            ("Topic", "Partition", "Committed offset", "Log end offset", "Lag", "Member",
+             "Client id"),
+            [(link(o.topic, "topics", o.topic), o.partition, _optional(o.committed),
+              _optional(o.end), _optional(o.lag), _optional(o.owner), _optional(o.client_id))
+             for o in view.offsets],
+            id="offsets", empty="no committed offsets", numeric=(1, 2, 3, 4))
+        body = [
+            facts([("State", view.state), ("Protocol type", view.protocol_type or "-"),
+                   ("Assignor", view.protocol or "-"), ("Members", len(view.members)),
+                   ("Total lag", view.lag)], id="group-facts"),
+            tag("h2", "Members"), members,
+            tag("h2", "Offsets and lag"), offsets,
+        ]
+        return _response(page(f"Group {group_id}", "Groups", *body))
+
+    async def transactions(self, _request: web.Request) -> web.Response:
+        txns = self.broker.txns
+        listed = [] if txns is None else sorted(txns.list(), key=lambda m: m.transactional_id)
+        rows = [(m.transactional_id, m.producer_id, m.epoch, m.state.value, m.timeout_ms,
+                 _when(m.started_ms), _partitions(sorted(m.partitions)),
+                 ", ".join(sorted(m.groups)) or "-") for m in listed]
+        stats = None if txns is None else txns.stats
+        body = [
+            facts([("Open", 0 if txns is None else txns.open_count),
+                   ("Pending", size(0 if txns is None else txns.pending_bytes)),
+                   ("Committed", 0 if stats is None else stats.commits),
+                   ("Aborted", 0 if stats is None else stats.aborts),
+                   ("Timed out", 0 if stats is None else stats.timeouts),
+                   ("Conflicts", 0 if stats is None else stats.conflicts)],
+                  id="txn-facts"),
+            table(("Transactional id", "Producer id", "Epoch", "State", "Timeout (ms)",
+                   "Started", "Partitions", "Groups"), rows, id="transactions",
+                  empty="no transactional producers yet", numeric=(1, 2, 4)),
+        ]
+        return _response(page("Transactions", "Transactions", *body))
+
+    async def rates(self, request: web.Request) -> web.Response:
+        return web.json_response(model.rates(self.broker, request.query.get("topic")),
+                                 headers={"Cache-Control": "no-store"})
