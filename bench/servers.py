@@ -19,6 +19,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
 from testkit import jvm
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
@@ -272,10 +275,33 @@ class KafkaServer(Server):
         self.pid = self._broker.pid
         self.bootstrap = self._broker.bootstrap
         self.log_path = self._broker.log_path
+        try:
+            _await_broker_in_metadata(self.bootstrap)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self) -> None:
         self._broker.stop()
+
+
+def _await_broker_in_metadata(bootstrap: str, timeout: float = 60.0) -> None:
+    """Kafka answers ApiVersions (the fixture's readiness) a moment before its Metadata
+    lists itself and a controller; an admin request sent in that moment waited 20 s
+    in librdkafka. Each probe is a fresh client, so none inherits that state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=5)
+            if meta.brokers and meta.controller_id >= 0:
+                return
+        except KafkaException:
+            pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"Kafka on {bootstrap} lists no broker in Metadata after "
+                               f"{timeout:.0f}s")
+        time.sleep(0.2)
 
 
 def _new_server(name: str, work_dir: Path, gateway_args: list[str]) -> Server:
