@@ -73,6 +73,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--py-spy", type=Path, metavar="FILE",
                         help="record the gateway with py-spy during the workloads "
                         "(.svg flamegraph, .json speedscope, else raw); slows it a little")
+    parser.add_argument("--py-spy-native", action="store_true",
+                        help="with --py-spy: native frames too (RocksDB, libc); py-spy then "
+                        "pauses the gateway at each sample, so its figures drop")
     parser.add_argument("--report", type=Path, metavar="JSON",
                         help="run nothing: write the table, Markdown and charts again from a "
                         "results.json (into --out, default its own directory)")
@@ -125,15 +128,17 @@ def _is_full_run(args: argparse.Namespace, groups: set[str], servers: list[str])
 
 
 @contextmanager
-def py_spy(pid: int, output: Path | None) -> Iterator[None]:
+def py_spy(pid: int, output: Path | None, native: bool = False) -> Iterator[None]:
     """py-spy record of one process for the duration of the block (root or ptrace needed)."""
     if output is None:
         yield
         return
     fmt = {".svg": "flamegraph", ".json": "speedscope"}.get(output.suffix, "raw")
     output.parent.mkdir(parents=True, exist_ok=True)
+    # Native stacks need the process stopped while they are read.
+    mode = ["--native"] if native else ["--nonblocking"]
     spy = subprocess.Popen(["py-spy", "record", "--pid", str(pid), "--output", str(output),
-                            "--format", fmt, "--rate", "100", "--nonblocking"])
+                            "--format", fmt, "--rate", "100", *mode])
     time.sleep(0.5)  # let it attach before the first measured run
     try:
         yield
@@ -199,7 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             for server in server_set.servers.values():
                 print(f"{server.name}: {server.version} on {server.bootstrap}, pid {server.pid}")
             gateway_pid = server_set.servers[GATEWAY].pid if GATEWAY in servers else 0
-            with py_spy(gateway_pid, args.py_spy if gateway_pid else None):
+            with py_spy(gateway_pid, args.py_spy if gateway_pid else None,
+                        native=args.py_spy_native):
                 # After each workload the runs so far are on disk: an interrupted or
                 # crashed run leaves them in results.partial.json.
                 results = run_all(settings, server_set.servers, workloads,
