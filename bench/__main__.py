@@ -61,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(default 512)")
     parser.add_argument("--rates", help="latency rates in %% of the slowest server's max produce "
                         "rate (default 25,50,80)")
+    parser.add_argument("--warmup", type=float, metavar="SECONDS",
+                        help="unmeasured produce+consume per server before the runs, so that "
+                        "Kafka's JIT has compiled its hot paths (default 15; 0: none)")
     parser.add_argument("--e2e-rate", type=float, help="records/s of the e2e run (default 2000)")
     parser.add_argument("--smoke", action="store_true",
                         help="CI smoke mode: every workload, every server, tiny counts, "
@@ -99,7 +102,7 @@ def settings_from(args: argparse.Namespace) -> Settings:
                             ceiling_seconds=0.5, server_warmup_s=0.3)
     overrides: dict[str, Any] = {
         "seconds": args.seconds, "repeat": args.repeat, "consume_mb": args.consume_mb,
-        "e2e_rate": args.e2e_rate,
+        "e2e_rate": args.e2e_rate, "server_warmup_s": args.warmup,
         "partitions": tuple(int(p) for p in _csv(args.partitions)) if args.partitions else None,
         "rates": tuple(float(r) / 100 for r in _csv(args.rates)) if args.rates else None,
     }
@@ -122,7 +125,8 @@ def _groups(args: argparse.Namespace) -> set[str]:
 
 def _is_full_run(args: argparse.Namespace, groups: set[str], servers: list[str]) -> bool:
     sized = any(getattr(args, k) is not None for k in
-                ("seconds", "repeat", "partitions", "consume_mb", "rates", "e2e_rate"))
+                ("seconds", "repeat", "partitions", "consume_mb", "rates", "e2e_rate",
+                 "warmup"))
     return (not args.smoke and not sized and not args.gateway_arg and not args.py_spy
             and groups == set(WORKLOAD_GROUPS) and servers == list(SERVERS))
 

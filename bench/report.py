@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from bench.meter import THREAD_CPU_PREFIX
 from bench.servers import GATEWAY, KAFKA, PEERS, TANSU
 
 JSON_NAME = "results.json"
@@ -131,12 +132,36 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     ]
 
 
+def thread_lines(results: dict[str, Any], top: int = 4) -> list[str]:
+    """Where each server's CPU went in each throughput workload, in CPU s per GB."""
+    lines = []
+    for workload in results["workloads"]:
+        if workload["kind"] not in ("produce", "consume", "partitions"):
+            continue
+        parts = []
+        for name in results["servers"]:
+            best = workload["results"].get(name, {}).get("best", {})
+            gigabytes = best.get("bytes", 0) / 1e9
+            threads = sorted(((v, k.removeprefix(THREAD_CPU_PREFIX)) for k, v in best.items()
+                              if k.startswith(THREAD_CPU_PREFIX)), reverse=True)
+            if gigabytes and threads:
+                parts.append(f"{name}: " + ", ".join(
+                    f"{thread} {cpu / gigabytes:.2f}" for cpu, thread in threads[:top]))
+        if parts:
+            lines.append(f"- {workload['title']}: " + "; ".join(parts))
+    return lines
+
+
 def markdown(results: dict[str, Any], chart_dir: str | None = None) -> str:
     head = header(results)
     lines = [f"- {line}" for line in summary_lines(results)]
     lines += ["", "| " + " | ".join(head) + " |",
               "| " + " | ".join(["---", "---", *["---:"] * (len(head) - 2)]) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in _titles_once(table_rows(results))]
+    threads = thread_lines(results)
+    if threads:
+        lines += ["", "Server CPU per GB by thread (the best run; kernel thread names, "
+                  "cut at 15 characters):", "", *threads]
     if results.get("failures"):
         lines += ["", f"**{len(results['failures'])} run(s) failed**; see results.json."]
     if chart_dir is not None:

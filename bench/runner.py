@@ -74,7 +74,8 @@ class Runner:
                 self._fail("warm-up", name, -1, error)
                 continue
             self.ctx.notes[f"warm-up-{name}"] = done
-            print(f"[warm-up] {name}: {done['records']:,.0f} records produced and consumed")
+            print(f"[warm-up] {name}: {done['records']:,.0f} records produced and consumed "
+                  f"in {done['rounds']:.0f} round(s)")
 
     # -- client ceiling ------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Start and stop the servers under test, and read their CPU and memory from /proc.
+"""Start and stop the servers under test.
 
 Every server listens on free loopback ports only. The peers are Apache Kafka 3.4.1 (what
 users would run instead: its defaults, one node, its log dirs beside the gateway's data)
@@ -16,12 +16,12 @@ import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient
 
+from bench.meter import ProcSample, sample_process
 from testkit import jvm
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
@@ -31,8 +31,6 @@ KAFKA = "kafka"
 TANSU = "tansu"
 SERVERS = (GATEWAY, KAFKA, TANSU)  # the default set, in this order
 PEERS = (KAFKA, TANSU)  # what the gateway's figures are divided by
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 # Tansu reads its settings from these variables too; a stray one in the caller's
 # environment (an s3:// storage engine, a remote OTLP endpoint) must never leak in.
@@ -80,41 +78,6 @@ def _tansu_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV_BLOCKLIST}
     env["NO_COLOR"] = "1"
     return env
-
-
-@dataclass(frozen=True)
-class ProcSample:
-    """CPU seconds (user + system, all threads) and memory of one process at one moment."""
-
-    cpu_s: float
-    rss_bytes: int
-    peak_rss_bytes: int
-
-
-def sample_process(pid: int) -> ProcSample:
-    # /proc/PID/stat: the command name (field 2) may hold spaces, so split after its ')'.
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
-    status: dict[str, int] = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                status[key] = int(value.split()[0]) * 1024  # reported in kB
-    return ProcSample(cpu_s=(utime + stime) / _CLOCK_TICKS,
-                      rss_bytes=status.get("VmRSS", 0), peak_rss_bytes=status.get("VmHWM", 0))
-
-
-def host_busy_cpu_s() -> float:
-    """CPU seconds all processes of the host ran (user + nice + system) since boot.
-
-    irq/softirq time (loopback networking lands there) and steal are left out: they
-    belong to no process, so they would show up as load from "other processes".
-    """
-    with open("/proc/stat") as f:
-        user, nice, system = (int(v) for v in f.readline().split()[1:4])
-    return (user + nice + system) / _CLOCK_TICKS
 
 
 class Server:
@@ -348,42 +311,3 @@ class ServerSet:
                 print(f"warning: stopping {server.name}: {error}")
         if self._tmp is not None:
             self._tmp.cleanup()
-
-
-class Meter:
-    """CPU accounting around one measured section of a run.
-
-    Besides the server's own CPU it keeps the whole host's busy time, so that load from
-    processes outside the benchmark (another job on a shared machine) shows up as
-    `other_cpu_util` instead of silently lowering the numbers.
-    """
-
-    def __init__(self, server: Server) -> None:
-        self._server = server
-
-    def __enter__(self) -> Meter:
-        self._t0 = time.perf_counter()
-        self._server0 = self._server.sample()
-        self._host0 = host_busy_cpu_s()
-        self._ours0 = _our_cpu_s()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall_s = time.perf_counter() - self._t0
-        self.server_cpu_s = self._server.sample().cpu_s - self._server0.cpu_s
-        ours = _our_cpu_s() - self._ours0  # the runner plus its (joined) client children
-        host = host_busy_cpu_s() - self._host0
-        self.other_cpu_s = max(0.0, host - self.server_cpu_s - ours)
-
-    def metrics(self) -> dict[str, float]:
-        wall = max(self.wall_s, 1e-9)
-        return {"server_cpu_s": self.server_cpu_s, "server_cpu_util": self.server_cpu_s / wall,
-                "other_cpu_util": self.other_cpu_s / wall}
-
-
-def _our_cpu_s() -> float:
-    # os.times() counts children only once they are waited for; the runner joins every
-    # client child before a Meter closes, so this is the runner plus all its clients.
-    # The servers are children too but are only waited for at the very end.
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system

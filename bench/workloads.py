@@ -18,8 +18,9 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import clients
+from bench.meter import Meter
 from bench.procs import Child, new_event, run_child
-from bench.servers import Meter, Server
+from bench.servers import Server
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -49,7 +50,7 @@ class Settings:
     record_size: int = 1024
     ceiling_seconds: float = 3.0
     warmup_s: float = 1.0              # e2e: how long the tail consumer polls before data
-    server_warmup_s: float = 3.0       # unmeasured produce+consume per server before all runs
+    server_warmup_s: float = 15.0      # unmeasured produce+consume per server before all runs
 
     @property
     def latency_partitions(self) -> int:
@@ -157,21 +158,27 @@ def _throughput_metrics(run: dict[str, float], meter: Meter) -> dict[str, float]
 # --- 0. warm-up (not measured) ---------------------------------------------------------
 
 def warm_up(server: Server, ctx: Context) -> dict[str, float]:
-    """Produce flat out for server_warmup_s over 8 partitions and read it all back, once
-    per server before anything is measured: a JVM's JIT compiles its hot paths, caches
-    and connections settle, as on a broker that has been running a while."""
+    """Before anything is measured, produce flat out over 8 partitions and read it all
+    back, in rounds of at most 256 MiB (a topic each, deleted after, so memory://
+    storage is freed), for server_warmup_s in all: a JVM's JIT compiles its hot paths,
+    caches and connections settle, as on a broker that has been running a while."""
     s = ctx.settings
-    partitions = 8
-    topic = ctx.create_topic(server, "warmup", partitions)
-    sent = run_child(clients.produce_throughput, _timeout(s), bootstrap=server.bootstrap,
-                     topic=topic, partitions=partitions, seconds=s.server_warmup_s,
-                     record_size=s.record_size)
-    records = int(sent["records"])
-    run_child(clients.consume_throughput, _timeout(s, records), bootstrap=server.bootstrap,
-              topic=topic, partitions=partitions, expected=records, record_size=s.record_size,
-              timeout_s=60 + records * s.record_size / 5e6)
-    ctx.delete_topic(server, topic)
-    return {"records": float(records), "produce_mb_per_s": sent["bytes"] / sent["elapsed_s"] / 1e6}
+    partitions, cap = 8, (256 * MIB) // s.record_size
+    deadline = time.monotonic() + s.server_warmup_s
+    records = rounds = 0
+    while rounds == 0 or time.monotonic() < deadline:
+        topic = ctx.create_topic(server, "warmup", partitions)
+        seconds = max(0.1, min(2.0, deadline - time.monotonic()))
+        sent = run_child(clients.produce_throughput, _timeout(s), bootstrap=server.bootstrap,
+                         topic=topic, partitions=partitions, seconds=seconds,
+                         max_records=cap, record_size=s.record_size)
+        count = int(sent["records"])
+        run_child(clients.consume_throughput, _timeout(s, count), bootstrap=server.bootstrap,
+                  topic=topic, partitions=partitions, expected=count,
+                  record_size=s.record_size, timeout_s=60 + count * s.record_size / 5e6)
+        ctx.delete_topic(server, topic)
+        records, rounds = records + count, rounds + 1
+    return {"records": float(records), "rounds": float(rounds)}
 
 
 # --- 1. produce MB/s -------------------------------------------------------------------
