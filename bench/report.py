@@ -126,7 +126,9 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
                      for name in results["servers"]),
                    f"confluent-kafka {versions['confluent_kafka']} / librdkafka "
                    f"{versions['librdkafka']}", f"Python {versions['python']}"]),
-        f"best of {settings['repeat']} alternating runs, {settings['seconds']:g} s each"
+        f"best of {settings['repeat']} runs in rotating server order, "
+        f"{settings['seconds']:g} s each, after {settings.get('server_warmup_s', 0):g} s of "
+        "warm-up per server"
         + (f"; consume reads {settings['consume_mb']:g} MiB"
            if any(w["kind"] == "consume" for w in results["workloads"]) else ""),
     ]

@@ -1,4 +1,4 @@
-"""Run the workloads against every server: alternating, best of N, with failures kept.
+"""Run the workloads against every server: rotating the order, best of N, failures kept.
 
 The result is a plain dict (the JSON written to bench/results/) so that the report,
 the smoke test and later comparisons all read the same thing.
@@ -48,9 +48,10 @@ def ratios(results: dict[str, dict[str, Any]], names: list[str],
 
 
 def _server_order(servers: list[str], turn: int) -> list[str]:
-    # Alternate who goes first, so that neither server always runs on a machine warmed
-    # (or tired) by the other.
-    return servers if turn % 2 == 0 else list(reversed(servers))
+    # Rotate who goes first, so that no server always runs on a machine warmed (or
+    # tired) by another: over N runs of N servers each one is first, second... once.
+    shift = turn % max(1, len(servers))
+    return servers[shift:] + servers[:shift]
 
 
 class Runner:
