@@ -45,7 +45,9 @@ THREAD_CPU_PREFIX = "thread_cpu_s:"
 
 def thread_cpu_s(pid: int) -> Counter[str]:
     """CPU seconds per thread name of one process, numbered threads summed ("GC Thread#0"
-    and "GC Thread#1" are "GC Thread"). Names are the kernel's, cut at 15 characters."""
+    and "GC Thread#1" are "GC Thread"). Names are the kernel's, cut at 15 characters;
+    the main thread is "<name> main" (the gateway's event loop: its other Python
+    threads share its name)."""
     out: Counter[str] = Counter()
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -54,6 +56,8 @@ def thread_cpu_s(pid: int) -> Counter[str]:
         except OSError:  # the thread ended meanwhile
             continue
         name = re.sub(r"[\s#:_-]*\d*$", "", text[text.index("(") + 1:text.rindex(")")])
+        if tid == str(pid):
+            name += " main"
         fields = text.rsplit(")", 1)[1].split()
         out[name or "?"] += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
     return out
