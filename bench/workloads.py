@@ -90,7 +90,11 @@ class Context:
 
     def admin(self, server: Server) -> AdminClient:
         if server.name not in self._admins:
-            self._admins[server.name] = AdminClient({"bootstrap.servers": server.bootstrap})
+            # A producer-type handle (as the admin client is) asks for auto-creation when
+            # it refreshes the metadata of topics it knows, which re-created every deleted
+            # topic on Kafka and the gateway (both auto-create by default).
+            self._admins[server.name] = AdminClient({"bootstrap.servers": server.bootstrap,
+                                                     "allow.auto.create.topics": False})
         return self._admins[server.name]
 
     def create_topic(self, server: Server, label: str, partitions: int) -> str:
