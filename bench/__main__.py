@@ -1,7 +1,7 @@
 """python -m bench: the gateway against Apache Kafka and Tansu, side by side, on this machine.
 
 Examples:
-  python -m bench                         # everything, ~12 min on 2 cores -> bench/results/
+  python -m bench                         # everything, ~9 min on 2 cores -> bench/results/
   python -m bench --smoke                 # every workload, tiny counts, no timing asserted
   python -m bench --only produce --partitions 8 --seconds 10
   python -m bench --only latency,e2e --servers gateway,kafka --repeat 1
