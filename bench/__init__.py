@@ -1,1 +1,4 @@
-"""Side-by-side benchmark of the gateway against the Tansu peer: `python -m bench --help`."""
+"""Side-by-side benchmark of the gateway against Apache Kafka and Tansu.
+
+`python -m bench --help`
+"""

@@ -204,7 +204,7 @@ def consume_throughput(bootstrap: str, topic: str, partitions: int, expected: in
     """Read from the earliest offset until `expected` records arrived (or time out).
 
     Records are counted as they arrive rather than trusting the server's high watermark
-    (the peer's is known to be wrong for multi-record batches).
+    (Tansu's is known to be wrong for multi-record batches).
     """
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": "bench-consume",

@@ -7,7 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench.servers import GATEWAY, PEER
+from bench.meter import THREAD_CPU_PREFIX
+from bench.servers import GATEWAY, KAFKA, PEERS, TANSU
 
 JSON_NAME = "results.json"
 MARKDOWN_NAME = "results.md"
@@ -41,31 +42,48 @@ def _verdict(ratio: float | None, better: str | None) -> str:
     return f"{gain:.2f}x better" if gain > 1 else f"{1 / gain:.2f}x worse"
 
 
+def _peers(results: dict[str, Any]) -> list[str]:
+    """The peers the gateway is divided by in this run (none without the gateway)."""
+    servers = results["servers"]
+    return [p for p in PEERS if p in servers] if GATEWAY in servers else []
+
+
+def header(results: dict[str, Any]) -> list[str]:
+    return ["workload", "metric", *results["servers"],
+            *(f"{GATEWAY}/{peer}" for peer in _peers(results))]
+
+
+def _ratio_cell(ratio: float | None, better: str | None) -> str:
+    if not ratio:
+        return "-"
+    verdict = _verdict(ratio, better)
+    return f"{ratio:.3g} ({verdict})" if verdict else f"{ratio:.3g}"
+
+
 def table_rows(results: dict[str, Any]) -> list[list[str]]:
-    """workload | metric | gateway | peer | gateway/peer | verdict."""
+    """workload | metric | one column per server | gateway/peer (verdict) per peer."""
+    servers, peers = results["servers"], _peers(results)
     rows: list[list[str]] = []
     ceiling = results.get("client_ceiling") or {}
     if ceiling.get("best"):
         best = ceiling["best"]
-        rows.append(["Client ceiling: produce() calls with nothing listening", "records/s",
-                     "", "", "", f"client only: {best['records_per_s']:,.0f} rec/s "
-                     f"= {best['mb_per_s']:.0f} MB/s"])
+        rows.append(["Client ceiling: produce() calls with nothing listening",
+                     f"client only: {best['records_per_s']:,.0f} rec/s "
+                     f"= {best['mb_per_s']:.0f} MB/s", *[""] * (len(servers) + len(peers))])
     for workload in results["workloads"]:
         per_server = workload["results"]
         for metric in workload["metrics"]:
             if not metric["show"]:
                 continue
             values = [per_server.get(name, {}).get("best", {}).get(metric["name"])
-                      for name in (GATEWAY, PEER)]
+                      for name in servers]
             # Ratios of context figures (offered rate, other load) would only be noise.
-            ratio = workload["ratio"].get(metric["name"]) if metric["better"] else None
+            cells = [_ratio_cell(workload["ratios"].get(peer, {}).get(metric["name"]),
+                                 metric["better"]) if metric["better"] else "-"
+                     for peer in peers]
             rows.append([workload["title"], f"{metric['label']} ({metric['unit']})",
-                         *(_fmt(v) for v in values), f"{ratio:.3g}" if ratio else "-",
-                         _verdict(ratio, metric["better"])])
+                         *(_fmt(v) for v in values), *cells])
     return rows
-
-
-HEADER = ["workload", "metric", GATEWAY, PEER, "gateway/peer", "gateway is"]
 
 
 def _titles_once(rows: list[list[str]]) -> list[list[str]]:
@@ -78,11 +96,12 @@ def _titles_once(rows: list[list[str]]) -> list[list[str]]:
 
 
 def terminal_table(results: dict[str, Any]) -> str:
-    rows = [HEADER, *_titles_once(table_rows(results))]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER))]
+    head = header(results)
+    rows = [head, *_titles_once(table_rows(results))]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
     lines = []
     for index, row in enumerate(rows):
-        cells = [c.ljust(w) if i < 2 or i == 5 else c.rjust(w)
+        cells = [c.ljust(w) if i < 2 else c.rjust(w)
                  for i, (c, w) in enumerate(zip(row, widths, strict=True))]
         lines.append("  ".join(cells).rstrip())
         if index == 0:
@@ -98,35 +117,68 @@ def summary_lines(results: dict[str, Any]) -> list[str]:
     return [
         f"{meta['date']}, git {meta.get('git') or '?'}, {meta.get('duration_s', '?')} s; "
         f"{host['cpus']} CPUs ({host['cpu_model']}), {host['mem_gb']} GB RAM, "
-        f"load average at start {host['loadavg_at_start'][0]:.2f}, "
+        f"load average at start {host['loadavg_at_start'][0]:.2f}"
+        + (f", at end {host['loadavg_at_end'][0]:.2f}" if "loadavg_at_end" in host else "")
+        + ", "
         f"other processes used {meta.get('other_cpu_util_mean', 0):.2f} cores on average "
         "during measured runs",
-        "; ".join([*(versions[name] + (" (memory://)" if name == PEER else "")
+        "; ".join([*(versions[name] + (" (memory://)" if name == TANSU else "")
                      for name in results["servers"]),
                    f"confluent-kafka {versions['confluent_kafka']} / librdkafka "
                    f"{versions['librdkafka']}", f"Python {versions['python']}"]),
-        f"best of {settings['repeat']} alternating runs, {settings['seconds']:g} s each"
+        f"best of {settings['repeat']} runs in rotating server order, "
+        f"{settings['seconds']:g} s each, after {settings.get('server_warmup_s', 0):g} s of "
+        "warm-up per server"
         + (f"; consume reads {settings['consume_mb']:g} MiB"
            if any(w["kind"] == "consume" for w in results["workloads"]) else ""),
     ]
 
 
+def thread_lines(results: dict[str, Any], top: int = 4) -> list[str]:
+    """Where each server's CPU went in each throughput workload, in CPU s per GB."""
+    lines = []
+    for workload in results["workloads"]:
+        if workload["kind"] not in ("produce", "consume", "partitions"):
+            continue
+        parts = []
+        for name in results["servers"]:
+            best = workload["results"].get(name, {}).get("best", {})
+            gigabytes = best.get("bytes", 0) / 1e9
+            threads = sorted(((v, k.removeprefix(THREAD_CPU_PREFIX)) for k, v in best.items()
+                              if k.startswith(THREAD_CPU_PREFIX)), reverse=True)
+            if gigabytes and threads:
+                parts.append(f"{name}: " + ", ".join(
+                    f"{thread} {cpu / gigabytes:.2f}" for cpu, thread in threads[:top]))
+        if parts:
+            lines.append(f"- {workload['title']}: " + "; ".join(parts))
+    return lines
+
+
 def markdown(results: dict[str, Any], chart_dir: str | None = None) -> str:
+    head = header(results)
     lines = [f"- {line}" for line in summary_lines(results)]
-    lines += ["", "| " + " | ".join(HEADER) + " |",
-              "| " + " | ".join(["---", "---", "---:", "---:", "---:", "---"]) + " |"]
+    lines += ["", "| " + " | ".join(head) + " |",
+              "| " + " | ".join(["---", "---", *["---:"] * (len(head) - 2)]) + " |"]
     lines += ["| " + " | ".join(row) + " |" for row in _titles_once(table_rows(results))]
+    threads = thread_lines(results)
+    if threads:
+        lines += ["", "Server CPU per GB by thread (the best run; kernel thread names, "
+                  "cut at 15 characters):", "", *threads]
     if results.get("failures"):
         lines += ["", f"**{len(results['failures'])} run(s) failed**; see results.json."]
     if chart_dir is not None:
-        lines += [""] + [f"![{name}]({chart_dir}/{file})" for name, file in CHARTS.items()
-                         if (results.get("_charts") or {}).get(name)]
+        drawn = [name for name, state in (results.get("charts") or {}).items()
+                 if state == DRAWN]
+        lines += [""] + [f"![{name}]({chart_dir}/{CHARTS[name]})" for name in drawn]
+    missing = charts_missing(results)
+    if missing:
+        lines += ["", *(f"Chart {name} {reason}." for name, reason in missing.items())]
     return "\n".join(lines) + "\n"
 
 
 # --- charts ----------------------------------------------------------------------------
 
-_COLORS = {GATEWAY: "#1f77b4", PEER: "#ff7f0e"}
+_COLORS = {GATEWAY: "#1f77b4", KAFKA: "#2ca02c", TANSU: "#ff7f0e"}
 
 
 def _best(workload: dict[str, Any], server: str, metric: str) -> float:
@@ -202,7 +254,7 @@ def _latency_title(workload: dict[str, Any]) -> str:
         return f"end to end, {params['rate']:g} rec/s"
     rate = next((r["best"].get("target_rate") for r in workload["results"].values()
                  if r["best"].get("target_rate")), 0.0)
-    return (f"produce at {params['fraction_of_peer_max']:.0%} of peer max\n"
+    return (f"produce at {params['fraction_of_slowest_max']:.0%} of slowest max\n"
             f"{rate / 1000:.0f}k rec/s, {params['partitions']} partitions")
 
 
@@ -224,32 +276,74 @@ def _efficiency_chart(results: dict[str, Any], path: Path, plt: Any, ticker: Any
     return True
 
 
-def charts(results: dict[str, Any], out_dir: Path) -> dict[str, bool]:
-    import matplotlib
+DRAWN = "drawn"
+NO_DATA = "no data in this run"
 
-    matplotlib.use("Agg")  # files only, no display
-    import matplotlib.pyplot as plt
-    from matplotlib import ticker
 
-    makers = {"throughput": _throughput_chart, "latency": _latency_chart,
-              "efficiency": _efficiency_chart}
-    made = {}
-    for name, maker in makers.items():
-        path = out_dir / CHARTS[name]
-        made[name] = maker(results, path, plt, ticker)
-        if not made[name]:
-            path.unlink(missing_ok=True)  # never leave a chart of an older run beside this one
-    return made
+def charts(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    """Draw every chart; {chart: DRAWN, NO_DATA or why it was not drawn}. Never raises:
+    a chart is the last thing written, and losing one must not lose the run."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only, no display
+        import matplotlib.pyplot as plt
+        from matplotlib import ticker
+    except Exception as error:  # not installed, or a broken install
+        reason = f"not drawn: {type(error).__name__}: {error}"
+        status = dict.fromkeys(CHARTS, reason)
+    else:
+        makers = {"throughput": _throughput_chart, "latency": _latency_chart,
+                  "efficiency": _efficiency_chart}
+        status = {}
+        for name, maker in makers.items():
+            try:
+                status[name] = DRAWN if maker(results, out_dir / CHARTS[name], plt, ticker) \
+                    else NO_DATA
+            except Exception as error:
+                plt.close("all")
+                status[name] = f"not drawn: {type(error).__name__}: {error}"
+    for name, state in status.items():
+        if state != DRAWN:  # never leave a chart of an older run beside this one
+            (out_dir / CHARTS[name]).unlink(missing_ok=True)
+    return status
+
+
+def charts_missing(results: dict[str, Any]) -> dict[str, str]:
+    """The charts that should have been drawn and were not, with the reason."""
+    return {name: state for name, state in (results.get("charts") or {}).items()
+            if state not in (DRAWN, NO_DATA)}
 
 
 # --- files -----------------------------------------------------------------------------
 
-def write_all(results: dict[str, Any], out_dir: Path) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    results["_charts"] = charts(results, out_dir)
-    (out_dir / JSON_NAME).write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
-    title = "# Benchmark results: kafka-gateway vs Tansu\n\n"
+PARTIAL_NAME = "results.partial.json"  # the runs so far, while a run is under way
+REDRAW_HINT = ("pip install -e '.[bench]', then redraw from the JSON: "
+               "python -m bench --report {json}")
+
+
+def write_json(results: dict[str, Any], path: Path) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(results, indent=2, sort_keys=False) + "\n")
+    tmp.replace(path)  # a reader never sees half a file
+
+
+def _write_tables(results: dict[str, Any], out_dir: Path) -> None:
+    write_json(results, out_dir / JSON_NAME)
+    title = f"# Benchmark results: {' vs '.join(results['servers'])}\n\n"
     (out_dir / MARKDOWN_NAME).write_text(title + markdown(results, chart_dir="."))
+
+
+def write_all(results: dict[str, Any], out_dir: Path) -> dict[str, str]:
+    """results.json and results.md first, then the charts, then both again naming the
+    charts drawn and those not drawn (and why). Returns the charts not drawn."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results["charts"] = dict.fromkeys(CHARTS, "not drawn yet")
+    _write_tables(results, out_dir)
+    results["charts"] = charts(results, out_dir)
+    _write_tables(results, out_dir)
+    (out_dir / PARTIAL_NAME).unlink(missing_ok=True)
+    return charts_missing(results)
 
 
 def update_docs(results: dict[str, Any], docs: Path, chart_dir: str) -> None:

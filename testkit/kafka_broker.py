@@ -21,6 +21,7 @@ import uuid
 from pathlib import Path
 
 from kio.schema.api_versions.v3 import request as api_versions
+from kio.schema.metadata.v12 import request as metadata
 
 from kafka_gateway.client import KafkaClient
 
@@ -123,11 +124,19 @@ class KafkaBroker:
         return self
 
     def _answers_api_versions(self) -> bool:
+        """Ready: it answers ApiVersions, and its Metadata lists itself and a
+        controller (a moment later; an admin request sent in between can stall
+        for 20 s in librdkafka)."""
         async def probe() -> None:
             client = await KafkaClient.connect(*self.host_port)
             try:
                 await client.request(api_versions.ApiVersionsRequest(
                     client_software_name="kafka-gateway-testkit", client_software_version="1"))
+                answer = await client.request(metadata.MetadataRequest(
+                    topics=(), allow_auto_topic_creation=False,
+                    include_topic_authorized_operations=False))
+                if not answer.brokers or answer.controller_id < 0:
+                    raise EOFError("no broker or controller in Metadata yet")
             finally:
                 await client.close()
 

@@ -1,0 +1,118 @@
+"""CPU and memory of the servers under test, read from /proc: per process, per thread,
+and for the whole host (to see load from outside the benchmark)."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from bench.servers import Server
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
+class ProcSample:
+    """CPU seconds (user + system, all threads) and memory of one process at one moment."""
+
+    cpu_s: float
+    rss_bytes: int
+    peak_rss_bytes: int
+
+
+def sample_process(pid: int) -> ProcSample:
+    # /proc/PID/stat: the command name (field 2) may hold spaces, so split after its ')'.
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15 of the full line
+    status: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                status[key] = int(value.split()[0]) * 1024  # reported in kB
+    return ProcSample(cpu_s=(utime + stime) / _CLOCK_TICKS,
+                      rss_bytes=status.get("VmRSS", 0), peak_rss_bytes=status.get("VmHWM", 0))
+
+
+THREAD_CPU_PREFIX = "thread_cpu_s:"
+
+
+def thread_cpu_s(pid: int) -> Counter[str]:
+    """CPU seconds per thread name of one process, numbered threads summed ("GC Thread#0"
+    and "GC Thread#1" are "GC Thread"). Names are the kernel's, cut at 15 characters;
+    the main thread is "<name> main" (the gateway's event loop: its other Python
+    threads share its name)."""
+    out: Counter[str] = Counter()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:  # the thread ended meanwhile
+            continue
+        name = re.sub(r"[\s#:_-]*\d*$", "", text[text.index("(") + 1:text.rindex(")")])
+        if tid == str(pid):
+            name += " main"
+        fields = text.rsplit(")", 1)[1].split()
+        out[name or "?"] += (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return out
+
+
+def host_busy_cpu_s() -> float:
+    """CPU seconds all processes of the host ran (user + nice + system) since boot.
+
+    irq/softirq time (loopback networking lands there) and steal are left out: they
+    belong to no process, so they would show up as load from "other processes".
+    """
+    with open("/proc/stat") as f:
+        user, nice, system = (int(v) for v in f.readline().split()[1:4])
+    return (user + nice + system) / _CLOCK_TICKS
+
+
+class Meter:
+    """CPU accounting around one measured section of a run.
+
+    Besides the server's own CPU it keeps the whole host's busy time, so that load from
+    processes outside the benchmark (another job on a shared machine) shows up as
+    `other_cpu_util` instead of silently lowering the numbers.
+    """
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+
+    def __enter__(self) -> Meter:
+        self._t0 = time.perf_counter()
+        self._threads0 = thread_cpu_s(self._server.pid)
+        self._server0 = self._server.sample()
+        self._host0 = host_busy_cpu_s()
+        self._ours0 = _our_cpu_s()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall_s = time.perf_counter() - self._t0
+        self.server_cpu_s = self._server.sample().cpu_s - self._server0.cpu_s
+        # Where the server's CPU went: e.g. a JVM's JIT compiler and GC, RocksDB's flush.
+        self.threads = thread_cpu_s(self._server.pid)
+        self.threads.subtract(self._threads0)
+        ours = _our_cpu_s() - self._ours0  # the runner plus its (joined) client children
+        host = host_busy_cpu_s() - self._host0
+        self.other_cpu_s = max(0.0, host - self.server_cpu_s - ours)
+
+    def metrics(self) -> dict[str, float]:
+        wall = max(self.wall_s, 1e-9)
+        return {"server_cpu_s": self.server_cpu_s, "server_cpu_util": self.server_cpu_s / wall,
+                "other_cpu_util": self.other_cpu_s / wall,
+                **{THREAD_CPU_PREFIX + name: cpu for name, cpu in self.threads.items() if cpu}}
+
+
+def _our_cpu_s() -> float:
+    # os.times() counts children only once they are waited for; the runner joins every
+    # client child before a Meter closes, so this is the runner plus all its clients.
+    # The servers are children too but are only waited for at the very end.
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
