@@ -349,6 +349,11 @@ def test_a_half_received_frame_times_out_but_a_slow_one_does_not(tmp_path):
         stalled.sendall(api_versions_frame()[:7])
         assert closed_by_peer(stalled)
         stalled.close()
+        # The line is read from the gateway's output by a thread: give it a moment.
+        deadline = time.monotonic() + TIMEOUT
+        while ("no byte of a partial request for 2 s" not in gateway.output()
+               and time.monotonic() < deadline):
+            time.sleep(0.05)
         assert "no byte of a partial request for 2 s" in gateway.output()
 
         # A connection that sends nothing is idle, not stalled.
