@@ -45,6 +45,10 @@ class Metrics:
     log_lines_suppressed: int = 0  # bad-input warnings over the per-address rate
     connections_expired: int = 0  # closed idle, or stalled in the middle of a frame
     request_memory_bytes: int = 0  # read buffers charged to queued.max.request.bytes
+    authentication_successes: int = 0  # SASL
+    authentication_failures: int = 0  # SASL: wrong credentials, bad mechanism or messages
+    tls_handshake_failures: int = 0  # plaintext on a TLS port, untrusted certificates, ...
+    authorization_failures: int = 0  # operations an ACL (or no ACL) denied
 
     def render(self, extra: dict[str, float]) -> str:
         lines = [
@@ -78,6 +82,10 @@ class Metrics:
             "log_lines_suppressed_total": self.log_lines_suppressed,
             "connections_expired_total": self.connections_expired,
             "request_memory_bytes": self.request_memory_bytes,
+            "authentication_successes_total": self.authentication_successes,
+            "authentication_failures_total": self.authentication_failures,
+            "tls_handshake_failures_total": self.tls_handshake_failures,
+            "authorization_failures_total": self.authorization_failures,
             **extra,
         }
         lines.extend(f"kafka_gateway_{name} {value}" for name, value in scalars.items())

@@ -17,6 +17,7 @@ from . import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     alter_configs,
+    alter_user_scram_credentials,
     api_versions,
     create_partitions,
     create_topics,
@@ -28,6 +29,7 @@ from . import (
     describe_groups,
     describe_producers,
     describe_transactions,
+    describe_user_scram_credentials,
     end_txn,
     fetch,
     find_coordinator,
@@ -45,6 +47,8 @@ from . import (
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     txn_offset_commit,
 )
@@ -112,6 +116,10 @@ APIS: dict[int, Api] = {
             describe_producers,
             describe_transactions,
             list_transactions,
+            sasl_handshake,
+            sasl_authenticate,
+            describe_user_scram_credentials,
+            alter_user_scram_credentials,
         ),
     )
 }

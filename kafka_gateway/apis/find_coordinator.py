@@ -32,7 +32,7 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
     key_type = getattr(body, "key_type", GROUP_KEY)
-    host, port = broker.config.advertised
+    host, port = broker.advertised(request)
     node = broker.node_id
 
     def answer(cls, code: ErrorCode, **key):

@@ -52,7 +52,7 @@ async def handle(broker, request):
                 continue
             topics.append(await _named(broker, schema, name or "", allow_create, node))
 
-    host, port = broker.config.advertised
+    host, port = broker.advertised(request)
     return build(
         schema.MetadataResponse,
         throttle_time=NO_THROTTLE,
