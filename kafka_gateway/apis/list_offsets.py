@@ -7,6 +7,8 @@
 - -3 (max timestamp, v7): the record with the largest timestamp.
 - any other timestamp: the first record stamped at or after it, found with
   the time index and a scan of that one batch; (-1, -1) when there is none.
+
+Needs DESCRIBE on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from tablets.tablet import LEADER_EPOCH
 from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import error_code
 from ..leader_epoch import leader_epoch_error
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import denied_names
 
 API_KEY = 2
 VERSIONS = (1, 7)
@@ -30,10 +34,15 @@ MAX_TIMESTAMP = -3
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     topics = []
+    denied = denied_names(broker, request, Operation.DESCRIBE, ResourceType.TOPIC,
+                          (topic.name for topic in request.body.topics))
     for topic in request.body.topics:
         partitions = []
         for part in topic.partitions:
             try:
+                if topic.name in denied:
+                    partitions.append(_answer(schema, part.partition_index, denied[topic.name]))
+                    continue
                 code = leader_epoch_error(getattr(part, "current_leader_epoch", -1))
                 if code is not ErrorCode.none:
                     partitions.append(_answer(schema, part.partition_index, code))

@@ -6,6 +6,8 @@ a SyncGroup answers at once with the member's current assignment (a static
 member back from a restart gets its old one). REBALANCE_IN_PROGRESS when a
 new rebalance started meanwhile, ILLEGAL_GENERATION for an old generation,
 INCONSISTENT_GROUP_PROTOCOL (v5) when the protocol type or name differs.
+
+Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 14
 VERSIONS = (0, 5)
@@ -20,6 +24,10 @@ VERSIONS = (0, 5)
 
 async def handle(broker, request):
     body = request.body
+    if code := authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id):
+        schema = response_schema(API_KEY, request.version)
+        return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
+                     protocol_type=None, protocol_name=None, assignment=b"")
     result = await broker.groups.sync_group(
         body.group_id, body.generation_id, body.member_id,
         getattr(body, "group_instance_id", None),

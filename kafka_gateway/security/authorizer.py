@@ -196,5 +196,32 @@ def authorize_any(broker, request, operation: Operation, rtype: ResourceType) ->
     return authorizer.allows_any(principal, address, operation, rtype)
 
 
-def authorize_cluster(broker, request, operation: Operation) -> ErrorCode:
-    return authorize(broker, request, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+def authorize_cluster(broker, request, operation: Operation, log: bool = True) -> ErrorCode:
+    return authorize(broker, request, operation, ResourceType.CLUSTER, CLUSTER_NAME, log)
+
+
+def denied_names(broker, request, operation: Operation, rtype: ResourceType,
+                 names, log: bool = True) -> dict[str, ErrorCode]:
+    """Of ``names``, those the principal may not: name -> the code to answer.
+    Empty without an authorizer (the common case costs one test)."""
+    if broker.authorizer is None:
+        return {}
+    out = {}
+    for name in set(names):
+        if code := authorize(broker, request, operation, rtype, name, log):
+            out[name] = code
+    return out
+
+
+_CONFIG_TOPIC, _CONFIG_BROKER, _CONFIG_BROKER_LOGGER = 2, 4, 8
+
+
+def authorize_config(broker, request, operation: Operation, resource_type: int,
+                     name: str) -> ErrorCode:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on a config resource: a topic's are the
+    topic's operation, a broker's (and its loggers') the cluster's."""
+    if resource_type == _CONFIG_TOPIC:
+        return authorize(broker, request, operation, ResourceType.TOPIC, name)
+    if resource_type in (_CONFIG_BROKER, _CONFIG_BROKER_LOGGER):
+        return authorize_cluster(broker, request, operation)
+    return ErrorCode.none
