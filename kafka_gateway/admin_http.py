@@ -5,6 +5,11 @@
   out, connections, store writes and fsyncs, per-partition watermarks, and
   consumer lag per group and partition (high watermark - committed offset)
 - ``GET /topics``   topics, partitions and watermarks as JSON
+
+It has no authentication: it listens on loopback unless ``--admin-listen``
+names another address (the server then warns at start-up). Failed TLS
+handshakes, SASL authentications and ACL checks are counted in /metrics
+(``*_failures_total``).
 """
 
 from __future__ import annotations

@@ -3,6 +3,8 @@
     kafka-gateway serve [--listen HOST:PORT] [--data-dir DIR] [...]
     kafka-gateway topics list|describe|create|delete|alter [...]
     kafka-gateway groups list|describe GROUP
+    kafka-gateway users add|delete|list [...]
+    kafka-gateway acls list|add|remove [...]
 
 The ``topics`` and ``groups`` commands speak the Kafka protocol to the gateway (or to any
 Kafka broker), like ``kafka-topics.sh``.
@@ -29,6 +31,7 @@ from kio.static.primitive import i32Timedelta
 from . import config as settings
 from .client import KafkaClient
 from .groups_cli import add_groups_parser, run_groups
+from .security_cli import add_security_parsers, run_acls, run_users
 from .transactions_cli import add_transactions_parser, run_transactions
 
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> None:
 
     add_groups_parser(commands)
     add_transactions_parser(commands)
+    add_security_parsers(commands)
 
     args = parser.parse_args(argv)
     if args.command == "serve":
@@ -72,6 +76,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(asyncio.run(run_groups(args)))
     elif args.command == "transactions":
         sys.exit(asyncio.run(run_transactions(args)))
+    elif args.command == "users":
+        sys.exit(asyncio.run(run_users(args)))
+    elif args.command == "acls":
+        sys.exit(asyncio.run(run_acls(args)))
     else:
         sys.exit(asyncio.run(_topics(args)))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import logging
 import signal
 
@@ -25,6 +26,16 @@ from .security.scram import Credentials
 from .security.tls import HandshakeWatch, server_context
 
 log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    """Does ``host`` (an address or name) only reach this machine?"""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 SHUTDOWN_GRACE_SECONDS = 10.0
 
@@ -82,6 +93,12 @@ class GatewayServer:
             admin_host, _, admin_port = self.config.admin_listen.rpartition(":")
             self._admin = AdminHttp(self.broker)
             await self._admin.start(admin_host or "127.0.0.1", int(admin_port))
+            if is_loopback(admin_host or "127.0.0.1"):
+                log.info("admin HTTP on %s: loopback only", self._admin.address)
+            else:
+                log.warning("admin HTTP on %s is reachable from the network and has no "
+                            "authentication: /metrics and /topics show topic and group names",
+                            self._admin.address)
 
     async def _listen(self, index: int, listener: Listener) -> None:
         """Open one listener; a port 0 becomes the port bound (and advertised)."""

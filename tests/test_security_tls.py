@@ -192,3 +192,18 @@ def test_mtls_principal_and_refused_handshakes(tmp_path):
             await named.close()
 
     asyncio.run(main())
+
+
+def test_admin_http_says_where_it_listens(tmp_path, caplog):
+    from kafka_gateway.server import is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
+
+    async def main():
+        caplog.set_level("INFO", logger="kafka_gateway.server")
+        async with running(tmp_path, admin_listen=":0") as server:
+            assert server._admin.address.startswith("127.0.0.1:")
+        assert "loopback only" in caplog.text
+
+    asyncio.run(main())
