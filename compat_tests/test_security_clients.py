@@ -249,3 +249,17 @@ def test_refused_python_clients(secure):
     with pytest.raises(Exception, match=r"(?i)bootstrap|authentication"):
         asyncio.run(aiokafka_wrong_password())
     assert secure.metrics()["authentication_failures_total"] > before
+
+
+def test_kcat_refused(secure):
+    """Debian's kcat (librdkafka 2.0.2, whose SCRAM repeats its nonce): a wrong
+    password or user is still refused; a connection without TLS to a TLS port too."""
+    for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512", "PLAIN"):
+        for user, password in (("alice", "wrong"), ("nobody", "x")):
+            done = _kcat(librdkafka_config(secure, "SASL_PLAINTEXT", mechanism, user=user,
+                                           password=password), "-L", "-m", "5", check=False)
+            assert done.returncode != 0
+            assert b"Authentication failed" in done.stderr, done.stderr
+    done = _kcat({"bootstrap.servers": secure.bootstrap("SASL_SSL")}, "-L", "-m", "5",
+                 check=False)
+    assert done.returncode != 0
