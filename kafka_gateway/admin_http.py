@@ -9,6 +9,11 @@
 - ``GET /ui/``      a read-only web console (webui/)
 
 While it runs, the event loop's lag is sampled (metrics.watch_event_loop).
+
+It has no authentication: it listens on loopback unless ``--admin-listen``
+names another address (the server then warns at start-up). Failed TLS
+handshakes, SASL authentications and ACL checks are counted in /metrics
+(``*_failures_total``).
 """
 
 from __future__ import annotations

@@ -13,6 +13,8 @@ from txn import TransactionCoordinator
 from .config import GatewayConfig
 from .groups import GroupCoordinator, GroupOffsets
 from .metrics import Metrics
+from .security.authorizer import Authorizer
+from .security.scram import Credentials
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,13 @@ class Broker:
     newest_connection: int = -1
     _connection_ids: itertools.count = field(default_factory=itertools.count)
     stopping: bool = False  # set at shutdown: long-polls answer at once
+    credentials: Credentials | None = None  # SCRAM credentials, set once the engine runs
+    authorizer: Authorizer | None = None  # None: no authorizer configured, all is allowed
+
+    def advertised(self, request) -> tuple[str, int]:
+        """The address of this node on the listener ``request`` came in on."""
+        session = request.session
+        return session.listener.advertised if session is not None else self.config.advertised
 
     def new_connection_id(self) -> int:
         self.newest_connection = next(self._connection_ids)

@@ -5,6 +5,8 @@
     kafka-gateway groups list|describe|delete|delete-offsets|reset-offsets [...]
     kafka-gateway transactions list|describe|producers|abort [...]
     kafka-gateway produce|consume --topic TOPIC [...]
+    kafka-gateway users add|delete|list [...]
+    kafka-gateway acls list|add|remove [...]
 
 Every command but ``serve`` speaks the Kafka protocol to the gateway (or to any
 Kafka broker) named by --bootstrap-server, which may come anywhere on the line,
@@ -43,6 +45,7 @@ from .cli_common import (
 from .client import KafkaClient
 from .console import add_console_parsers, run_consume, run_produce
 from .groups_cli import add_groups_parser, run_groups
+from .security_cli import add_security_parsers, run_acls, run_users
 from .transactions_cli import add_transactions_parser, run_transactions
 
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
@@ -60,6 +63,10 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(run_produce(args))
     elif args.command == "consume":
         sys.exit(run_consume(args))
+    elif args.command == "users":
+        sys.exit(asyncio.run(run_users(args)))
+    elif args.command == "acls":
+        sys.exit(asyncio.run(run_acls(args)))
     else:
         sys.exit(asyncio.run(_topics(args)))
 
@@ -111,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_groups_parser(commands)
     add_transactions_parser(commands)
     add_console_parsers(commands)
+    add_security_parsers(commands)
     return parser
 
 

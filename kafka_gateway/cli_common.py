@@ -21,7 +21,7 @@ from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_fetch.v8 import request as offset_fetch
 
-from .client import KafkaClient
+from .client import ClientSecurity, KafkaClient
 from .config import read_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -48,7 +48,7 @@ def add_client_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--command-config", default=argparse.SUPPRESS, metavar="FILE",
         help="a properties file of client settings, as Kafka's tools take (key=value lines): "
-             "bootstrap.servers, client.id, security.protocol (PLAINTEXT), and for produce "
+             "bootstrap.servers, client.id, security.protocol, sasl.* and ssl.*, and for produce "
              "and consume any librdkafka setting; flags win (default: none)")
 
 
@@ -90,14 +90,12 @@ async def connect(args: argparse.Namespace) -> KafkaClient:
     """A connection to the first bootstrap server that answers."""
     settings = client_properties(args)
     protocol = settings.get("security.protocol", "PLAINTEXT").upper()
-    if protocol != "PLAINTEXT":
-        raise SystemExit(f"kafka-gateway: security.protocol={protocol} is not supported by "
-                         f"this command (PLAINTEXT only)")
+    security = ClientSecurity.from_properties(settings) if protocol != "PLAINTEXT" else None
     client_id = settings.get("client.id", DEFAULT_CLIENT_ID)
     failure: OSError | None = None
     for host, port in bootstrap_servers(args):
         try:
-            return await KafkaClient.connect(host, port, client_id=client_id)
+            return await KafkaClient.connect(host, port, client_id=client_id, security=security)
         except (OSError, TimeoutError) as exc:
             failure = exc if isinstance(exc, OSError) else OSError(str(exc))
     servers = ",".join(f"{h}:{p}" for h, p in bootstrap_servers(args))

@@ -49,6 +49,7 @@ class Request:
     size: int  # frame size in bytes, for metrics
     client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
     connection: int = -1  # the id of the connection it came on (ids increase)
+    session: Any = None  # security.session.Session: listener and principal (None in unit tests)
 
     @property
     def version(self) -> int:
@@ -134,6 +135,7 @@ def decode_request(
     decode: Callable[[Any, int, int], Any] | None = None,
     client_host: str = "",
     connection: int = -1,
+    session: Any = None,
 ) -> Request:
     """Read the body of a request whose (api_key, version) is supported.
 
@@ -160,7 +162,7 @@ def decode_request(
         ) from exc
     # Bytes after the body are ignored, as Kafka's own parser does: some
     # clients (librdkafka's Metadata v12) send a few more than the schema has.
-    return Request(header, body, len(frame), client_host, connection)
+    return Request(header, body, len(frame), client_host, connection, session)
 
 
 def skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:

@@ -11,6 +11,14 @@ import argparse
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from .security.listeners import Listener, parse_listeners
+
+_LISTENER_PREFIX = "listener.name."
+_PER_LISTENER = ("ssl.", "sasl.enabled.mechanisms")
+# The ACL authorizer's names (security/authorizer.py): Kafka's two, or short.
+_AUTHORIZERS = ("kafka.security.authorizer.AclAuthorizer",
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer", "acl")
+
 
 def _hostport(value: str) -> tuple[str, int]:
     host, sep, port = value.rpartition(":")
@@ -95,6 +103,44 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gateway.txn.pending.memory.bytes", "txn_pending_memory_bytes", int,
             "memory for open transactions' batches (node-wide), so a commit serves them "
             "from the in-memory tails; beyond it they are read from the store"),
+    # Security (docs/security.md). listeners and advertised.listeners in Kafka's
+    # syntax; --listen/--advertise remain the one-PLAINTEXT-listener shorthand.
+    Setting("listeners", "listeners", str,
+            "NAME://HOST:PORT,... listeners, each with the security protocol its name maps "
+            "to (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL); overrides --listen"),
+    Setting("advertised.listeners", "advertised_listeners", str,
+            "NAME://HOST:PORT,... what Metadata tells the clients of each listener "
+            "(default: the listener's own address)"),
+    Setting("listener.security.protocol.map", "listener_security_protocol_map", str,
+            "NAME:PROTOCOL,... for listener names that are not protocol names"),
+    Setting("ssl.keystore.location", "ssl_keystore_location", str,
+            "PEM file with the server's private key and certificate chain (TLS listeners)"),
+    Setting("ssl.keystore.type", "ssl_keystore_type", str,
+            "format of ssl.keystore.location", choices=("PEM",)),
+    Setting("ssl.key.password", "ssl_key_password", str,
+            "password of an encrypted private key in ssl.keystore.location"),
+    Setting("ssl.truststore.location", "ssl_truststore_location", str,
+            "PEM file of the CA certificates client certificates must chain to (mTLS)"),
+    Setting("ssl.truststore.type", "ssl_truststore_type", str,
+            "format of ssl.truststore.location", choices=("PEM",)),
+    Setting("ssl.client.auth", "ssl_client_auth", str,
+            "client certificates on SSL listeners: required, requested or none; the "
+            "principal of a client with one is User:<its subject>",
+            choices=("none", "requested", "required")),
+    Setting("ssl.enabled.protocols", "ssl_enabled_protocols", str,
+            "TLS versions accepted (TLSv1.2 and up only)"),
+    Setting("ssl.cipher.suites", "ssl_cipher_suites", str,
+            "OpenSSL cipher list for TLS 1.2 (empty: OpenSSL's defaults)"),
+    Setting("sasl.enabled.mechanisms", "sasl_enabled_mechanisms", str,
+            "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+    Setting("authorizer.class.name", "authorizer_class_name", str,
+            "set (to kafka.security.authorizer.AclAuthorizer, "
+            "org.apache.kafka.metadata.authorizer.StandardAuthorizer or 'acl') to check "
+            "ACLs; empty: everything is allowed"),
+    Setting("super.users", "super_users", str,
+            "principals allowed everything, ';'-separated (User:admin;User:CN=ops)"),
+    Setting("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", bool,
+            "with an authorizer: allow an operation on a resource no ACL matches"),
 )
 
 
@@ -129,19 +175,42 @@ class GatewayConfig:
     producer_id_expiration_ms: int = 86_400_000
     max_producers_per_partition: int = 10_000
     txn_pending_memory_bytes: int = 64 << 20
+    listeners: str = ""
+    advertised_listeners: str = ""
+    listener_security_protocol_map: str = ""
+    ssl_keystore_location: str = ""
+    ssl_keystore_type: str = "PEM"
+    ssl_key_password: str = ""
+    ssl_truststore_location: str = ""
+    ssl_truststore_type: str = "PEM"
+    ssl_client_auth: str = "none"
+    ssl_enabled_protocols: str = "TLSv1.2,TLSv1.3"
+    ssl_cipher_suites: str = ""
+    sasl_enabled_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    authorizer_class_name: str = ""
+    super_users: str = ""
+    allow_everyone_if_no_acl_found: bool = False
+    # listener.name.<name>.<setting> from a properties file: listener -> setting -> value
+    listener_settings: dict[str, dict[str, str]] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)
 
     @property
     def advertised(self) -> tuple[str, int]:
         return self.advertise or self.listen
 
+    def listener_list(self) -> list[Listener]:
+        """The listeners to open: ``listeners``, or the one PLAINTEXT ``--listen``."""
+        if self.listeners:
+            return parse_listeners(self.listeners, self.advertised_listeners,
+                                   self.listener_security_protocol_map, self.listener_settings)
+        (host, port), (ad_host, ad_port) = self.listen, self.advertised
+        return [Listener("PLAINTEXT", "PLAINTEXT", host, port, ad_host, ad_port)]
+
     def properties(self) -> dict[str, str]:
         """The broker configs as DescribeConfigs reports them."""
         out = {
             "broker.id": str(self.node_id),
             "node.id": str(self.node_id),
-            "listeners": f"PLAINTEXT://{self.listen[0]}:{self.listen[1]}",
-            "advertised.listeners": f"PLAINTEXT://{self.advertised[0]}:{self.advertised[1]}",
             "log.dirs": self.data_dir,
             "default.replication.factor": "1",
             "offsets.topic.replication.factor": "1",
@@ -151,6 +220,12 @@ class GatewayConfig:
         for setting in SETTINGS:
             value = getattr(self, setting.attr)
             out[setting.prop] = str(value).lower() if isinstance(value, bool) else str(value)
+        listeners = self.listener_list()
+        out["listeners"] = ",".join(listener.url() for listener in listeners)
+        out["advertised.listeners"] = ",".join(listener.url(advertised=True)
+                                               for listener in listeners)
+        for secret in ("ssl.key.password",):  # Kafka reports passwords as null
+            out.pop(secret, None)
         return out
 
     def topic_defaults(self) -> dict[str, str]:
@@ -217,9 +292,13 @@ def from_arguments(args: argparse.Namespace) -> GatewayConfig:
         for key, raw in props.items():
             if key in by_prop:
                 values[by_prop[key].attr] = _parse_value(by_prop[key], raw)
-            elif key in ("listeners", "advertised.listeners"):
-                target = "listen" if key == "listeners" else "advertise"
-                values[target] = _hostport(raw.split("://")[-1])
+            elif key.startswith(_LISTENER_PREFIX):
+                name, _, prop = key.removeprefix(_LISTENER_PREFIX).partition(".")
+                if not prop.startswith(_PER_LISTENER):
+                    raise ValueError(f"{args.config}: {key!r}: only ssl.* and "
+                                     "sasl.enabled.mechanisms can be set per listener")
+                per_listener = values.setdefault("listener_settings", {})
+                per_listener.setdefault(name.lower(), {})[prop] = raw  # type: ignore[union-attr]
             elif key in ("log.dirs", "log.dir"):
                 values["data_dir"] = raw
             elif key in ("node.id", "broker.id"):
@@ -234,4 +313,9 @@ def from_arguments(args: argparse.Namespace) -> GatewayConfig:
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     known = {f.name for f in fields(GatewayConfig)}
-    return GatewayConfig(**{k: v for k, v in values.items() if k in known})
+    config = GatewayConfig(**{k: v for k, v in values.items() if k in known})
+    config.listener_list()  # a listener setting that cannot work stops the start here
+    if config.authorizer_class_name and config.authorizer_class_name not in _AUTHORIZERS:
+        raise ValueError(f"authorizer.class.name: {config.authorizer_class_name!r} is not "
+                         f"one of {', '.join(_AUTHORIZERS)}")
+    return config

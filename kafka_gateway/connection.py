@@ -33,6 +33,15 @@ A malformed or oversized frame, or a request for an API or version this
 gateway does not implement, closes this connection only (Kafka does the same,
 except that ApiVersions is always answered), and is logged, at most a few
 lines a minute per client address.
+
+Security (security/): each connection belongs to a listener. On a TLS
+listener the transport is TLS (set up by the server) and a client
+certificate names the principal; on a SASL listener a ``SaslGate`` sees every
+frame until the client has authenticated (ApiVersions, SaslHandshake,
+SaslAuthenticate only, one request at a time, as Kafka serves them), then
+steps aside: afterwards, and on PLAINTEXT listeners always, the frame path
+is the same as without security. Handlers find the listener and principal in
+``request.session``.
 """
 
 from __future__ import annotations
@@ -56,6 +65,10 @@ from .codec import (
     read_header,
 )
 from .limits import FIRST_READ_BYTES, ConnectionLimits, ReadBuffer
+from .security.listeners import Listener
+from .security.sasl import SaslGate
+from .security.session import ANONYMOUS, Session
+from .security.tls import principal_from_certificate
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +83,15 @@ _SIZE = struct.Struct(">i")
 
 class KafkaConnection(asyncio.BufferedProtocol):
     def __init__(self, broker: Broker, connections: set[KafkaConnection],
-                 limits: ConnectionLimits) -> None:
+                 limits: ConnectionLimits, listener: Listener) -> None:
         self.broker = broker
         self.connections = connections
         self.limits = limits
+        self.listener = listener
+        self.session: Session | None = None
+        # Until a SASL client has authenticated: what sees its frames first.
+        self._gate: SaslGate | None = None
+        self._max_in_flight = MAX_IN_FLIGHT
         self.transport: asyncio.Transport | None = None
         self.peer = "?"
         self.address = "?"
@@ -111,6 +129,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.address = str(peer[0]) if peer else "?"
         self.client_host = f"/{peer[0]}" if peer else ""
+        principal = ANONYMOUS
+        if self.listener.protocol == "SSL":  # SASL_SSL: the principal comes from SASL
+            principal = principal_from_certificate(transport.get_extra_info("ssl_object"))
+        self.session = Session(self.listener, self.address, principal)
+        if self.listener.sasl:
+            self._gate = SaslGate(self)
+            self._max_in_flight = 1
         self.connections.add(self)
         self.broker.metrics.connections += 1
         self.broker.metrics.connections_total += 1
@@ -237,12 +262,14 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def _saturated(self) -> bool:
         return (
             self._writing_paused
-            or len(self._pending) >= MAX_IN_FLIGHT
+            or len(self._pending) >= self._max_in_flight
             or self._pending_bytes >= MAX_IN_FLIGHT_BYTES
         )
 
     # ------------------------------------------------------------- requests
     def _dispatch(self, frame: memoryview, buffer: ReadBuffer) -> None:
+        if self._gate is not None and self._gate.intercept(frame):
+            return
         try:
             header, body_pos = read_header(frame)
             api = APIS.get(header.api_key)
@@ -257,7 +284,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._reject(f"{name} v{header.api_version} is not supported")
                 return
             request = decode_request(frame, header, body_pos, api.decode, self.client_host,
-                                     self.id)
+                                     self.id, self.session)
         except MalformedRequest as exc:
             self._reject(str(exc))
             return
@@ -293,6 +320,26 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return None
         metrics.count_errors(name, body)
         return encode_response(request.header.api_key, request.header.correlation_id, body)
+
+    def authenticated(self, principal: str) -> None:
+        """The SASL gate is done: from now on frames take the ordinary path."""
+        assert self.session is not None
+        self.session.principal = principal
+        self._gate = None
+        self._max_in_flight = MAX_IN_FLIGHT
+
+    def gate_answer(self, chunks: list[bytes], close: bool = False) -> None:
+        """An answer of the SASL gate, written at once: before authentication one
+        request is served at a time, so no other answer is due before it.
+        ``close``: the last one (a failed authentication); the socket closes once
+        it is written."""
+        assert not self._pending
+        if self.transport is not None and not self._closing:
+            self.transport.writelines(chunks)
+            self.broker.metrics.bytes_out += sum(map(len, chunks))
+            self._last_active = self._loop.time()
+        if close:
+            self._close()
 
     def _queue_ready(self, chunks: list[bytes]) -> None:
         future: asyncio.Future[list[bytes] | None] = self._loop.create_future()

@@ -43,6 +43,10 @@ class Metrics:
     log_lines_suppressed: int = 0  # bad-input warnings over the per-address rate
     connections_expired: int = 0  # closed idle, or stalled in the middle of a frame
     request_memory_bytes: int = 0  # read buffers charged to queued.max.request.bytes
+    authentication_successes: int = 0  # SASL
+    authentication_failures: int = 0  # SASL: wrong credentials, bad mechanism or messages
+    tls_handshake_failures: int = 0  # plaintext on a TLS port, untrusted certificates, ...
+    authorization_failures: int = 0  # operations an ACL (or no ACL) denied
 
     def count_errors(self, api: str, body: Any) -> None:
         """Count the error codes of a response body (a kio entity), as Kafka's

@@ -126,6 +126,16 @@ class GatewayCollector(Collector):
                        metrics.log_lines_suppressed)
         yield _counter("connections_expired", "Connections closed idle or stalled mid-frame",
                        metrics.connections_expired)
+        yield _counter("authentication_successes", "SASL authentications that succeeded",
+                       metrics.authentication_successes)
+        yield _counter("authentication_failures",
+                       "SASL authentications refused (credentials, mechanism, messages)",
+                       metrics.authentication_failures)
+        yield _counter("tls_handshake_failures",
+                       "TLS handshakes that failed (plaintext on a TLS port, certificates)",
+                       metrics.tls_handshake_failures)
+        yield _counter("authorization_failures", "Operations an ACL (or no ACL) denied",
+                       metrics.authorization_failures)
         yield _gauge("request_memory_bytes",
                      "Request buffers charged to queued.max.request.bytes",
                      metrics.request_memory_bytes)

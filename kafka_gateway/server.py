@@ -1,13 +1,15 @@
-"""The gateway process: storage engine, Kafka listener, admin HTTP, retention."""
+"""The gateway process: storage engine, Kafka listeners, admin HTTP, retention."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import logging
 import signal
 
-from tablets import EngineSettings, StorageEngine
+from tablets import EngineSettings, StorageEngine, keys
+from tablets.node_records import NodeRecords
 from txn import TransactionCoordinator, TxnSettings
 
 from .admin_http import AdminHttp
@@ -17,8 +19,23 @@ from .connection import KafkaConnection
 from .connection import log as connection_log
 from .groups import GroupCoordinator, GroupOffsets
 from .limits import ConnectionLimits
+from .security.authorizer import Authorizer, parse_super_users
+from .security.listeners import Listener
+from .security.sasl import enabled_mechanisms
+from .security.scram import Credentials
+from .security.tls import HandshakeWatch, server_context
 
 log = logging.getLogger(__name__)
+
+
+def is_loopback(host: str) -> bool:
+    """Does ``host`` (an address or name) only reach this machine?"""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 SHUTDOWN_GRACE_SECONDS = 10.0
 
@@ -39,7 +56,8 @@ class GatewayServer:
         self.broker = Broker(config, self.engine)
         self.connections: set[KafkaConnection] = set()
         self.limits = ConnectionLimits.from_config(config, self.broker.metrics, connection_log)
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
+        self.listeners: list[Listener] = config.listener_list()  # bound ports once started
         self._retention: asyncio.Task[None] | None = None
         self._txn_expiry: asyncio.Task[None] | None = None
         self._admin: AdminHttp | None = None
@@ -60,31 +78,68 @@ class GatewayServer:
             newest_connection=lambda: self.broker.newest_connection)
         self.broker.txns.load()
         self._txn_expiry = loop.create_task(self._txn_expiry_loop())
-        host, port = self.config.listen
-        self._server = await loop.create_server(
-            lambda: KafkaConnection(self.broker, self.connections, self.limits), host, port,
-            reuse_address=True, backlog=1024,
-        )
-        bound_port = self._server.sockets[0].getsockname()[1]
-        if port == 0:  # a port chosen at run time is also the advertised one
-            listen = (host, bound_port)
-            advertise = self.config.advertise or listen
-            self.config = dataclasses.replace(self.config, listen=listen, advertise=advertise)
-            self.broker.config = self.config
+        self.broker.credentials = Credentials(NodeRecords(
+            self.engine.store, keys.SCRAM_CREDENTIAL, self.engine.writer))
+        if self.config.authorizer_class_name:
+            self.broker.authorizer = Authorizer(
+                NodeRecords(self.engine.store, keys.ACL, self.engine.writer),
+                parse_super_users(self.config.super_users),
+                self.config.allow_everyone_if_no_acl_found, self.broker.metrics,
+                self.limits.bad_input)
+        for index, listener in enumerate(self.listeners):
+            await self._listen(index, listener)
         self._retention = loop.create_task(self._retention_loop())
         if self.config.admin_listen != "off":
             admin_host, _, admin_port = self.config.admin_listen.rpartition(":")
             self._admin = AdminHttp(self.broker)
             await self._admin.start(admin_host or "127.0.0.1", int(admin_port))
+            if is_loopback(admin_host or "127.0.0.1"):
+                log.info("admin HTTP on %s: loopback only", self._admin.address)
+            else:
+                log.warning("admin HTTP on %s is reachable from the network and has no "
+                            "authentication: /metrics and /topics show topic and group names",
+                            self._admin.address)
+
+    async def _listen(self, index: int, listener: Listener) -> None:
+        """Open one listener; a port 0 becomes the port bound (and advertised)."""
+        loop = asyncio.get_running_loop()
+        context = None
+        if listener.tls:
+            watch = HandshakeWatch(listener, self.broker.metrics, self.limits.bad_input)
+            context = server_context(self.config, listener, watch)
+        if listener.sasl:
+            enabled_mechanisms(self.config, listener)  # refuse bad settings at start-up
+
+        def connection() -> KafkaConnection:
+            return KafkaConnection(self.broker, self.connections, self.limits,
+                                   self.listeners[index])
+
+        server = await loop.create_server(
+            connection, listener.host or None, listener.port, ssl=context,
+            reuse_address=True, backlog=1024)
+        self._servers.append(server)
+        if listener.port == 0:  # a port chosen at run time is also the advertised one
+            bound = listener.bound(server.sockets[0].getsockname()[1])
+            self.listeners[index] = bound
+            if self.config.listeners:
+                config = dataclasses.replace(
+                    self.config,
+                    listeners=",".join(item.url() for item in self.listeners),
+                    advertised_listeners=",".join(item.url(advertised=True)
+                                                  for item in self.listeners))
+            else:
+                config = dataclasses.replace(self.config, listen=(bound.host, bound.port),
+                                             advertise=bound.advertised)
+            self.config = self.broker.config = config
 
     def ready_line(self) -> str:
-        host, port = self.config.listen
-        adv_host, adv_port = self.config.advertised
+        first = self.listeners[0]
         admin = f", admin http {self._admin.address}" if self._admin else ""
+        listeners = ",".join(f"{item.url()} ({item.protocol})" for item in self.listeners)
         return (
-            f"kafka-gateway ready: listening on {host}:{port}, advertised as "
-            f"{adv_host}:{adv_port}, node {self.config.node_id}, data dir "
-            f"{self.config.data_dir}{admin}"
+            f"kafka-gateway ready: listening on {first.host or '0.0.0.0'}:{first.port}, "
+            f"advertised as {first.advertised_host}:{first.advertised_port}, listeners "
+            f"{listeners}, node {self.config.node_id}, data dir {self.config.data_dir}{admin}"
         )
 
     async def _retention_loop(self) -> None:
@@ -109,8 +164,8 @@ class GatewayServer:
     async def stop(self) -> None:
         """Stop accepting, answer what was read, then close the store."""
         self.broker.stopping = True
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for topic in self.engine.topics.values():
             for tablet in topic.partitions:
                 tablet.wake_waiters()

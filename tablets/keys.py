@@ -17,7 +17,12 @@ kind   rest of the key                            value
 ``B``  topic id, partition, txn instance, n        transactional blob: a record batch
 ``Y``  transactional id (utf-8)                   transaction state (txn.state)
 ``N``  counter name                               counters (producer ids, ...)
+``U``  user (utf-8), 0x00, SCRAM mechanism         salted SCRAM credential
+``A``  an ACL binding (JSON)                       empty
 =====  =========================================  ===============================
+
+``U`` and ``A`` are node-wide records (``node_records.NodeRecords``); their
+bytes mean something only to the gateway's security layer.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ CONSUMER_OFFSET = b"C"
 TXN_BLOB = b"B"
 TXN_STATE = b"Y"
 COUNTER = b"N"
+SCRAM_CREDENTIAL = b"U"
+ACL = b"A"
 
 _PARTITION = struct.Struct(">16si")
 _OFFSET = struct.Struct(">q")

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 _READY = re.compile(r"kafka-gateway ready: listening on ([\d.]+):(\d+)")
+_LISTENER = re.compile(r"(\w+)://[^,\s]*:(\d+) \(")
 
 
 class GatewayProcess:
@@ -33,6 +34,7 @@ class GatewayProcess:
         self.process: subprocess.Popen[str] | None = None
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
         self._log_lines: list[str] = []
+        self.listener_ports: dict[str, int] = {}  # listener name -> bound port
 
     @property
     def bootstrap(self) -> str:
@@ -41,6 +43,10 @@ class GatewayProcess:
     @property
     def host_port(self) -> tuple[str, int]:
         return "127.0.0.1", self.port
+
+    def bootstrap_of(self, listener: str) -> str:
+        """host:port of one listener (``--listeners``, ports chosen at start-up)."""
+        return f"127.0.0.1:{self.listener_ports[listener]}"
 
     def start(self) -> GatewayProcess:
         assert self.process is None or self.process.poll() is not None, "already running"
@@ -62,6 +68,8 @@ class GatewayProcess:
                 match = _READY.search(line)
                 if match:
                     self.port = int(match.group(2))
+                    self.listener_ports = {name: int(port)
+                                           for name, port in _LISTENER.findall(line)}
                     break
             elif self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited at start-up:\n{self.output()}")

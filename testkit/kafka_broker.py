@@ -3,6 +3,11 @@
     with KafkaBroker(tmp_path) as kafka:
         Producer({"bootstrap.servers": kafka.bootstrap})
 
+    # More client listeners, each with its protocol, on free ports of their own:
+    with KafkaBroker(tmp_path, listeners={"SASL_PLAINTEXT": "SASL_PLAINTEXT"},
+                     overrides={...SASL and ACL settings...}) as kafka:
+        kafka.listener_ports["SASL_PLAINTEXT"]
+
 One process is broker and controller, formatted in a fresh directory, on free
 loopback ports. It is ready when it answers ApiVersions on its client port.
 Its log is kept beside the data (``kafka.log``) and quoted when start-up fails.
@@ -54,9 +59,12 @@ DEFAULTS = {
 
 class KafkaBroker:
     def __init__(self, directory: str | os.PathLike[str], overrides: dict[str, str] | None = None,
-                 heap: str = "1g", startup_timeout: float = 120.0) -> None:
+                 heap: str = "1g", startup_timeout: float = 120.0,
+                 listeners: dict[str, str] | None = None) -> None:
         self.directory = Path(directory)
         self.overrides = dict(overrides or {})
+        self.extra_listeners = dict(listeners or {})  # name -> security protocol
+        self.listener_ports: dict[str, int] = {}
         self.heap = heap
         self.startup_timeout = startup_timeout
         self.port = 0
@@ -85,12 +93,16 @@ class KafkaBroker:
 
     def _write_properties(self) -> Path:
         self.port, self.controller_port = free_port(), free_port()
+        self.listener_ports = {name: free_port() for name in self.extra_listeners}
+        extra = "".join(f",{name}://127.0.0.1:{port}" for name, port in self.listener_ports.items())
         props = {
             **DEFAULTS,
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
             "listeners": f"PLAINTEXT://127.0.0.1:{self.port},"
-                         f"CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+                         f"CONTROLLER://127.0.0.1:{self.controller_port}{extra}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}{extra}",
+            "listener.security.protocol.map": DEFAULTS["listener.security.protocol.map"] + "".join(
+                f",{name}:{protocol}" for name, protocol in self.extra_listeners.items()),
             "log.dirs": str(self.directory / "logs"),
             **self.overrides,
         }

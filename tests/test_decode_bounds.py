@@ -31,7 +31,8 @@ LENGTHS = ("count", "ucount", "len16", "len32", "ulen")
 # The only request arrays Kafka's schemas let be null, from the version that does.
 NULLABLE_ARRAYS = {"MetadataRequest.topics": 1, "DescribeConfigsResource.configuration_keys": 0,
                    "CreatePartitionsTopic.assignments": 0, "OffsetFetchRequest.topics": 2,
-                   "OffsetFetchRequestGroup.topics": 8}
+                   "OffsetFetchRequestGroup.topics": 8,
+                   "DescribeUserScramCredentialsRequest.users": 0}
 
 
 def _decode(data: bytes):

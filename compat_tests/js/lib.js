@@ -40,8 +40,10 @@ const stderrLogger = () => ({ namespace, level, log }) => {
     `${JSON.stringify(extra)}\n`)
 }
 
-function kafka(bootstrap, clientId = 'gateway-compat') {
+// extra: more Kafka() settings, e.g. ssl and sasl (secure.js).
+function kafka(bootstrap, clientId = 'gateway-compat', extra = {}) {
   return new Kafka({
+    ...extra,
     clientId,
     brokers: [bootstrap],
     logLevel: process.env.KAFKAJS_LOG_LEVEL === 'debug' ? logLevel.DEBUG : logLevel.WARN,

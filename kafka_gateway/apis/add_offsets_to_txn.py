@@ -2,6 +2,9 @@
 
 Begins the transaction if needed; TxnOffsetCommit then stages the offsets.
 PRODUCER_FENCED from v2 (KIP-588), INVALID_PRODUCER_EPOCH before.
+
+Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+and READ on the group (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import txn_error_code
 from ..groups.coordinator import is_valid_group_id
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 25
 VERSIONS = (0, 3)
@@ -21,8 +26,12 @@ VERSIONS = (0, 3)
 async def handle(broker: Any, request: Request) -> Any:
     body = request.body
     schema = response_schema(API_KEY, request.version)
-    code = ErrorCode.none
-    if not is_valid_group_id(body.group_id, allow_empty=False):
+    code = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                     body.transactional_id) or authorize(
+        broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    if code:
+        pass
+    elif not is_valid_group_id(body.group_id, allow_empty=False):
         code = ErrorCode.invalid_group_id
     else:
         try:

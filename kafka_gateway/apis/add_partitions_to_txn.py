@@ -4,6 +4,10 @@ The first AddPartitionsToTxn (or AddOffsetsToTxn) of a transaction begins it.
 Partitions that do not exist get UNKNOWN_TOPIC_OR_PARTITION and the others
 OPERATION_NOT_ATTEMPTED, as in Kafka; a fenced producer gets PRODUCER_FENCED
 from v2 (KIP-588), INVALID_PRODUCER_EPOCH before.
+
+Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED for
+every partition) and on each topic (TOPIC_AUTHORIZATION_FAILED, the others
+OPERATION_NOT_ATTEMPTED).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import txn_error_code
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize, denied_names
 
 API_KEY = 24
 VERSIONS = (0, 3)
@@ -26,7 +32,17 @@ async def handle(broker: Any, request: Request) -> Any:
               for index in topic.partitions]
     unknown = {tp for tp in wanted if not broker.engine.has_partition(*tp)}
     codes: dict[tuple[str, int], ErrorCode]
-    if unknown:
+    txn_denied = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                           body.v3_and_below_transactional_id)
+    denied = {} if txn_denied else denied_names(broker, request, Operation.WRITE,
+                                                ResourceType.TOPIC, (t for t, _i in wanted))
+    if txn_denied:
+        codes = dict.fromkeys(wanted, txn_denied)
+    elif denied:
+        codes = {tp: denied.get(tp[0]) or (ErrorCode.unknown_topic_or_partition
+                                           if tp in unknown else ErrorCode.operation_not_attempted)
+                 for tp in wanted}
+    elif unknown:
         codes = {tp: ErrorCode.unknown_topic_or_partition if tp in unknown
                  else ErrorCode.operation_not_attempted for tp in wanted}
     else:

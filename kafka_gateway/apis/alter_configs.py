@@ -2,6 +2,9 @@
 
 Configs not named go back to their defaults, as in Kafka. Broker settings
 are static here (flags or the config file): altering them is refused.
+
+Needs ALTER_CONFIGS on the topic, or on the cluster for a broker
+(TOPIC_/CLUSTER_AUTHORIZATION_FAILED); IncrementalAlterConfigs shares this.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ from tablets.topic_config import validate_all
 from ..codec import NO_THROTTLE, build, response_schema
 from ..configs import RESOURCE_TOPIC
 from ..errors import KafkaError, error_code, error_message
+from ..security.acls import Operation
+from ..security.authorizer import authorize_config
 
 API_KEY = 33
 VERSIONS = (0, 2)
@@ -45,6 +50,9 @@ async def alter(broker, request, api_key: int,
     responses = []
     for resource in body.resources:
         try:
+            if code := authorize_config(broker, request, Operation.ALTER_CONFIGS,
+                                        resource.resource_type, resource.resource_name):
+                raise KafkaError(code)
             if resource.resource_type != RESOURCE_TOPIC:
                 raise KafkaError(ErrorCode.invalid_request,
                                  "only topic configs can be altered; broker settings are set "

@@ -2,6 +2,8 @@
 
 The count can only grow (INVALID_PARTITIONS otherwise); manual assignments
 must name this node. validate_only checks and changes nothing.
+
+Needs ALTER on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import KafkaError, error_code, error_message
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import denied_names
 
 API_KEY = 37
 VERSIONS = (0, 3)
@@ -19,8 +23,12 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
     results = []
+    denied = denied_names(broker, request, Operation.ALTER, ResourceType.TOPIC,
+                          (topic.name for topic in body.topics))
     for topic in body.topics:
         try:
+            if code := denied.get(topic.name):
+                raise KafkaError(code, "The topic authorization is failed.")
             for assignment in topic.assignments or ():
                 if tuple(assignment.broker_ids) != (broker.node_id,):
                     raise KafkaError(ErrorCode.invalid_replica_assignment,

@@ -6,6 +6,8 @@ this node. The engine checks name, collisions, configs, partitions and
 replication factor in the order Kafka's controller does. validate_only checks
 everything and creates nothing. v5+ answers with the topic's configs as
 given, v7 with its id.
+
+Needs CREATE on the cluster or on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, build, response_schema
 from ..configs import topic_entries
 from ..errors import KafkaError, error_code, error_message
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize_cluster, denied_names
 
 API_KEY = 19
 VERSIONS = (2, 7)
@@ -27,6 +31,9 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
     counts = Counter(t.name for t in body.topics)
+    denied = {}
+    if authorize_cluster(broker, request, Operation.CREATE, log=False):
+        denied = denied_names(broker, request, Operation.CREATE, ResourceType.TOPIC, counts)
     results = []
     answered = set()
     for topic in body.topics:
@@ -37,6 +44,8 @@ async def handle(broker, request):
             if counts[topic.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"topic {topic.name} appears more than once in the request")
+            if code := denied.get(topic.name):
+                raise KafkaError(code, "Authorization failed.")
             partitions, configs = _plan(broker, topic)
             broker.engine.check_new_topic(topic.name, partitions, topic.replication_factor,
                                           configs)

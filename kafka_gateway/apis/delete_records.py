@@ -3,6 +3,8 @@
 Batches wholly below the new start are deleted in one write; the one that
 contains it stays (fetches return it and clients skip the records below).
 -1 means the high watermark. Beyond it: OFFSET_OUT_OF_RANGE.
+
+Needs DELETE on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code
+from ..errors import KafkaError, error_code
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import denied_names
 
 API_KEY = 21
 VERSIONS = (0, 2)
@@ -19,10 +23,14 @@ VERSIONS = (0, 2)
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     topics = []
+    denied = denied_names(broker, request, Operation.DELETE, ResourceType.TOPIC,
+                          (topic.name for topic in request.body.topics))
     for topic in request.body.topics:
         partitions = []
         for part in topic.partitions:
             try:
+                if code := denied.get(topic.name):
+                    raise KafkaError(code)
                 tablet = broker.engine.partition(topic.name, part.partition_index)
                 low = await tablet.delete_records(part.offset)
                 code = ErrorCode.none

@@ -2,6 +2,8 @@
 
 A topic's keys are one range per kind, so deletion is one atomic write of
 range tombstones; fetchers long-polling on it are woken and see the error.
+
+Needs DELETE on each topic (and DESCRIBE when named by id): TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -11,7 +13,9 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code, error_message
+from ..errors import KafkaError, error_code, error_message
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 20
 VERSIONS = (1, 6)
@@ -27,6 +31,7 @@ async def handle(broker, request):
         wanted = [(name, None) for name in body.topic_names]
     results = []
     for name, topic_id in wanted:
+        by_id = name is None
         try:
             if name is None:
                 topic = broker.engine.topics_by_id.get(topic_id)
@@ -35,6 +40,11 @@ async def handle(broker, request):
                                            f"no topic with id {topic_id}"))
                     continue
                 name = topic.name
+            if by_id and (code := authorize(broker, request, Operation.DESCRIBE,
+                                            ResourceType.TOPIC, name)):
+                raise KafkaError(code, "Authorization failed.")
+            if code := authorize(broker, request, Operation.DELETE, ResourceType.TOPIC, name):
+                raise KafkaError(code, "Authorization failed.")
             topic = await broker.engine.delete_topic(name)
             results.append(_result(schema, name, topic.topic_id, ErrorCode.none, None))
         except Exception as exc:

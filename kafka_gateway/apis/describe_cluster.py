@@ -12,7 +12,7 @@ VERSIONS = (0, 0)
 
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
-    host, port = broker.config.advertised
+    host, port = broker.advertised(request)
     return build(
         schema.DescribeClusterResponse,
         throttle_time=NO_THROTTLE,

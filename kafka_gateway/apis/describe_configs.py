@@ -3,6 +3,9 @@
 Topics report all Kafka 3.4 topic configs (override, node default or Kafka
 default; synonyms on request); the broker resource reports this node's
 settings, read-only. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
+
+Needs DESCRIBE_CONFIGS on the topic, or on the cluster for a broker
+(TOPIC_/CLUSTER_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from ..configs import (
     topic_entries,
 )
 from ..errors import KafkaError, error_code, error_message
+from ..security.acls import Operation
+from ..security.authorizer import authorize_config
 
 API_KEY = 32
 VERSIONS = (1, 4)
@@ -35,6 +40,9 @@ async def handle(broker, request):
     results = []
     for resource in body.resources:
         try:
+            if code := authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
+                                        resource.resource_type, resource.resource_name):
+                raise KafkaError(code)
             entries = _entries(broker, resource.resource_type, resource.resource_name)
             keys = resource.configuration_keys
             if keys:

@@ -6,6 +6,8 @@ protocol (the assignor); in other states members are listed without them,
 as Kafka does. A group only known by its committed offsets is Empty; an
 unknown group is Dead (error NONE, like Kafka). v5's authorized operations
 are every group operation: the gateway has no ACLs.
+
+Needs DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 15
 VERSIONS = (0, 5)
@@ -29,6 +33,11 @@ async def handle(broker, request):
                   else _NOT_REQUESTED)
     groups = []
     for group_id in body.groups:
+        if code := authorize(broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            groups.append(build(schema.DescribedGroup, error_code=code, group_id=group_id,
+                                group_state="", protocol_type="", protocol_data="",
+                                authorized_operations=_NOT_REQUESTED, members=()))
+            continue
         described = broker.groups.describe(group_id)
         groups.append(build(
             schema.DescribedGroup,

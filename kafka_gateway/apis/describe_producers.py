@@ -4,6 +4,8 @@ partition knows (``kafka-transactions describe-producers``).
 Each has its epoch, last sequence and last write time. No producer has an
 open transaction in a log here (its data waits outside the log until its
 commit), so the current transaction's start offset is always -1.
+
+Needs READ on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import denied_names
 
 API_KEY = 61
 VERSIONS = (0, 0)
@@ -21,11 +25,15 @@ VERSIONS = (0, 0)
 async def handle(broker: Any, request: Request) -> Any:
     schema = response_schema(API_KEY, request.version)
     topics = []
+    denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
+                          (topic.name for topic in request.body.topics))
     for topic in request.body.topics:
         parts = []
         for index in topic.partition_indexes:
             code, producers = ErrorCode.none, []
-            if not broker.engine.has_partition(topic.name, index):
+            if topic.name in denied:
+                code = denied[topic.name]
+            elif not broker.engine.has_partition(topic.name, index):
                 code = ErrorCode.unknown_topic_or_partition
             else:
                 tablet = broker.engine.partition(topic.name, index)

@@ -1,6 +1,9 @@
 """DescribeTransactions (key 65), v0: the state of transactional ids
 (``kafka-transactions describe``): Kafka's state name, producer id and epoch,
 timeout, when the (last) transaction began, and the open one's partitions.
+
+Needs DESCRIBE on each transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+only partitions of topics the principal may DESCRIBE are listed.
 """
 
 from __future__ import annotations
@@ -14,7 +17,9 @@ from kio.static.primitive import i32Timedelta
 from txn.state import TxnState
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import error_code
+from ..errors import KafkaError, error_code
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 65
 VERSIONS = (0, 0)
@@ -25,6 +30,9 @@ async def handle(broker: Any, request: Request) -> Any:
     states = []
     for transactional_id in request.body.transactional_ids:
         try:
+            if code := authorize(broker, request, Operation.DESCRIBE,
+                                 ResourceType.TRANSACTIONAL_ID, transactional_id):
+                raise KafkaError(code)
             meta = broker.txns.describe(transactional_id)
         except Exception as exc:
             states.append(build(
@@ -36,7 +44,9 @@ async def handle(broker: Any, request: Request) -> Any:
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, index in sorted(meta.partitions if meta.is_open else ()):
-            by_topic.setdefault(topic, []).append(index)
+            if not authorize(broker, request, Operation.DESCRIBE, ResourceType.TOPIC, topic,
+                             log=False):
+                by_topic.setdefault(topic, []).append(index)
         states.append(build(
             schema.TransactionState, error_code=ErrorCode.none,
             transactional_id=transactional_id, transaction_state=meta.state.value,

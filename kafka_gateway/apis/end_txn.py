@@ -10,16 +10,18 @@
   UNKNOWN_PRODUCER_ID, which the Java client and librdkafka both treat as
   abortable with an epoch bump (KIP-360): the application aborts and goes on.
 - PRODUCER_FENCED from v2 (KIP-588), INVALID_PRODUCER_EPOCH before.
+
+Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kio.schema.errors import ErrorCode
-
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import txn_error_code
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 26
 VERSIONS = (0, 3)
@@ -28,7 +30,10 @@ VERSIONS = (0, 3)
 async def handle(broker: Any, request: Request) -> Any:
     body = request.body
     schema = response_schema(API_KEY, request.version)
-    code = ErrorCode.none
+    code = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                     body.transactional_id)
+    if code:
+        return build(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
     try:
         await broker.txns.end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
                                   body.committed, request.connection)

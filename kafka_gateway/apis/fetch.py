@@ -14,6 +14,8 @@
 - v13 addresses topics by id (the zero id is UNKNOWN_TOPIC_ID, answered as
   sent). Fetch sessions (KIP-227) are not kept: the answer's session id is 0,
   which tells clients to send full requests.
+- With an authorizer, each topic needs READ (TOPIC_AUTHORIZATION_FAILED; by
+  name also for topics that do not exist, as Kafka checks before looking).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from tablets.tablet import PartitionTablet
 from ..codec import EncodedBody
 from ..errors import error_code
 from ..leader_epoch import leader_epoch_error
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 from .fetch_response import PartitionResult, encode
 
 API_KEY = 1
@@ -61,6 +65,8 @@ async def handle(broker, request):
         for topic in body.topics
         for part in topic.partitions
     ]
+    if broker.authorizer is not None:
+        _authorize(broker, request, wanted, by_id)
     deadline = time.monotonic() + body.max_wait.total_seconds()
     min_bytes = max(body.min_bytes, 1)
     max_bytes = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
@@ -98,6 +104,19 @@ def _resolve(broker, key, part, by_id: bool) -> _Wanted:
     else:
         tablet = topic.partitions[part.partition]
     return _Wanted(key, part.partition, part.fetch_offset, part.partition_max_bytes, tablet, error)
+
+
+def _authorize(broker, request, wanted: list[_Wanted], by_id: bool) -> None:
+    """Partitions of topics the principal may not read answer TOPIC_AUTHORIZATION_FAILED."""
+    codes: dict[str | UUID, ErrorCode] = {}
+    for want in wanted:
+        if by_id and want.error is ErrorCode.unknown_topic_id:
+            continue  # nothing to name: unknown ids stay unknown
+        if want.key not in codes:
+            name = broker.engine.topics_by_id[want.key].name if by_id else want.key
+            codes[want.key] = authorize(broker, request, Operation.READ, ResourceType.TOPIC, name)
+        if codes[want.key]:
+            want.tablet, want.error = None, codes[want.key]
 
 
 async def _read_all(wanted: list[_Wanted], max_bytes: int):

@@ -5,6 +5,9 @@ v0 asks for a group; v1-3 add the key type (0 group, 1 transaction); v4
 batches keys and answers one coordinator per key. An unknown key type gets
 INVALID_REQUEST. A group id containing NUL (which the offset store cannot
 key) gets INVALID_GROUP_ID.
+
+Needs DESCRIBE on the group or transactional id (GROUP_ or
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 10
 VERSIONS = (0, 4)
@@ -20,9 +25,12 @@ GROUP_KEY = 0
 TRANSACTION_KEY = 1
 
 
-def _error_for(key_type: int, key: str) -> ErrorCode:
+def _error_for(broker, request, key_type: int, key: str) -> ErrorCode:
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
         return ErrorCode.invalid_request
+    rtype = ResourceType.GROUP if key_type == GROUP_KEY else ResourceType.TRANSACTIONAL_ID
+    if code := authorize(broker, request, Operation.DESCRIBE, rtype, key):
+        return code
     if key_type == GROUP_KEY and "\x00" in key:
         return ErrorCode.invalid_group_id
     return ErrorCode.none
@@ -32,7 +40,7 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
     key_type = getattr(body, "key_type", GROUP_KEY)
-    host, port = broker.config.advertised
+    host, port = broker.advertised(request)
     node = broker.node_id
 
     # As Kafka: a success says "NONE" (v1-3) or "" (v4, per key).
@@ -47,7 +55,7 @@ async def handle(broker, request):
 
     if request.version >= 4:
         return build(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(
-            answer(schema.Coordinator, _error_for(key_type, key), key=key)
+            answer(schema.Coordinator, _error_for(broker, request, key_type, key), key=key)
             for key in body.coordinator_keys
         ))
-    return answer(schema.FindCoordinatorResponse, _error_for(key_type, body.key))
+    return answer(schema.FindCoordinatorResponse, _error_for(broker, request, key_type, body.key))

@@ -5,11 +5,15 @@ member's cue to rejoin), ILLEGAL_GENERATION for an old generation,
 UNKNOWN_MEMBER_ID for a member the group does not have (e.g. after its
 session expired or the gateway restarted), FENCED_INSTANCE_ID when another
 process took over its group.instance.id.
+
+Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 12
 VERSIONS = (0, 4)
@@ -17,7 +21,9 @@ VERSIONS = (0, 4)
 
 async def handle(broker, request):
     body = request.body
-    code = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
-                                   getattr(body, "group_instance_id", None))
+    code = authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    if not code:
+        code = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
+                                       getattr(body, "group_instance_id", None))
     schema = response_schema(API_KEY, request.version)
     return build(schema.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)

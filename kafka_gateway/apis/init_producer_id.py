@@ -7,6 +7,10 @@
 - v3+ (KIP-360) name the current producer id and epoch: a producer bumps its
   own epoch to recover from an abortable error; a stale one is fenced.
 - PRODUCER_FENCED from v4 (KIP-588), INVALID_PRODUCER_EPOCH before.
+
+Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
+an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on any
+topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka 3.x (KIP-679).
 """
 
 from __future__ import annotations
@@ -17,9 +21,23 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import txn_error_code
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize, authorize_any, authorize_cluster
 
 API_KEY = 22
 VERSIONS = (0, 4)
+
+
+def _denied(broker, request, transactional_id: str | None) -> ErrorCode:
+    if transactional_id is not None:
+        return authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                         transactional_id)
+    if broker.authorizer is None or not authorize_cluster(
+            broker, request, Operation.IDEMPOTENT_WRITE, log=False):
+        return ErrorCode.none
+    if authorize_any(broker, request, Operation.WRITE, ResourceType.TOPIC):
+        return ErrorCode.none  # KIP-679: WRITE on any topic allows idempotence
+    return authorize_cluster(broker, request, Operation.IDEMPOTENT_WRITE)
 
 
 async def handle(broker: Any, request: Request) -> Any:
@@ -28,6 +46,8 @@ async def handle(broker: Any, request: Request) -> Any:
     producer_id, epoch, code = -1, -1, ErrorCode.none
     if body.transactional_id == "":
         code = ErrorCode.invalid_request
+    elif code := _denied(broker, request, body.transactional_id):
+        pass
     else:
         try:
             producer_id, epoch = await broker.txns.init_producer_id(

@@ -14,6 +14,8 @@ for the generation to form.
 - Session timeouts outside group.min/max.session.timeout.ms get
   INVALID_SESSION_TIMEOUT; protocols the group cannot share,
   INCONSISTENT_GROUP_PROTOCOL.
+
+Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
 from ..groups import JoinRequest
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 11
 VERSIONS = (0, 9)
@@ -34,6 +38,12 @@ _MS = datetime.timedelta(milliseconds=1)
 async def handle(broker, request):
     body = request.body
     version = request.version
+    if code := authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id):
+        schema = response_schema(API_KEY, version)
+        return build(schema.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
+                     generation_id=-1, protocol_type=None,
+                     protocol_name=None if version >= 7 else "", leader="",
+                     skip_assignment=False, member_id="", members=())
     session_timeout_ms = body.session_timeout // _MS
     result = await broker.groups.join_group(JoinRequest(
         group_id=body.group_id,

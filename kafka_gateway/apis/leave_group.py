@@ -3,6 +3,8 @@
 
 v0-2 name one member; v3+ a batch of (member id, group.instance.id), where a
 static member may be named by instance id alone, each with its own error.
+
+Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -10,6 +12,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 13
 VERSIONS = (0, 5)
@@ -18,6 +22,9 @@ VERSIONS = (0, 5)
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
+    if code := authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id):
+        return build(schema.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
+                     members=())
     if request.version < 3:
         _, (code,) = broker.groups.leave_group(body.group_id, [(body.member_id, None)])
         return build(schema.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=code)

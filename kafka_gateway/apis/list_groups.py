@@ -3,6 +3,9 @@
 Groups with members, and groups known only by their committed offsets
 (listed as Empty with protocol type "", e.g. after a restart or for
 ``assign()`` consumers). v4 filters by state names, case-insensitively.
+
+With DESCRIBE on the cluster every group is listed; else only those the
+principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -10,6 +13,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize, authorize_cluster
 
 API_KEY = 16
 VERSIONS = (0, 4)
@@ -18,6 +23,7 @@ VERSIONS = (0, 4)
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     states = getattr(request.body, "states_filter", ())
+    everything = not authorize_cluster(broker, request, Operation.DESCRIBE, log=False)
     return build(
         schema.ListGroupsResponse,
         throttle_time=NO_THROTTLE,
@@ -26,5 +32,7 @@ async def handle(broker, request):
             build(schema.ListedGroup, group_id=group_id, protocol_type=protocol_type,
                   group_state=state)
             for group_id, protocol_type, state in broker.groups.list_groups(states)
+            if everything or not authorize(broker, request, Operation.DESCRIBE,
+                                           ResourceType.GROUP, group_id, log=False)
         ),
     )

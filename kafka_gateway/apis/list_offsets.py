@@ -9,6 +9,8 @@
   the time index and a scan of that one batch; (-1, -1) and leader epoch -1
   when there is none.
 - a partition asked for twice in one request: INVALID_REQUEST for both, as Kafka.
+
+Needs DESCRIBE on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from tablets.tablet import LEADER_EPOCH
 from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import error_code
 from ..leader_epoch import leader_epoch_error
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import denied_names
 
 API_KEY = 2
 VERSIONS = (1, 7)
@@ -35,10 +39,15 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     asked = Counter((t.name, p.partition_index) for t in request.body.topics for p in t.partitions)
     topics = []
+    denied = denied_names(broker, request, Operation.DESCRIBE, ResourceType.TOPIC,
+                          (topic.name for topic in request.body.topics))
     for topic in request.body.topics:
         partitions = []
         for part in topic.partitions:
             try:
+                if topic.name in denied:
+                    partitions.append(_answer(schema, part.partition_index, denied[topic.name]))
+                    continue
                 if asked[topic.name, part.partition_index] > 1:  # as Kafka: ambiguous
                     partitions.append(_answer(schema, part.partition_index,
                                               ErrorCode.invalid_request))

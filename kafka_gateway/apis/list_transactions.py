@@ -1,6 +1,8 @@
 """ListTransactions (key 66), v0: transactional ids, filtered by state names and
 producer ids (``kafka-transactions list``). Unknown state names are echoed
 back in ``unknown_state_filters``, as Kafka does.
+
+Lists only the transactional ids the principal may DESCRIBE.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from kio.schema.errors import ErrorCode
 from txn.state import TxnState
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 66
 VERSIONS = (0, 0)
@@ -33,4 +37,7 @@ async def handle(broker: Any, request: Request) -> Any:
                                        transactional_id=meta.transactional_id,
                                        producer_id=meta.producer_id,
                                        transaction_state=meta.state.value)
-                                 for meta in sorted(listed, key=lambda m: m.transactional_id)))
+                                 for meta in sorted(listed, key=lambda m: m.transactional_id)
+                                 if not authorize(broker, request, Operation.DESCRIBE,
+                                                  ResourceType.TRANSACTIONAL_ID,
+                                                  meta.transactional_id, log=False)))

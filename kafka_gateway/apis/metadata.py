@@ -5,6 +5,11 @@ replica. Topics are reported with their ids (v10+, Fetch v13 uses them). A
 requested topic that does not exist is auto-created when the request allows it
 (v4+; always for v0-3) and ``auto.create.topics.enable`` is on; a bad name gets
 INVALID_TOPIC_EXCEPTION.
+
+With an authorizer, as Kafka: a listing of all topics leaves out those the
+principal may not DESCRIBE; a named one it may not describe gets
+TOPIC_AUTHORIZATION_FAILED (without its id, whether it exists or not); one
+to auto-create needs CREATE on the cluster or the topic.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ from tablets.tablet import LEADER_EPOCH
 
 from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import error_code
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize, authorize_cluster
 
 API_KEY = 3
 VERSIONS = (0, 12)
@@ -36,23 +43,30 @@ async def handle(broker, request):
     allow_create = getattr(body, "allow_auto_topic_creation", True)
 
     topics = []
+    secured = broker.authorizer is not None
     if requested is None:
         topics = [_topic(schema, t, node) for t in sorted(broker.engine.topics.values(),
-                                                           key=lambda t: t.name)]
+                                                           key=lambda t: t.name)
+                  if not secured or not _describe(broker, request, t.name, log=False)]
     else:
         for wanted in requested:
             name = getattr(wanted, "name", None)
             topic_id = getattr(wanted, "topic_id", None)
             if name is None and topic_id not in (None, _NO_ID):
                 topic = broker.engine.topics_by_id.get(topic_id)
-                topics.append(
-                    _topic(schema, topic, node) if topic else
-                    _error(schema, None, ErrorCode.unknown_topic_id, topic_id)
-                )
+                if topic is None:
+                    topics.append(_error(schema, None, ErrorCode.unknown_topic_id, topic_id))
+                elif secured and (code := _describe(broker, request, topic.name)):
+                    topics.append(_error(schema, None, code, topic_id))  # ids are not secret
+                else:
+                    topics.append(_topic(schema, topic, node))
                 continue
-            topics.append(await _named(broker, schema, name or "", allow_create, node))
+            if secured and (code := _describe(broker, request, name or "")):
+                topics.append(_error(schema, name, code))
+                continue
+            topics.append(await _named(broker, request, schema, name or "", allow_create, node))
 
-    host, port = broker.config.advertised
+    host, port = broker.advertised(request)
     return build(
         schema.MetadataResponse,
         throttle_time=NO_THROTTLE,
@@ -64,15 +78,24 @@ async def handle(broker, request):
     )
 
 
-async def _named(broker, schema, name: str, allow_create: bool, node: int):
+def _describe(broker, request, name: str, log: bool = True) -> ErrorCode:
+    return authorize(broker, request, Operation.DESCRIBE, ResourceType.TOPIC, name, log)
+
+
+async def _named(broker, request, schema, name: str, allow_create: bool, node: int):
     topic = broker.engine.topics.get(name)
     if topic is not None:
         return _topic(schema, topic, node)
+    creating = allow_create and broker.config.auto_create_topics
+    if creating and broker.authorizer is not None and authorize_cluster(
+            broker, request, Operation.CREATE, log=False) and (code := authorize(
+                broker, request, Operation.CREATE, ResourceType.TOPIC, name)):
+        return _error(schema, name, code)
     try:
         check_topic_name(name)
     except Exception:
         return _error(schema, name, ErrorCode.invalid_topic_exception)
-    if not (allow_create and broker.config.auto_create_topics):
+    if not creating:
         return _error(schema, name, ErrorCode.unknown_topic_or_partition)
     try:
         topic = await broker.auto_create(name)

@@ -12,6 +12,9 @@
 - Per partition: UNKNOWN_TOPIC_OR_PARTITION for a partition that does not
   exist, OFFSET_METADATA_TOO_LARGE beyond ``offset.metadata.max.bytes``.
 - v2-4's retention_time is ignored: retention is the node's setting.
+
+Needs READ on the group (GROUP_AUTHORIZATION_FAILED for every partition) and
+on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from tablets.consumer_offsets import OffsetCommit
 
 from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import error_code
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize, denied_names
 
 API_KEY = 8
 VERSIONS = (2, 8)
@@ -32,11 +37,17 @@ async def handle(broker, request):
     max_metadata = broker.config.offset_metadata_max_bytes
     codes: dict[tuple[str, int], ErrorCode] = {}
     commits: dict[tuple[str, int], OffsetCommit] = {}
+    group_denied = authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    denied = {} if group_denied else denied_names(broker, request, Operation.READ,
+                                                  ResourceType.TOPIC,
+                                                  (topic.name for topic in body.topics))
     for topic in body.topics:
         for part in topic.partitions:
             tp = (topic.name, part.partition_index)
             metadata = part.committed_metadata or ""
-            if not broker.engine.has_partition(*tp):
+            if code := group_denied or denied.get(topic.name):
+                codes[tp] = code
+            elif not broker.engine.has_partition(*tp):
                 codes[tp] = ErrorCode.unknown_topic_or_partition
             elif len(metadata.encode()) > max_metadata:
                 codes[tp] = ErrorCode.offset_metadata_too_large

@@ -5,6 +5,9 @@ GROUP_SUBSCRIBED_TO_TOPIC for those partitions; a group with members of a
 non-consumer protocol answers NON_EMPTY_GROUP; an unknown group
 GROUP_ID_NOT_FOUND; a partition that does not exist
 UNKNOWN_TOPIC_OR_PARTITION.
+
+Needs DELETE on the group (GROUP_AUTHORIZATION_FAILED) and READ on each topic
+(TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import error_code
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize, denied_names
 
 API_KEY = 47
 VERSIONS = (0, 0)
@@ -21,14 +26,21 @@ VERSIONS = (0, 0)
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
-    group_code, protected = broker.group_offsets.check_offset_delete(body.group_id)
+    group_code = authorize(broker, request, Operation.DELETE, ResourceType.GROUP, body.group_id)
+    protected = None
+    if not group_code:
+        group_code, protected = broker.group_offsets.check_offset_delete(body.group_id)
+    denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
+                          (topic.name for topic in body.topics)) if not group_code else {}
     codes: dict[tuple[str, int], ErrorCode] = {}
     doomed = []
     if group_code is ErrorCode.none:
         for topic in body.topics:
             for part in topic.partitions:
                 tp = (topic.name, part.partition_index)
-                if not broker.engine.has_partition(*tp):
+                if code := denied.get(topic.name):
+                    codes[tp] = code
+                elif not broker.engine.has_partition(*tp):
                     codes[tp] = ErrorCode.unknown_topic_or_partition
                 elif protected is None or topic.name in protected:
                     codes[tp] = ErrorCode.group_subscribed_to_topic

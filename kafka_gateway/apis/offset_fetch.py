@@ -8,6 +8,10 @@
   starting from an offset about to move.
 - Offsets are read from memory (loaded at start-up), whatever the group's
   membership state; an unknown group simply has none.
+
+Needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and on each topic:
+named ones the principal may not describe answer TOPIC_AUTHORIZATION_FAILED,
+an all-topics answer leaves them out.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize, denied_names
 
 API_KEY = 9
 VERSIONS = (1, 8)
@@ -25,29 +31,46 @@ async def handle(broker, request):
     body = request.body
     if request.version >= 8:
         return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(
-            _group(broker, schema, g.group_id, g.topics, body.require_stable)
+            _group(broker, request, schema, g.group_id, g.topics, body.require_stable)
             for g in body.groups
         ))
-    topics = _topics(broker, schema, body.group_id, body.topics,
+    group_denied = _group_denied(broker, request, body.group_id)
+    if group_denied and request.version >= 2:
+        return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=(),
+                     error_code=group_denied)
+    topics = _topics(broker, request, schema, body.group_id, body.topics,
                      getattr(body, "require_stable", False), "OffsetFetchResponseTopic",
-                     "OffsetFetchResponsePartition")
+                     "OffsetFetchResponsePartition", group_denied)
     return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
                  error_code=ErrorCode.none)
 
 
-def _group(broker, schema, group_id, topics, require_stable):
+def _group_denied(broker, request, group_id: str) -> ErrorCode:
+    return authorize(broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+
+
+def _group(broker, request, schema, group_id, topics, require_stable):
+    if group_denied := _group_denied(broker, request, group_id):
+        return build(schema.OffsetFetchResponseGroup, group_id=group_id,
+                     error_code=group_denied, topics=())
     return build(
         schema.OffsetFetchResponseGroup, group_id=group_id, error_code=ErrorCode.none,
-        topics=_topics(broker, schema, group_id, topics, require_stable,
+        topics=_topics(broker, request, schema, group_id, topics, require_stable,
                        "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"),
     )
 
 
-def _topics(broker, schema, group_id, topics, require_stable, topic_cls, partition_cls):
+def _topics(broker, request, schema, group_id, topics, require_stable, topic_cls,
+            partition_cls, group_denied: ErrorCode = ErrorCode.none):
     wanted = None if topics is None else [
         (t.name, p) for t in topics for p in t.partition_indexes
     ]
-    found = broker.group_offsets.fetch_offsets(group_id, wanted, require_stable)
+    if group_denied:  # v1: the group's refusal is told per partition
+        found = {tp: (None, group_denied) for tp in wanted or ()}
+    elif broker.authorizer is None:
+        found = broker.group_offsets.fetch_offsets(group_id, wanted, require_stable)
+    else:
+        found = _described(broker, request, group_id, wanted, require_stable)
     by_topic: dict[str, list] = {}
     for (topic, partition), (committed, code) in found.items():
         by_topic.setdefault(topic, []).append(build(
@@ -62,3 +85,18 @@ def _topics(broker, schema, group_id, topics, require_stable, topic_cls, partiti
         build(getattr(schema, topic_cls), name=name, partitions=tuple(partitions))
         for name, partitions in by_topic.items()
     )
+
+
+def _described(broker, request, group_id, wanted, require_stable):
+    """Offsets of topics the principal may DESCRIBE: the others named in the
+    request answer TOPIC_AUTHORIZATION_FAILED; left out of an all-topics answer."""
+    if wanted is None:
+        found = broker.group_offsets.fetch_offsets(group_id, None, require_stable)
+        denied = denied_names(broker, request, Operation.DESCRIBE, ResourceType.TOPIC,
+                              (topic for topic, _p in found), log=False)
+        return {tp: value for tp, value in found.items() if tp[0] not in denied}
+    denied = denied_names(broker, request, Operation.DESCRIBE, ResourceType.TOPIC,
+                          (topic for topic, _p in wanted))
+    allowed = [tp for tp in wanted if tp[0] not in denied]
+    found = broker.group_offsets.fetch_offsets(group_id, allowed, require_stable)
+    return {tp: found[tp] if tp in found else (None, denied[tp[0]]) for tp in wanted}

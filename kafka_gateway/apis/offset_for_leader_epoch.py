@@ -3,6 +3,8 @@
 Clients ask it to detect log truncation after a leader change (KIP-320).
 This node has one epoch, so epoch 0 ends at the high watermark; any other
 epoch is unknown here and gets the undefined answer (-1, -1), as in Kafka.
+Needs DESCRIBE on each topic, or CLUSTER_ACTION on the cluster
+(TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from kio.schema.errors import ErrorCode
 from tablets.tablet import LEADER_EPOCH
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code
+from ..errors import KafkaError, error_code
 from ..leader_epoch import leader_epoch_error
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize_cluster, denied_names
 
 API_KEY = 23
 VERSIONS = (2, 4)
@@ -22,11 +26,17 @@ VERSIONS = (2, 4)
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     topics = []
+    denied = {}
+    if authorize_cluster(broker, request, Operation.CLUSTER_ACTION, log=False):
+        denied = denied_names(broker, request, Operation.DESCRIBE, ResourceType.TOPIC,
+                              (topic.topic for topic in request.body.topics))
     for topic in request.body.topics:
         partitions = []
         for part in topic.partitions:
             epoch, end = -1, -1
             try:
+                if code := denied.get(topic.topic):
+                    raise KafkaError(code)
                 code = leader_epoch_error(part.current_leader_epoch)
                 tablet = broker.engine.partition(topic.topic, part.partition)
                 if code is ErrorCode.none and part.leader_epoch == LEADER_EPOCH:

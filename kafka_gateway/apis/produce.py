@@ -17,6 +17,12 @@ must include the partition (AddPartitionsToTxn); it is stored outside the log
 until the transaction commits, so its answer carries base offset -1 (as YDB's
 Kafka API answers): its offsets are assigned at commit.
 
+With an authorizer: a request with transactional batches needs WRITE on its
+transactional id (else every partition gets
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and each topic needs WRITE
+(TOPIC_AUTHORIZATION_FAILED, also for topics that do not exist); nothing of a
+refused partition is stored.
+
 v0-2 are answered too, as by Kafka 3.4: librdkafka before 2.11.1 compresses
 (gzip, snappy, lz4) only for a broker that advertises Produce v0. kio has no
 schemas for them, so their answer is encoded here; a message set in the old
@@ -37,6 +43,8 @@ from tablets.tablet import now_ms
 
 from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
 from ..errors import KafkaError, error_message, record_errors, txn_error_code
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize, denied_names
 from .produce_request import decode
 
 __all__ = ["API_KEY", "VERSIONS", "decode", "handle"]
@@ -52,6 +60,7 @@ async def handle(broker, request):
     now = now_ms()
     # Offsets are taken synchronously, in request order, before any await.
     pending: list[tuple[str, int, asyncio.Future | BaseException]] = []
+    denied = _denied(broker, request) if broker.authorizer is not None else None
     for topic_data in body.topic_data:
         for part in topic_data.partition_data:
             try:
@@ -59,6 +68,8 @@ async def handle(broker, request):
                     raise KafkaError(
                         ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
                     )
+                if denied and topic_data.name in denied:
+                    raise KafkaError(denied[topic_data.name])
                 tablet = broker.engine.partition(topic_data.name, part.index)
                 if part.records is None:
                     raise KafkaError(ErrorCode.corrupt_message, "null record set")
@@ -113,6 +124,21 @@ async def handle(broker, request):
         ),
         throttle_time=NO_THROTTLE,
     )
+
+
+def _denied(broker, request) -> dict[str, ErrorCode]:
+    """Topic -> the code of a partition the principal may not write (Kafka's checks)."""
+    body = request.body
+    names = [topic.name for topic in body.topic_data]
+    if any(part.records is not None and transactional_producer(part.records) is not None
+           for topic in body.topic_data for part in topic.partition_data):
+        txn_id = body.transactional_id
+        code = (ErrorCode.transactional_id_authorization_failed if txn_id is None else
+                authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                          txn_id))
+        if code:
+            return dict.fromkeys(names, code)
+    return denied_names(broker, request, Operation.WRITE, ResourceType.TOPIC, names)
 
 
 def _legacy_response(version: int, results: dict[str, list]) -> EncodedBody:

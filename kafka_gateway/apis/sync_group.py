@@ -7,6 +7,8 @@ member back from a restart gets its old one). REBALANCE_IN_PROGRESS when a
 new rebalance started meanwhile, ILLEGAL_GENERATION for an old generation,
 INCONSISTENT_GROUP_PROTOCOL (v5) when the protocol type or name differs or
 is missing (both are mandatory from v5, as in Kafka).
+
+Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize
 
 API_KEY = 14
 VERSIONS = (0, 5)
@@ -22,6 +26,9 @@ VERSIONS = (0, 5)
 async def handle(broker, request):
     body = request.body
     schema = response_schema(API_KEY, request.version)
+    if code := authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id):
+        return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
+                     protocol_type=None, protocol_name=None, assignment=b"")
     if request.version >= 5 and (body.protocol_type is None or body.protocol_name is None):
         # As Kafka: from v5 both are mandatory; the group is not touched.
         return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE,

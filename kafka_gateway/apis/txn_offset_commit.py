@@ -11,6 +11,10 @@ UNSTABLE_OFFSET_COMMIT for them. Checked in order:
 - the optimistic offset-range check: a conflict dooms the transaction and is
   answered ILLEGAL_GENERATION, abortable in the Java client
   (CommitFailedException) and in librdkafka alike.
+
+Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
+READ on the group (GROUP_AUTHORIZATION_FAILED), both for every partition,
+and READ on each topic (TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from txn.errors import TxnConflict
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import txn_error_code
 from ..groups.coordinator import is_valid_group_id
+from ..security.acls import Operation, ResourceType
+from ..security.authorizer import authorize, denied_names
 
 API_KEY = 28
 VERSIONS = (0, 3)
@@ -37,8 +43,14 @@ async def handle(broker: Any, request: Request) -> Any:
                   part.committed_offset, getattr(part, "committed_leader_epoch", -1),
                   part.committed_metadata or "")
               for topic in body.topics for part in topic.partitions}
-    codes = {tp: ErrorCode.unknown_topic_or_partition for tp in wanted
-             if not broker.engine.has_partition(*tp)}
+    refused = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                        body.transactional_id) or authorize(
+        broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
+                          (topic for topic, _index in wanted)) if not refused else {}
+    codes = {tp: refused or denied[tp[0]] for tp in wanted if refused or tp[0] in denied}
+    codes.update({tp: ErrorCode.unknown_topic_or_partition for tp in wanted
+                  if tp not in codes and not broker.engine.has_partition(*tp)})
     commits = {tp: commit for tp, commit in wanted.items() if tp not in codes}
     code = ErrorCode.none
     if not is_valid_group_id(body.group_id, allow_empty=False):

@@ -1,0 +1,62 @@
+"""CreateAcls (key 30), v1-3: add ACL bindings, all accepted ones in one store write.
+
+Needs ALTER on the cluster (CLUSTER_AUTHORIZATION_FAILED for each);
+without an authorizer, SECURITY_DISABLED for each. A binding Kafka refuses
+(an UNKNOWN or ANY field, the cluster under another name than
+``kafka-cluster``, an empty name, an operation the resource type does not
+have, a principal not ``Type:name``) gets INVALID_REQUEST and the others
+are still created. Creating one that exists changes nothing.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import (
+    AclBinding,
+    InvalidAcl,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from ..security.authorizer import authorize_cluster
+
+API_KEY = 30
+VERSIONS = (1, 3)
+
+
+def _binding(item) -> AclBinding:
+    try:
+        binding = AclBinding(ResourceType(item.resource_type), item.resource_name,
+                             PatternType(item.resource_pattern_type), item.principal, item.host,
+                             Operation(item.operation), Permission(item.permission_type))
+    except ValueError as exc:
+        raise InvalidAcl(str(exc)) from None
+    binding.validate()
+    return binding
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    creations = request.body.creations
+    results: list[tuple[ErrorCode, str | None]] = []
+    valid: list[AclBinding] = []
+    denied = authorize_cluster(broker, request, Operation.ALTER)
+    for item in creations:
+        if denied:
+            results.append((denied, None))
+        elif broker.authorizer is None:
+            results.append((ErrorCode.security_disabled, "No Authorizer is configured."))
+        else:
+            try:
+                valid.append(_binding(item))
+                results.append((ErrorCode.none, None))
+            except InvalidAcl as exc:
+                results.append((ErrorCode.invalid_request, str(exc)))
+    if valid:
+        await broker.authorizer.create(valid)
+    return build(schema.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple(
+        build(schema.AclCreationResult, error_code=code, error_message=message)
+        for code, message in results))

@@ -1,0 +1,53 @@
+"""DeleteAcls (key 31), v1-3: delete every ACL binding each filter matches.
+
+Each filter's result lists the bindings it deleted; all deletions of the
+request are one store write. Needs ALTER on the cluster
+(CLUSTER_AUTHORIZATION_FAILED for each filter); without an authorizer,
+SECURITY_DISABLED; a filter with an UNKNOWN field, INVALID_REQUEST.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import AclFilter, InvalidAcl, Operation
+from ..security.authorizer import authorize_cluster
+from .describe_acls import acl_filter
+
+API_KEY = 31
+VERSIONS = (1, 3)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+
+    def result(code: ErrorCode, message: str | None, deleted=()) -> object:
+        return build(schema.DeleteAclsFilterResult, error_code=code, error_message=message,
+                     matching_acls=tuple(
+                         build(schema.DeleteAclsMatchingAcl, error_code=ErrorCode.none,
+                               error_message=None, resource_type=b.resource_type,
+                               resource_name=b.name, pattern_type=b.pattern_type,
+                               principal=b.principal, host=b.host, operation=b.operation,
+                               permission_type=b.permission) for b in deleted))
+
+    def response(results) -> object:
+        return build(schema.DeleteAclsResponse, throttle_time=NO_THROTTLE,
+                     filter_results=tuple(results))
+
+    filters = request.body.filters
+    if denied := authorize_cluster(broker, request, Operation.ALTER):
+        return response(result(denied, None) for _ in filters)
+    if broker.authorizer is None:
+        return response(result(ErrorCode.security_disabled, "No Authorizer is configured.")
+                        for _ in filters)
+    parsed: list[AclFilter | InvalidAcl] = []
+    for item in filters:
+        try:
+            parsed.append(acl_filter(item))
+        except InvalidAcl as exc:
+            parsed.append(exc)
+    valid = [f for f in parsed if isinstance(f, AclFilter)]
+    deleted = iter(await broker.authorizer.delete(valid))
+    return response(result(ErrorCode.invalid_request, str(f)) if isinstance(f, InvalidAcl)
+                    else result(ErrorCode.none, None, next(deleted)) for f in parsed)

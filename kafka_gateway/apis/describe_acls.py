@@ -1,0 +1,65 @@
+"""DescribeAcls (key 29), v1-3: the ACL bindings a filter matches, by resource pattern.
+
+Needs DESCRIBE on the cluster (CLUSTER_AUTHORIZATION_FAILED); without an
+authorizer, SECURITY_DISABLED; an UNKNOWN in the filter, INVALID_REQUEST.
+The filter's semantics (ANY, MATCH) are Kafka's: security/acls.py.
+"""
+
+from __future__ import annotations
+
+from itertools import groupby
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import NO_THROTTLE, build, response_schema
+from ..security.acls import (
+    AclFilter,
+    InvalidAcl,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from ..security.authorizer import authorize_cluster
+
+API_KEY = 29
+VERSIONS = (1, 3)
+
+
+def acl_filter(item) -> AclFilter:
+    """A filter from a DescribeAcls request or a DeleteAcls filter entry."""
+    try:
+        made = AclFilter(ResourceType(item.resource_type_filter), item.resource_name_filter,
+                         PatternType(item.pattern_type_filter), item.principal_filter,
+                         item.host_filter, Operation(item.operation),
+                         Permission(item.permission_type))
+    except ValueError as exc:
+        raise InvalidAcl(str(exc)) from None
+    made.validate()
+    return made
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+
+    def response(code: ErrorCode, message: str | None, resources=()) -> object:
+        return build(schema.DescribeAclsResponse, throttle_time=NO_THROTTLE, error_code=code,
+                     error_message=message, resources=tuple(resources))
+
+    if denied := authorize_cluster(broker, request, Operation.DESCRIBE):
+        return response(denied, None)
+    if broker.authorizer is None:
+        return response(ErrorCode.security_disabled, "No Authorizer is configured on the broker")
+    try:
+        wanted = acl_filter(request.body)
+    except InvalidAcl as exc:
+        return response(ErrorCode.invalid_request, str(exc))
+    found = broker.authorizer.describe(wanted)
+    return response(ErrorCode.none, None, (
+        build(schema.DescribeAclsResource, resource_type=rtype, resource_name=name,
+              pattern_type=pattern, acls=tuple(
+                  build(schema.AclDescription, principal=b.principal, host=b.host,
+                        operation=b.operation, permission_type=b.permission)
+                  for b in bindings))
+        for (rtype, pattern, name), bindings in groupby(
+            found, key=lambda b: (b.resource_type, b.pattern_type, b.name))))

@@ -1,0 +1,24 @@
+"""SaslAuthenticate (key 36), v0-2: one SASL token of an authentication.
+
+On a SASL listener, before authentication, the connection's SASL gate
+answers it (security/sasl.py). Here arrive only the ones that come too late
+or to the wrong place: after authentication, or on a listener without SASL;
+as Kafka, they get ILLEGAL_SASL_STATE.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from ..codec import build, response_schema
+
+API_KEY = 36
+VERSIONS = (0, 2)
+
+
+async def handle(broker, request):
+    schema = response_schema(API_KEY, request.version)
+    return build(schema.SaslAuthenticateResponse, error_code=ErrorCode.illegal_sasl_state,
+                 error_message="SaslAuthenticate request received after successful "
+                               "authentication or on a listener without SASL",
+                 auth_bytes=b"")

@@ -1,0 +1,1 @@
+"""Security: listeners and TLS, SASL authentication, ACL authorization (docs/security.md)."""

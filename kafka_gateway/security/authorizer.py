@@ -1,0 +1,227 @@
+"""The ACL authorizer (Kafka's AclAuthorizer semantics), and the one check handlers call.
+
+With ``authorizer.class.name`` unset there is no authorizer and every
+``authorize`` is a no-op returning ErrorCode.none: the handlers' cost is one
+attribute test. With it set, an operation on a resource is allowed when:
+
+- the principal is a super user (``super.users``); else
+- no ACL applies to the resource at all and ``allow.everyone.if.no.acl.found``; else
+- no DENY applies, and an ALLOW does, for the operation or one implying it
+  (READ, WRITE, DELETE, ALTER imply DESCRIBE; ALTER_CONFIGS implies
+  DESCRIBE_CONFIGS).
+
+An ACL applies when its pattern covers the name (literal, ``*``, prefixed),
+its principal is the client's or ``User:*``, its host the client's address
+or ``*``, and its operation the one asked or ALL. Denials are counted in
+``/metrics`` and logged with principal, address, operation and resource, a
+few lines a minute per address (not those Kafka does not log either: topics
+left out of an all-topics listing).
+
+Handlers call ``authorize(broker, request, operation, resource type, name)``
+and get the error code Kafka uses for that resource type, or none.
+ACLs live in the store (``keys.ACL``), all of them in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+
+from kio.schema.errors import ErrorCode
+
+from tablets.node_records import NodeRecords
+
+from ..limits import BadInputLog
+from ..metrics import Metrics
+from .acls import (
+    CLUSTER_NAME,
+    IMPLIED_BY,
+    WILDCARD,
+    WILDCARD_PRINCIPAL,
+    AclBinding,
+    AclFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourceType,
+)
+from .session import ANONYMOUS
+
+DENIED: dict[ResourceType, ErrorCode] = {
+    ResourceType.TOPIC: ErrorCode.topic_authorization_failed,
+    ResourceType.GROUP: ErrorCode.group_authorization_failed,
+    ResourceType.TRANSACTIONAL_ID: ErrorCode.transactional_id_authorization_failed,
+    ResourceType.CLUSTER: ErrorCode.cluster_authorization_failed,
+}
+
+
+def parse_super_users(value: str) -> frozenset[str]:
+    return frozenset(user.strip() for user in value.split(";") if user.strip())
+
+
+class Authorizer:
+    def __init__(self, records: NodeRecords, super_users: frozenset[str],
+                 allow_if_no_acl: bool, metrics: Metrics, log: BadInputLog) -> None:
+        self.records = records
+        self.super_users = super_users
+        self.allow_if_no_acl = allow_if_no_acl
+        self.metrics = metrics
+        self.log = log
+        self._index()
+
+    def _index(self) -> None:
+        self.bindings = {AclBinding.decode(raw) for raw in self.records.records}
+        # (type, name) -> literal bindings; type -> prefixed bindings.
+        self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = defaultdict(list)
+        self._prefixed: dict[ResourceType, list[AclBinding]] = defaultdict(list)
+        for binding in self.bindings:
+            if binding.pattern_type is PatternType.PREFIXED:
+                self._prefixed[binding.resource_type].append(binding)
+            else:
+                self._literal[(binding.resource_type, binding.name)].append(binding)
+
+    # ---------------------------------------------------------------- checks
+    def _applicable(self, rtype: ResourceType, name: str) -> list[AclBinding]:
+        found = [*self._literal.get((rtype, name), ()), *self._literal.get((rtype, WILDCARD), ())]
+        found.extend(b for b in self._prefixed.get(rtype, ()) if name.startswith(b.name))
+        return found
+
+    def allows(self, principal: str, host: str, operation: Operation, rtype: ResourceType,
+               name: str) -> bool:
+        if principal in self.super_users:
+            return True
+        acls = self._applicable(rtype, name)
+        if not acls:
+            return self.allow_if_no_acl
+        mine = [acl for acl in acls if acl.principal in (principal, WILDCARD_PRINCIPAL)
+                and acl.host in (host, WILDCARD)]
+        if any(acl.permission is Permission.DENY and acl.operation in (operation, Operation.ALL)
+               for acl in mine):
+            return False
+        granted = IMPLIED_BY.get(operation, (operation,))
+        return any(acl.permission is Permission.ALLOW
+                   and (acl.operation is Operation.ALL or acl.operation in granted)
+                   for acl in mine)
+
+    def allows_any(self, principal: str, host: str, operation: Operation,
+                   rtype: ResourceType) -> bool:
+        """May the principal do ``operation`` on some resource of this type?
+        (Kafka's authorizeByResourceType: an idempotent producer needs WRITE on
+        any topic.) Any ALLOW not cancelled by a DENY of the same or a
+        broader pattern counts."""
+        if principal in self.super_users:
+            return True
+
+        def mine(acl: AclBinding, permission: Permission) -> bool:
+            return (acl.resource_type is rtype and acl.permission is permission
+                    and acl.principal in (principal, WILDCARD_PRINCIPAL)
+                    and acl.host in (host, WILDCARD)
+                    and acl.operation in (operation, Operation.ALL))
+
+        denies = [acl for acl in self.bindings if mine(acl, Permission.DENY)]
+        if any(d.pattern_type is PatternType.LITERAL and d.name == WILDCARD for d in denies):
+            return False
+        if self.allow_if_no_acl:
+            return True
+        deny_literal = {d.name for d in denies if d.pattern_type is PatternType.LITERAL}
+        deny_prefixes = [d.name for d in denies if d.pattern_type is PatternType.PREFIXED]
+        for allow in (acl for acl in self.bindings if mine(acl, Permission.ALLOW)):
+            if allow.pattern_type is PatternType.LITERAL and allow.name == WILDCARD:
+                return True
+            if any(allow.name.startswith(prefix) for prefix in deny_prefixes):
+                continue
+            if allow.pattern_type is PatternType.LITERAL and allow.name in deny_literal:
+                continue
+            return True
+        return False
+
+    def denied(self, principal: str, address: str, operation: Operation, rtype: ResourceType,
+               name: str) -> None:
+        self.metrics.authorization_failures += 1
+        self.log.log(address, logging.WARNING,
+                     "authorization failed: %s from %s may not %s %s %r", principal, address,
+                     operation.name, rtype.name, name)
+
+    # --------------------------------------------------------------- changes
+    async def create(self, bindings: Iterable[AclBinding]) -> None:
+        await self.records.change({b.encode(): b"" for b in bindings})
+        self._index()
+
+    async def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
+        """Delete every binding each filter matches; per filter, what it deleted."""
+        matched = [sorted((b for b in self.bindings if f.matches(b)), key=_order) for f in filters]
+        gone = {b.encode() for found in matched for b in found}
+        if gone:
+            await self.records.change({}, gone)
+            self._index()
+        return matched
+
+    def describe(self, acl_filter: AclFilter) -> list[AclBinding]:
+        return sorted((b for b in self.bindings if acl_filter.matches(b)), key=_order)
+
+
+def _order(binding: AclBinding) -> tuple:
+    return (binding.resource_type, binding.pattern_type, binding.name, binding.principal,
+            binding.host, binding.operation, binding.permission)
+
+
+def _who(request) -> tuple[str, str]:
+    session = request.session
+    return (session.principal, session.address) if session is not None else (ANONYMOUS, "")
+
+
+def authorize(broker, request, operation: Operation, rtype: ResourceType, name: str,
+              log: bool = True) -> ErrorCode:
+    """ErrorCode.none if the request's principal may, else the code Kafka answers
+    for this resource type (TOPIC_AUTHORIZATION_FAILED, ...). ``log=False``
+    where Kafka stays silent (filtering a listing)."""
+    authorizer: Authorizer | None = broker.authorizer
+    if authorizer is None:
+        return ErrorCode.none
+    principal, address = _who(request)
+    if authorizer.allows(principal, address, operation, rtype, name):
+        return ErrorCode.none
+    if log:
+        authorizer.denied(principal, address, operation, rtype, name)
+    return DENIED[rtype]
+
+
+def authorize_any(broker, request, operation: Operation, rtype: ResourceType) -> bool:
+    """May the request's principal do ``operation`` on some resource of ``rtype``?"""
+    authorizer: Authorizer | None = broker.authorizer
+    if authorizer is None:
+        return True
+    principal, address = _who(request)
+    return authorizer.allows_any(principal, address, operation, rtype)
+
+
+def authorize_cluster(broker, request, operation: Operation, log: bool = True) -> ErrorCode:
+    return authorize(broker, request, operation, ResourceType.CLUSTER, CLUSTER_NAME, log)
+
+
+def denied_names(broker, request, operation: Operation, rtype: ResourceType,
+                 names, log: bool = True) -> dict[str, ErrorCode]:
+    """Of ``names``, those the principal may not: name -> the code to answer.
+    Empty without an authorizer (the common case costs one test)."""
+    if broker.authorizer is None:
+        return {}
+    out = {}
+    for name in set(names):
+        if code := authorize(broker, request, operation, rtype, name, log):
+            out[name] = code
+    return out
+
+
+_CONFIG_TOPIC, _CONFIG_BROKER, _CONFIG_BROKER_LOGGER = 2, 4, 8
+
+
+def authorize_config(broker, request, operation: Operation, resource_type: int,
+                     name: str) -> ErrorCode:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on a config resource: a topic's are the
+    topic's operation, a broker's (and its loggers') the cluster's."""
+    if resource_type == _CONFIG_TOPIC:
+        return authorize(broker, request, operation, ResourceType.TOPIC, name)
+    if resource_type in (_CONFIG_BROKER, _CONFIG_BROKER_LOGGER):
+        return authorize_cluster(broker, request, operation)
+    return ErrorCode.none
