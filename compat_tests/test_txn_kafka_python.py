@@ -47,6 +47,7 @@ from kio.schema.errors import ErrorCode
 from txn_helpers import (
     PER_PARTITION,
     TXN_TIMEOUT_MS,
+    assert_one_idempotent_producer,
     expected_view,
     fetch_offsets,
     log_offsets,
@@ -154,10 +155,7 @@ def test_default_producer_is_idempotent_exactly_once(gateway, topic_name):
     for partition in range(2):
         assert rows[(topic_name, partition)] == [
             (o, b"idem-%d" % (2 * o + partition)) for o in range(200)]
-        log = stored_log(gateway, topic_name, partition)
-        assert len({b.producer_id for b in log.batches}) == 1
-        assert log.batches[0].producer_id >= 0
-        assert [b.base_sequence for b in log.batches] == [b.base_offset for b in log.batches]
+        assert_one_idempotent_producer(gateway, topic_name, partition)
 
 
 # ----------------------------------------------------- commit and abort

@@ -35,6 +35,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 from txn_helpers import (
     PER_PARTITION,
+    assert_one_idempotent_producer,
     expected_view,
     fetch_offsets,
     log_offsets,
@@ -127,10 +128,7 @@ def test_idempotent_producer_exactly_once(gateway, topic_name):
     for partition in range(2):
         assert got[(topic_name, partition)] == [
             (o, b"idem-%d" % ((o // 20) * 40 + 2 * (o % 20) + partition)) for o in range(100)]
-        log = stored_log(gateway, topic_name, partition)
-        assert len({b.producer_id for b in log.batches}) == 1
-        assert log.batches[0].producer_id >= 0
-        assert [b.base_sequence for b in log.batches] == [b.base_offset for b in log.batches]
+        assert_one_idempotent_producer(gateway, topic_name, partition)
 
 
 # ----------------------------------------------------- commit and abort

@@ -340,3 +340,12 @@ class RawTxn:
             producer_epoch=self.epoch, committed=commit))
         return response.error_code
 
+
+
+def assert_one_idempotent_producer(gateway, topic: str, partition: int) -> None:
+    """Every stored batch of the partition is one idempotent producer's, with
+    sequences equal to offsets (nothing stored twice, nothing skipped)."""
+    log = stored_log(gateway, topic, partition)
+    assert len({b.producer_id for b in log.batches}) == 1
+    assert log.batches[0].producer_id >= 0
+    assert [b.base_sequence for b in log.batches] == [b.base_offset for b in log.batches]
