@@ -3,7 +3,8 @@
 - ``GET /health``   200 while the store accepts writes, 503 after a storage failure
 - ``GET /metrics``  Prometheus text: requests and latency per API, bytes in and
   out, connections, store writes and fsyncs, per-partition watermarks, and
-  consumer lag per group and partition (high watermark - committed offset)
+  consumer lag per group and partition (high watermark - committed offset),
+  the log cleaner's work and each compacted partition's cleanable bytes and lag
 - ``GET /topics``   topics, partitions and watermarks as JSON
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .broker import Broker
+from .compaction_metrics import compaction_metrics
 from .metrics import label
 
 
@@ -59,7 +61,9 @@ class AdminHttp:
             extra["group_rebalances_total"] = self.broker.groups.rebalances
         if self.broker.txns is not None:
             extra.update(self._transactions())
-        lines = [self.broker.metrics.render(extra)]
+        compaction, compaction_lines = compaction_metrics(self.broker.engine)
+        extra.update(compaction)
+        lines = [self.broker.metrics.render(extra), *compaction_lines]
         for topic in self.broker.engine.topics.values():
             for tablet in topic.partitions:
                 labels = f'topic="{label(topic.name)}",partition="{tablet.partition}"'

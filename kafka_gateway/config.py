@@ -94,6 +94,15 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gateway.txn.pending.memory.bytes", "txn_pending_memory_bytes", int,
             "memory for open transactions' batches (node-wide), so a commit serves them "
             "from the in-memory tails; beyond it they are read from the store"),
+    Setting("log.cleaner.enable", "cleaner_enable", bool,
+            "compact the partitions of topics whose cleanup.policy has compact"),
+    Setting("log.cleaner.backoff.ms", "cleaner_backoff_ms", int,
+            "how often the log cleaner looks for partitions due for compaction"),
+    Setting("log.cleaner.dedupe.buffer.size", "cleaner_dedupe_buffer_size", int,
+            "memory for one compaction run's map of keys (about 140 bytes a key); a run "
+            "whose dirty keys do not fit stops there and the next one goes on"),
+    Setting("log.cleaner.io.max.bytes.per.second", "cleaner_io_max_bytes_per_second", float,
+            "what the log cleaner reads and writes, together, per second at most"),
 )
 
 
@@ -128,6 +137,10 @@ class GatewayConfig:
     producer_id_expiration_ms: int = 86_400_000
     max_producers_per_partition: int = 10_000
     txn_pending_memory_bytes: int = 64 << 20
+    cleaner_enable: bool = True
+    cleaner_backoff_ms: int = 15_000
+    cleaner_dedupe_buffer_size: int = 128 << 20
+    cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # Kafka's Double.MaxValue
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

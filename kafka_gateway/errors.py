@@ -36,6 +36,7 @@ _BY_TYPE: dict[type[BaseException], ErrorCode] = {
     storage.InvalidRecordBatch: ErrorCode.corrupt_message,
     storage.InvalidRecord: ErrorCode.invalid_record,
     storage.UnsupportedRecordKind: ErrorCode.invalid_txn_state,
+    storage.PolicyViolation: ErrorCode.policy_violation,
     storage.StorageError: ErrorCode.kafka_storage_error,
     storage.InvalidProducerEpoch: ErrorCode.invalid_producer_epoch,
     storage.OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import signal
 
-from tablets import EngineSettings, StorageEngine
+from tablets import CleanerSettings, EngineSettings, StorageEngine
 from txn import TransactionCoordinator, TxnSettings
 
 from .admin_http import AdminHttp
@@ -34,6 +34,9 @@ class GatewayServer:
                 topic_defaults=config.topic_defaults(),
                 producer_id_expiration_ms=config.producer_id_expiration_ms,
                 max_producers_per_partition=config.max_producers_per_partition,
+                cleaner=CleanerSettings(config.cleaner_enable, config.cleaner_backoff_ms,
+                                        config.cleaner_dedupe_buffer_size,
+                                        config.cleaner_io_max_bytes_per_second),
             ),
         )
         self.broker = Broker(config, self.engine)

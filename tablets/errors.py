@@ -66,6 +66,11 @@ class OffsetOutOfRange(TabletError):
     pass
 
 
+class PolicyViolation(TabletError):
+    """A request the topic's cleanup.policy does not allow (DeleteRecords
+    without "delete")."""
+
+
 class UnsupportedRecordKind(TabletError):
     """Transactional or control batches where this node does not take them."""
 
@@ -96,6 +101,7 @@ __all__ = [
     "InvalidTopicName",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
+    "PolicyViolation",
     "RecordTooLarge",
     "RejectedRecords",
     "StorageError",

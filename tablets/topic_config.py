@@ -39,7 +39,7 @@ _T = ConfigType
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
     for d in (
-        ConfigDef("cleanup.policy", "delete", _T.LIST, choices=("delete",)),
+        ConfigDef("cleanup.policy", "delete", _T.LIST, choices=("compact", "delete")),
         ConfigDef("compression.type", "producer", _T.STRING,
                   choices=("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
         ConfigDef("delete.retention.ms", "86400000", _T.LONG, minimum=0),
@@ -114,10 +114,9 @@ def validate(name: str, value: str | None) -> None:
         items = [v.strip() for v in value.split(",")] if definition.type is _T.LIST else [value]
         for item in items:
             if item not in definition.choices:
-                hint = " (log compaction is not supported)" if item == "compact" else ""
                 raise InvalidConfig(
                     f"Invalid value {value} for configuration {name}: String must be one of: "
-                    f"{', '.join(definition.choices)}{hint}"
+                    f"{', '.join(definition.choices)}"
                 )
 
 
