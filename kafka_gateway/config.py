@@ -103,6 +103,8 @@ SETTINGS: tuple[Setting, ...] = (
             "whose dirty keys do not fit stops there and the next one goes on"),
     Setting("log.cleaner.io.max.bytes.per.second", "cleaner_io_max_bytes_per_second", float,
             "what the log cleaner reads and writes, together, per second at most"),
+    Setting("log.cleaner.io.buffer.size", "cleaner_io_buffer_size", int,
+            "compacted batches swapped into a log at once (one write each)"),
 )
 
 
@@ -141,6 +143,7 @@ class GatewayConfig:
     cleaner_backoff_ms: int = 15_000
     cleaner_dedupe_buffer_size: int = 128 << 20
     cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # Kafka's Double.MaxValue
+    cleaner_io_buffer_size: int = 512 << 10
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

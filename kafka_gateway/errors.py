@@ -30,6 +30,7 @@ _BY_TYPE: dict[type[BaseException], ErrorCode] = {
     storage.InvalidTopicName: ErrorCode.invalid_topic_exception,
     storage.InvalidConfig: ErrorCode.invalid_config,
     storage.RecordTooLarge: ErrorCode.message_too_large,
+    storage.RecordBatchTooLarge: ErrorCode.record_list_too_large,
     storage.InvalidTimestamp: ErrorCode.invalid_timestamp,
     storage.OffsetOutOfRange: ErrorCode.offset_out_of_range,
     storage.UnsupportedMagic: ErrorCode.unsupported_for_message_format,

@@ -36,7 +36,8 @@ class GatewayServer:
                 max_producers_per_partition=config.max_producers_per_partition,
                 cleaner=CleanerSettings(config.cleaner_enable, config.cleaner_backoff_ms,
                                         config.cleaner_dedupe_buffer_size,
-                                        config.cleaner_io_max_bytes_per_second),
+                                        config.cleaner_io_max_bytes_per_second,
+                                        config.cleaner_io_buffer_size),
             ),
         )
         self.broker = Broker(config, self.engine)

@@ -7,7 +7,8 @@ that is due, filthiest first (``compacted_log``). A run reads and rewrites on
 the cleaner's own thread (``compaction.run``), in bounded memory: the offset
 map takes at most log.cleaner.dedupe.buffer.size, a chunk of changes a few
 MB; its reads and writes together stay under
-log.cleaner.io.max.bytes.per.second. Between chunks it returns to the event
+log.cleaner.io.max.bytes.per.second. Between chunks (about
+log.cleaner.io.buffer.size of new batches each) it returns to the event
 loop, which swaps each chunk in (``apply_compaction``), so the loop never
 waits on it and produce and fetch go on meanwhile.
 
@@ -44,6 +45,7 @@ class CleanerSettings:
     backoff_ms: int = 15_000  # log.cleaner.backoff.ms
     dedupe_buffer_bytes: int = 128 << 20  # log.cleaner.dedupe.buffer.size
     io_max_bytes_per_second: float = float("inf")  # log.cleaner.io.max.bytes.per.second
+    io_buffer_bytes: int = compaction.CHUNK_BYTES  # log.cleaner.io.buffer.size: new bytes per swap
 
 
 @dataclass(slots=True)
@@ -108,7 +110,7 @@ class Cleaner:
             stats = RunStats()
             run = compaction.run(self.store, tablet.prefix, plan, os.urandom(16), self.max_keys,
                                  Throttle(self.settings.io_max_bytes_per_second, self._stop),
-                                 stats)
+                                 stats, self.settings.io_buffer_bytes)
             loop = asyncio.get_running_loop()
             started = time.monotonic()
             self.stats.running = True

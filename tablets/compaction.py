@@ -52,7 +52,7 @@ from .records import RecordError, RecordWalker, decompressed
 from .store import RocksStore
 
 ENTRY_COST = 140  # bytes one key of the offset map takes (a dict entry, measured)
-CHUNK_BYTES = 4 << 20  # new bytes handed to the tablet per swap
+CHUNK_BYTES = 512 << 10  # new bytes handed to the tablet per swap (log.cleaner.io.buffer.size)
 CHUNK_BATCHES = 8192  # batches looked at per swap (bounds the index rebuilt with it)
 # A record longer than this (decompressed) is not copied: its batch stays as it is.
 MAX_RECORD_BYTES = 64 << 20
@@ -157,11 +157,13 @@ Keep = Callable[[int, bytes | None, bool], bool]
 
 
 def run(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_keys: int,
-        throttle: Throttle, stats: RunStats) -> Iterator[Chunk]:
-    """One run, as a generator: each ``next`` reads on until the next chunk."""
+        throttle: Throttle, stats: RunStats, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+    """One run, as a generator: each ``next`` reads on until the next chunk
+    (about ``chunk_bytes`` of new batches)."""
     latest, map_end = _offset_map(store, prefix, plan, seed, max_keys, throttle, stats)
     stats.keys, stats.map_end = len(latest), map_end
-    yield from _rewrite(store, prefix, plan, seed, latest, map_end, throttle, stats)
+    yield from _rewrite(store, prefix, plan, seed, latest, map_end, throttle, stats,
+                        chunk_bytes)
 
 
 def _entries(store: RocksStore, prefix: bytes, start: int, end: int
@@ -227,7 +229,7 @@ def _offset_map(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_k
 
 def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
              latest: dict[bytes, int], map_end: int, throttle: Throttle,
-             stats: RunStats) -> Iterator[Chunk]:
+             stats: RunStats, chunk_bytes: int) -> Iterator[Chunk]:
     now, new_horizon = plan.now_ms, plan.now_ms + plan.delete_retention_ms
     chunk = Chunk()
     horizons: list[int] = []
@@ -275,7 +277,7 @@ def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
             chunk.bases.append(header.base_offset)
             chunk.maxima.append(rb.max_timestamp_of(data))
         chunk.index_to = header.base_offset + header.last_offset_delta + 1
-        if chunk.new_bytes >= CHUNK_BYTES or len(chunk.bases) + len(chunk.changes) >= \
+        if chunk.new_bytes >= chunk_bytes or len(chunk.bases) + len(chunk.changes) >= \
                 CHUNK_BATCHES:
             yield chunk
             chunk = Chunk(index_from=chunk.index_to, index_to=chunk.index_to)

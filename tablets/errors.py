@@ -45,6 +45,11 @@ class RecordTooLarge(TabletError):
     pass
 
 
+class RecordBatchTooLarge(TabletError):
+    """A batch larger than the topic's segment.bytes (Kafka cannot fit it in a
+    segment, and refuses it: RECORD_LIST_TOO_LARGE)."""
+
+
 class RejectedRecords(TabletError):
     """A batch refused for what its records hold. Kafka names the records at
     fault by their index in the batch (Produce's record_errors)."""
@@ -102,6 +107,7 @@ __all__ = [
     "OffsetOutOfRange",
     "OutOfOrderSequence",
     "PolicyViolation",
+    "RecordBatchTooLarge",
     "RecordTooLarge",
     "RejectedRecords",
     "StorageError",

@@ -22,7 +22,9 @@ Kafka's order, each failure with Kafka's error:
      record at fault in record_errors, as Kafka does);
    - in a compacted topic, a key in every record (INVALID_RECORD; a record
      without one is named for that alone, and any timestamp error among
-     the others makes the answer INVALID_TIMESTAMP, as in Kafka).
+     the others makes the answer INVALID_TIMESTAMP, as in Kafka);
+   - then, as Kafka's log append, no larger than segment.bytes
+     (RECORD_LIST_TOO_LARGE).
    It returns the largest record timestamp, which the tablet stores as the
    batch's max timestamp, as Kafka does, whatever the producer wrote there.
 
@@ -42,7 +44,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import batch as rb
-from .errors import InvalidRecord, InvalidTimestamp, RecordTooLarge, RejectedRecords
+from .errors import (
+    InvalidRecord,
+    InvalidTimestamp,
+    RecordBatchTooLarge,
+    RecordTooLarge,
+    RejectedRecords,
+)
 from .records import RecordError, RecordWalker, walk
 
 if TYPE_CHECKING:
@@ -135,6 +143,10 @@ def check_records(
         )
     if walker.keyless_count:
         raise _keyless_refused(walker.keyless_count, keyless)
+    if header.size > settings.segment_bytes:
+        raise RecordBatchTooLarge(
+            f"Message batch size is {header.size} bytes in append to partition {partition}, "
+            f"which exceeds the maximum configured segment size of {settings.segment_bytes}.")
     return walker.max_timestamp
 
 

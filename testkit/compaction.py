@@ -16,10 +16,13 @@ from tablets import batch as rb
 from tablets.records import decompressed
 from testkit.batches import NONE, compress, encode_record
 
-# A compacted topic that rolls a segment for every batch of a few records, so
-# everything but the newest batch is cleanable, and drops tombstones at once.
-EAGER = {"cleanup.policy": "compact", "segment.bytes": "100", "delete.retention.ms": "0",
+# A compacted topic that rolls a segment for every batch stamped 2 ms or more
+# after the one before (``keyed_batch`` stamps them so), so everything but the
+# newest batch is cleanable, and that drops tombstones on the run after the
+# one that first keeps them.
+EAGER = {"cleanup.policy": "compact", "segment.ms": "1", "delete.retention.ms": "0",
          "min.cleanable.dirty.ratio": "0.01"}
+_last_stamp = 0
 
 
 @dataclass(frozen=True)
@@ -34,12 +37,21 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def next_stamp() -> int:
+    """Now, but at least 2 ms after the last stamp given: each batch so stamped
+    rolls a segment of an EAGER topic."""
+    global _last_stamp
+    _last_stamp = max(now_ms(), _last_stamp + 2)
+    return _last_stamp
+
+
 def keyed_batch(pairs: list[tuple[bytes | None, bytes | None]], codec: int = NONE,
                 timestamp: int | None = None, xerial: bool = True, attributes: int = 0,
                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
                 timestamp_deltas: list[int] | None = None) -> bytes:
-    """A batch of (key, value) records (None value: a tombstone), as a producer sends it."""
-    base = now_ms() if timestamp is None else timestamp
+    """A batch of (key, value) records (None value: a tombstone), as a producer
+    sends it, stamped ``next_stamp()`` unless given a timestamp."""
+    base = next_stamp() if timestamp is None else timestamp
     deltas = timestamp_deltas or [0] * len(pairs)
     records = b"".join(encode_record(value, i, key, deltas[i])
                        for i, (key, value) in enumerate(pairs))

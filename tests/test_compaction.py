@@ -14,7 +14,7 @@ import pytest
 
 from tablets import CleanerSettings, EngineSettings, StorageEngine, keys
 from tablets import batch as rb
-from tablets.errors import InvalidRecord, InvalidTimestamp
+from tablets.errors import InvalidRecord, InvalidTimestamp, RecordBatchTooLarge
 from tablets.records import RecordWalker
 from tablets.store import Ops
 from testkit.batches import CODECS, GZIP, LZ4, NONE, SNAPPY, ZSTD, encode_record
@@ -302,7 +302,9 @@ def test_snappy_keeps_its_framing_and_log_append_time_its_timestamp(tmp_path):
     xerial-framed one (the Java client's) in xerial framing; a LogAppendTime
     batch keeps the time it was stamped with."""
     async def scenario(engine):
-        await engine.create_topic("c", 1, {**EAGER, "message.timestamp.type": "LogAppendTime"})
+        # Appended in one millisecond: segments roll by size (batches of 70-101 bytes).
+        await engine.create_topic("c", 1, {**EAGER, "message.timestamp.type": "LogAppendTime",
+                                           "segment.bytes": "140"})
         tablet = engine.partition("c", 0)
         await produce(tablet, [
             keyed_batch([(b"a", b"1"), (b"b", b"1")], codec=SNAPPY, xerial=False),
@@ -374,6 +376,22 @@ def test_a_record_without_a_key_is_refused_by_a_compacted_topic(tmp_path):
         assert refused.value.record_errors[0][1] == no_key
         assert tablet.log_end_offset == 0
         assert (await tablet.append(keyed_batch([(b"k", b"1")]), now_ms())).base_offset == 0
+
+    run(scenario, tmp_path)
+
+
+def test_a_batch_larger_than_segment_bytes_is_refused(tmp_path):
+    """As Kafka's log append: RECORD_LIST_TOO_LARGE, after the record checks."""
+    async def scenario(engine):
+        await engine.create_topic("c", 1, {"cleanup.policy": "compact", "segment.bytes": "100"})
+        tablet = engine.partition("c", 0)
+        with pytest.raises(RecordBatchTooLarge, match=r"Message batch size is \d+ bytes in "
+                           r"append to partition c-0, which exceeds the maximum configured "
+                           r"segment size of 100\."):
+            await tablet.append(keyed_batch([(b"k%d" % i, b"v") for i in range(5)]), now_ms())
+        with pytest.raises(InvalidRecord):  # the records are checked first
+            await tablet.append(keyed_batch([(None, b"v")] * 5), now_ms())
+        assert (await tablet.append(keyed_batch([(b"k", b"v")]), now_ms())).base_offset == 0
 
     run(scenario, tmp_path)
 

@@ -352,7 +352,7 @@ def test_metrics_show_cleanable_bytes_runs_and_lag(tmp_path):
         await engine.create_topic("c", 1, EAGER)
         await engine.create_topic("plain", 1, {})
         tablet = engine.partition("c", 0)
-        await produce(tablet, [keyed_batch([(b"a", b"%d" % i)], timestamp=now_ms() - 5000)
+        await produce(tablet, [keyed_batch([(b"a", b"%d" % i)], timestamp=now_ms() - 5000 + 2 * i)
                                for i in range(4)])
         totals, lines = compaction_metrics(engine)
         assert totals["compaction_runs_total"] == 0
