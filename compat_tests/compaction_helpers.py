@@ -8,10 +8,9 @@ from __future__ import annotations
 import asyncio
 import datetime
 import re
-import time
 import urllib.request
-from collections.abc import Callable
 
+from group_helpers import wait_for
 from kio.schema.errors import ErrorCode
 from kio.schema.fetch.v12 import request as fetch
 from kio.schema.list_offsets.v7 import request as list_offsets
@@ -79,18 +78,6 @@ def values(records: list[Rec]) -> list[tuple[int, str, str | None]]:
     """(offset, key, value) as text."""
     return [(r.offset, r.key.decode() if r.key is not None else None,
              None if r.value is None else r.value.decode()) for r in records]
-
-
-def wait_for(condition: Callable[[], object], timeout: float, what: str,
-             interval: float = 0.25) -> object:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no {what} in {timeout} s")
-        time.sleep(interval)
 
 
 def admin_address(gateway) -> str:

@@ -17,7 +17,12 @@ from pathlib import Path
 from testkit import jvm
 from testkit.gateway import GatewayProcess
 
-PACKAGE = "javaclient"
+PACKAGE = "javaclient"  # the package of a program named without one
+
+
+def main_class(program: str) -> str:
+    """``program`` qualified: "ProduceCheck" is javaclient's, "javatxn.TxnCheck" as named."""
+    return program if "." in program else f"{PACKAGE}.{program}"
 
 
 def _failure(what: str, stderr: str, gateway: GatewayProcess) -> str:
@@ -31,8 +36,11 @@ def _parse(stdout: str) -> list[dict]:
 
 def run_java(gateway: GatewayProcess, classes: Path, program: str, command: str,
              *args: str, timeout: float = 180) -> list[dict]:
-    """Run ``javaclient.PROGRAM COMMAND --bootstrap GATEWAY ARGS``; it must exit 0."""
-    line = jvm.java_command(f"{PACKAGE}.{program}", command, "--bootstrap", gateway.bootstrap,
+    """Run ``PROGRAM COMMAND --bootstrap GATEWAY ARGS``; it must exit 0.
+
+    ``gateway`` is anything with ``bootstrap`` and ``output()``: a GatewayProcess
+    or the reference broker (testkit.kafka_broker.KafkaBroker)."""
+    line = jvm.java_command(main_class(program), command, "--bootstrap", gateway.bootstrap,
                             *args, classes=classes)
     name = f"{program} {command} {' '.join(args)}"
     try:
@@ -77,7 +85,7 @@ class JavaProcess:
         self.name = f"{program} {command}"
         self.lines: list[dict] = []
         self.process = subprocess.Popen(
-            jvm.java_command(f"{PACKAGE}.{program}", command, "--bootstrap", gateway.bootstrap,
+            jvm.java_command(main_class(program), command, "--bootstrap", gateway.bootstrap,
                              *args, classes=classes),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self._stderr: list[str] = []
