@@ -99,13 +99,24 @@ class Segments:
 
     # ----------------------------------------------------------- append
     def add(self, base_offset: int, size: int, max_ts: int, segment_bytes: int,
-            segment_ms: int, ops: Ops) -> None:
-        """A batch appended at ``base_offset``: roll first if Kafka would."""
+            segment_ms: int, compacted: bool, ops: Ops) -> None:
+        """A batch appended at ``base_offset``: roll first if Kafka would.
+
+        Only a compacted topic needs its closed segments one by one; any
+        other keeps them as one (bounded memory, however small its
+        segments), which compaction takes whole if the topic becomes compacted.
+        """
         active = self.active
         if active.size > 0 and (active.size + size > segment_bytes
                                 or max_ts - active.first_ts > segment_ms):
-            self.closed.append(active)
-            self._put(active, ops)
+            if compacted or not self.closed:
+                self.closed.append(active)
+                self._put(active, ops)
+            else:
+                last = self.closed[-1]
+                last.size += active.size
+                last.largest_ts = max(last.largest_ts, active.largest_ts)
+                self._put(last, ops)
             active = self.active = Segment(base_offset, 0, NO_TIMESTAMP, NO_TIMESTAMP)
         if active.size == 0:
             active.base, active.first_ts = base_offset, max_ts

@@ -349,7 +349,7 @@ class PartitionTablet(CompactedLog):
         self._cache(base_offset, data)
         self.size_bytes += len(data)
         self.segments.add(base_offset, len(data), max_timestamp, settings.segment_bytes,
-                          settings.segment_ms, ops)
+                          settings.segment_ms, settings.compaction is not None, ops)
         offset = base_offset + header.record_count
         self.log_end_offset = offset
         ops.put(self.meta_key, self._meta())
@@ -415,7 +415,7 @@ class PartitionTablet(CompactedLog):
             size = log_entry.size(blob.header)
             self.size_bytes += size
             self.segments.add(offset, size, max_timestamp, settings.segment_bytes,
-                              settings.segment_ms, ops)
+                              settings.segment_ms, settings.compaction is not None, ops)
             offset += rb.record_count_of(blob.header)
         data = rb.stamp(memoryview(marker), rb.parse_batches(marker)[0], offset, LEADER_EPOCH)
         ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
@@ -423,7 +423,7 @@ class PartitionTablet(CompactedLog):
         self._cache(offset, data)
         self.size_bytes += len(data)
         self.segments.add(offset, len(data), rb.max_timestamp_of(data), settings.segment_bytes,
-                          settings.segment_ms, ops)
+                          settings.segment_ms, settings.compaction is not None, ops)
         offset += 1
         self.log_end_offset = offset
         ops.put(self.meta_key, self._meta())

@@ -239,6 +239,22 @@ def test_segment_ms_rolls_on_a_later_append(tmp_path):
     run(scenario, tmp_path)
 
 
+def test_a_topic_not_compacted_keeps_its_closed_segments_as_one(tmp_path):
+    """Bounded memory for any segment size; compacted later, all of it is cleanable."""
+    async def scenario(engine):
+        await engine.create_topic("d", 1, {"segment.ms": "1"})
+        tablet = engine.partition("d", 0)
+        await produce(tablet, rounds(6, 2))
+        [closed] = tablet.segments.closed
+        assert (closed.base, tablet.segments.active.base) == (0, 10)
+        await engine.set_topic_configs("d", EAGER)
+        await engine.compact("d", 0)
+        assert [r.offset for r in await read_all(tablet)] == [8, 9, 10, 11]
+        check_log(tablet)
+
+    run(scenario, tmp_path)
+
+
 def test_dirty_ratio_and_compaction_lags_decide_when_a_run_is_due(tmp_path):
     """min.cleanable.dirty.ratio: due once the dirty share passes it;
     min.compaction.lag.ms: a segment with records younger than it is not
