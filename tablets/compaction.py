@@ -250,7 +250,7 @@ def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
                 data = _reencode(batch, header, seed, lambda *_: True, new_horizon)
                 horizons.append(new_horizon)
             else:
-                horizons.append(horizon)
+                horizons.append(horizon)  # not passed: later than now
         else:
             keep = _keeper(header.base_offset, map_end, latest, passed)
             kept, dropped, tombstones = _survey(batch, header, seed, keep, stats)
@@ -259,8 +259,12 @@ def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
                 data = None
             elif dropped or stamp:
                 data = _reencode(batch, header, seed, keep, new_horizon if stamp else None)
-            if tombstones and data is not None:
-                horizons.append(new_horizon if stamp else horizon)  # type: ignore[arg-type]
+            kept_horizon = new_horizon if stamp else horizon
+            # A horizon already passed here kept its tombstones (they are past
+            # the map, or their batch was left as it is): no run is due for it.
+            if tombstones and data is not None and kept_horizon is not None and \
+                    kept_horizon >= now:
+                horizons.append(kept_horizon)
             if header.is_transactional and data is not None:
                 open_txns.add(header.producer_id)
         if data is not batch:
