@@ -138,8 +138,8 @@ class Cleaner:
             self.stats.runs += 1
             self.stats.bytes_reclaimed += stats.bytes_reclaimed
             log.info("compacted %s up to offset %d: %d of %d records kept, %d bytes reclaimed, "
-                     "%d blobs inlined", tablet.name, stats.map_end, stats.records_kept,
-                     stats.records_read, stats.bytes_reclaimed, stats.blobs_inlined)
+                     "%d blobs deleted", tablet.name, stats.map_end, stats.records_kept,
+                     stats.records_read, stats.bytes_reclaimed, stats.blobs_deleted)
             return stats
 
 

@@ -124,7 +124,7 @@ class RunStats:
     bytes_reclaimed: int = 0
     batches_rewritten: int = 0
     batches_dropped: int = 0
-    blobs_inlined: int = 0
+    blobs_deleted: int = 0
 
 
 class Aborted(Exception):
@@ -275,7 +275,7 @@ def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
             stats.bytes_reclaimed += size - new_size
             stats.batches_dropped += data is None
             stats.batches_rewritten += data is not None
-            stats.blobs_inlined += bool(blob)
+            stats.blobs_deleted += bool(blob)
             throttle(new_size)
         if data is not None:
             chunk.bases.append(header.base_offset)
