@@ -120,7 +120,8 @@ class RunStats:
     map_end: int = 0
     records_read: int = 0
     records_kept: int = 0
-    bytes_read: int = 0
+    bytes_read: int = 0  # by both passes
+    bytes_cleaned: int = 0  # the log rewritten: from its start to where the map ended
     bytes_reclaimed: int = 0
     batches_rewritten: int = 0
     batches_dropped: int = 0
@@ -238,6 +239,7 @@ def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
         header = rb.parse_batches(batch, verify_crc=False)[0]
         throttle(header.size)
         stats.bytes_read += header.size
+        stats.bytes_cleaned += header.size
         horizon = header.base_timestamp if header.attributes & rb.ATTR_DELETE_HORIZON else None
         passed = horizon is not None and now >= horizon
         data: bytes | None = batch
