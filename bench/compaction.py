@@ -72,8 +72,13 @@ def fill(bootstrap: str, topic: str, mib: int, keys: int, codec: str) -> None:
     rng = random.Random(7)
     values = [os.urandom(512).hex().encode() for _ in range(4096)]
     for _ in range(mib * 1024):
-        producer.produce(topic, key=b"key-%d" % rng.randrange(keys),
-                         value=values[rng.randrange(len(values))])
+        key, value = b"key-%d" % rng.randrange(keys), values[rng.randrange(len(values))]
+        while True:
+            try:
+                producer.produce(topic, key=key, value=value)
+                break
+            except BufferError:  # the client's queue is full: let it drain
+                producer.poll(0.05)
         producer.poll(0)
     assert producer.flush(300) == 0
 
