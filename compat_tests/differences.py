@@ -25,15 +25,6 @@ EXPECTED: list[Expected] = [
     # Free text: the gateway explains an error where Kafka leaves the message null.
     Expected("*:*error_message", kafka=None, gateway="<message>", doc="error messages",
              required=False),
-    # Log compaction is not implemented yet.
-    *(Expected(path, kafka=k, gateway=g, doc="cleanup.policy=compact") for path, k, g in (
-        ("config/create:topics.*compact*.error_code", "none", "invalid_config"),
-        ("config/create:topics.*compact*.num_partitions", 1, -1),
-        ("config/create:topics.*compact*.replication_factor", 1, -1),
-        ("config/create:topics.*compact*.configs.*", ANY, ABSENT),
-        ("config/create:topics.*compact*.topic_id", ANY, None),
-        ("config/alter-*compact*:responses[0].error_code", "none", "invalid_config"),
-    )),
     # compression.type is kept, but batches stay as the producer compressed them.
     *(Expected(f"describe/compression-type-fetch:*.records[0].{field}", doc="compression.type")
       for field in ("attributes", "batch_length", "crc")),

@@ -4,7 +4,8 @@
 - ``GET /metrics``  Prometheus text (prometheus.py): requests, errors and
   latency per API, bytes in and out per topic, connections, store writes and
   their latency, per-partition watermarks and sizes, consumer lag per group
-  and partition, transactions, event-loop lag
+  and partition, transactions, event-loop lag, the log cleaner's work and
+  each compacted partition's cleanable bytes and lag
 - ``GET /topics``   topics, partitions and watermarks as JSON
 - ``GET /ui/``      a read-only web console (webui/)
 

@@ -141,6 +141,17 @@ SETTINGS: tuple[Setting, ...] = (
             "principals allowed everything, ';'-separated (User:admin;User:CN=ops)"),
     Setting("allow.everyone.if.no.acl.found", "allow_everyone_if_no_acl_found", bool,
             "with an authorizer: allow an operation on a resource no ACL matches"),
+    Setting("log.cleaner.enable", "cleaner_enable", bool,
+            "compact the partitions of topics whose cleanup.policy has compact"),
+    Setting("log.cleaner.backoff.ms", "cleaner_backoff_ms", int,
+            "how often the log cleaner looks for partitions due for compaction"),
+    Setting("log.cleaner.dedupe.buffer.size", "cleaner_dedupe_buffer_size", int,
+            "memory for one compaction run's map of keys (about 140 bytes a key); a run "
+            "whose dirty keys do not fit stops there and the next one goes on"),
+    Setting("log.cleaner.io.max.bytes.per.second", "cleaner_io_max_bytes_per_second", float,
+            "what the log cleaner reads and writes, together, per second at most"),
+    Setting("log.cleaner.io.buffer.size", "cleaner_io_buffer_size", int,
+            "compacted batches swapped into a log at once (one write each)"),
 )
 
 
@@ -192,6 +203,11 @@ class GatewayConfig:
     allow_everyone_if_no_acl_found: bool = False
     # listener.name.<name>.<setting> from a properties file: listener -> setting -> value
     listener_settings: dict[str, dict[str, str]] = field(default_factory=dict)
+    cleaner_enable: bool = True
+    cleaner_backoff_ms: int = 15_000
+    cleaner_dedupe_buffer_size: int = 128 << 20
+    cleaner_io_max_bytes_per_second: float = 1.7976931348623157e308  # Kafka's Double.MaxValue
+    cleaner_io_buffer_size: int = 512 << 10
     extra: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -21,7 +21,9 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from tablets import StorageEngine
 from tablets.histogram import Histogram
+from tablets.tablet import now_ms
 
 from .apis import APIS
 from .broker import Broker
@@ -60,6 +62,7 @@ class GatewayCollector(Collector):
         yield from self._partitions()
         yield from self._groups()
         yield from self._transactions()
+        yield from compaction_families(self.broker.engine)
 
     def _requests(self) -> Iterator[Metric]:
         metrics = self.broker.metrics
@@ -232,3 +235,58 @@ class GatewayCollector(Collector):
         yield _gauge("producer_ids", "Producer ids whose sequences partitions keep", kept)
         yield _counter("producer_ids_evicted", "Producer ids forgotten to stay within "
                        "gateway.producer.state.max.per.partition", evicted)
+
+
+def compaction_families(engine: StorageEngine) -> Iterator[Metric]:
+    """The log cleaner's totals, and per compacted partition what is
+    cleanable now and how far compaction has got."""
+    stats = engine.cleaner.stats
+    now = now_ms()
+    labels = ["topic", "partition"]
+    per_partition = {
+        name: family(PREFIX + name, doc, labels=labels)
+        for name, doc, family in (
+            ("compaction_cleanable_bytes", "Bytes of closed segments not compacted yet",
+             GaugeMetricFamily),
+            ("compaction_dirty_ratio", "Dirty share of the cleanable log (compacts at "
+             "min.cleanable.dirty.ratio)", GaugeMetricFamily),
+            ("compaction_lag_ms", "Age of the oldest record not compacted yet",
+             GaugeMetricFamily),
+            ("compaction_clean_offset", "Offset up to which the log is compacted",
+             GaugeMetricFamily),
+            ("compaction_partition_runs", "Compaction runs of this partition",
+             CounterMetricFamily),
+            ("compaction_partition_bytes_reclaimed", "Bytes compaction removed from this "
+             "partition", CounterMetricFamily),
+        )
+    }
+    uncleanable = 0
+    for topic in engine.topics.values():
+        for tablet in topic.partitions:
+            if tablet.cleanable(now) is None:
+                continue
+            status = tablet.compaction
+            uncleanable += status.failure is not None
+            lag = now - status.dirty_since_ms if status.dirty_since_ms > 0 else 0
+            values = [topic.name, str(tablet.partition)]
+            for name, value in (
+                    ("compaction_cleanable_bytes", status.cleanable_bytes),
+                    ("compaction_dirty_ratio", status.dirty_ratio),
+                    ("compaction_lag_ms", max(lag, 0)),
+                    ("compaction_clean_offset", tablet.clean_end),
+                    ("compaction_partition_runs", status.runs),
+                    ("compaction_partition_bytes_reclaimed", status.bytes_reclaimed)):
+                per_partition[name].add_metric(values, value)
+    yield from per_partition.values()
+    for name, doc, value in (
+            ("compaction_runs", "Compaction runs", stats.runs),
+            ("compaction_chunks", "Compacted chunks swapped into logs", stats.chunks),
+            ("compaction_bytes_read", "Bytes the log cleaner read", stats.bytes_read),
+            ("compaction_bytes_reclaimed", "Bytes compaction removed", stats.bytes_reclaimed),
+            ("compaction_seconds", "Time spent compacting", stats.seconds),
+            ("compaction_failures", "Compaction runs that failed", stats.failures)):
+        yield CounterMetricFamily(PREFIX + name, doc, value=value)
+    yield GaugeMetricFamily(PREFIX + "compaction_running", "1 while a compaction run goes on",
+                            value=int(stats.running))
+    yield GaugeMetricFamily(PREFIX + "compaction_uncleanable_partitions",
+                            "Compacted partitions whose last run failed", value=uncleanable)

@@ -8,7 +8,7 @@ import ipaddress
 import logging
 import signal
 
-from tablets import EngineSettings, StorageEngine, keys
+from tablets import CleanerSettings, EngineSettings, StorageEngine, keys
 from tablets.node_records import NodeRecords
 from txn import TransactionCoordinator, TxnSettings
 
@@ -51,6 +51,10 @@ class GatewayServer:
                 topic_defaults=config.topic_defaults(),
                 producer_id_expiration_ms=config.producer_id_expiration_ms,
                 max_producers_per_partition=config.max_producers_per_partition,
+                cleaner=CleanerSettings(config.cleaner_enable, config.cleaner_backoff_ms,
+                                        config.cleaner_dedupe_buffer_size,
+                                        config.cleaner_io_max_bytes_per_second,
+                                        config.cleaner_io_buffer_size),
             ),
         )
         self.broker = Broker(config, self.engine)

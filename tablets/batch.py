@@ -47,6 +47,9 @@ ATTR_COMPRESSION_MASK = 0x07
 ATTR_TIMESTAMP_TYPE = 0x08  # set: LogAppendTime
 ATTR_TRANSACTIONAL = 0x10
 ATTR_CONTROL = 0x20
+# Set by compaction (KIP-534): the base timestamp is the batch's delete
+# horizon, after which its tombstones and its empty-transaction marker go.
+ATTR_DELETE_HORIZON = 0x40
 
 
 class InvalidRecordBatch(ValueError):
@@ -154,6 +157,17 @@ def check_crc(view: memoryview, header: BatchHeader) -> None:
     (crc,) = _CRC.unpack_from(view, start + 17)
     if crc32c(view[start + CRC_START : start + header.size]) != crc:
         raise InvalidRecordBatch("CRC-32C mismatch")
+
+
+def zigzag_varint(value: int) -> bytes:
+    """A signed integer as record fields encode it (zigzag, then varint)."""
+    raw = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while raw >= 0x80:
+        out.append((raw & 0x7F) | 0x80)
+        raw >>= 7
+    out.append(raw)
+    return bytes(out)
 
 
 def build_batch(

@@ -12,19 +12,10 @@ from __future__ import annotations
 import struct
 
 from .batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, build_batch
+from .batch import zigzag_varint as _zigzag
 
 COMMIT = 1
 COORDINATOR_EPOCH = 0  # one coordinator, forever
-
-
-def _zigzag(value: int) -> bytes:
-    raw = (value << 1) ^ (value >> 63)
-    out = bytearray()
-    while raw >= 0x80:
-        out.append((raw & 0x7F) | 0x80)
-        raw >>= 7
-    out.append(raw)
-    return bytes(out)
 
 
 def _marker_record(kind: int) -> bytes:

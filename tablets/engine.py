@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from uuid import UUID
 
 from . import keys
+from .cleaner import Cleaner, CleanerSettings
+from .compaction import CompactionConfig, RunStats
 from .consumer_offsets import ConsumerOffsets
 from .errors import (
     InvalidPartitions,
@@ -86,6 +88,8 @@ class EngineSettings:
     # most this many (the least recently used goes first).
     producer_id_expiration_ms: int = 86_400_000
     max_producers_per_partition: int = 10_000
+    # The log cleaner of compacted topics (log.cleaner.*).
+    cleaner: CleanerSettings = field(default_factory=CleanerSettings)
 
 
 class StorageEngine:
@@ -101,6 +105,7 @@ class StorageEngine:
         # loop; two threads bound the memory decompression holds at once.
         self.validators = ThreadPoolExecutor(max_workers=2, thread_name_prefix="validate")
         self.consumer_offsets: ConsumerOffsets | None = None  # set by start()
+        self.cleaner = Cleaner(self.store, self.settings.cleaner)
         self.cluster_id = self._load_cluster_id()
 
     # ---------------------------------------------------------- lifecycle
@@ -118,10 +123,12 @@ class StorageEngine:
         self._share_tail_budget()
         self.consumer_offsets = ConsumerOffsets(self.store, self.writer)
         self.consumer_offsets.load()
+        self.cleaner.start(loop, self.tablets)
         log.info("loaded %d topics, committed offsets of %d groups", len(self.topics),
                  len(self.consumer_offsets.groups()))
 
     def close(self) -> None:
+        self.cleaner.close()
         self.validators.shutdown(wait=True, cancel_futures=True)
         if self.writer is not None:
             self.writer.close()
@@ -209,7 +216,8 @@ class StorageEngine:
             tablet.release()
         ops = Ops()
         ops.delete(keys.topic_key(name))
-        for kind in (keys.META, keys.LOG, keys.TIME_INDEX, keys.PRODUCER, keys.TXN_BLOB):
+        for kind in (keys.META, keys.LOG, keys.TIME_INDEX, keys.PRODUCER, keys.TXN_BLOB,
+                     keys.SEGMENT):
             ops.delete_range(*keys.topic_range(kind, topic.topic_id))
         if self.consumer_offsets is not None:
             self.consumer_offsets.drop_topic(name, ops)
@@ -258,9 +266,18 @@ class StorageEngine:
                     await tablet.enforce_retention(now)
                     await tablet.expire_producers(now, self.settings.producer_id_expiration_ms)
 
+    def tablets(self) -> list[PartitionTablet]:
+        """Every partition of every topic."""
+        return [t for topic in self.topics.values() for t in topic.partitions]
+
+    async def compact(self, name: str, index: int) -> RunStats | None:
+        """Compact one partition of a compacted topic now, due or not (what the
+        cleaner does in the background); its stats, or None if it did not run."""
+        return await self.cleaner.clean(self.partition(name, index), force=True)
+
     def producer_stats(self) -> tuple[int, int]:
         """(producer ids kept, producer ids evicted) over every partition."""
-        tablets = [t for topic in self.topics.values() for t in topic.partitions]
+        tablets = self.tablets()
         return (sum(len(t.producers) for t in tablets),
                 sum(t.producers.evictions for t in tablets))
 
@@ -308,7 +325,11 @@ class StorageEngine:
         if topic._settings is None:
             values = self.topic_configs(topic)
             # As in Kafka, retention deletes only where cleanup.policy has "delete".
-            deletes = "delete" in values["cleanup.policy"].split(",")
+            deletes = "delete" in [p.strip() for p in values["cleanup.policy"].split(",")]
+            compaction = CompactionConfig.of(values)
+            segment_ms = int(values["segment.ms"])
+            if compaction is not None:  # Kafka's LogConfig.maxSegmentMs
+                segment_ms = min(segment_ms, compaction.max_compaction_lag_ms)
             topic._settings = TabletSettings(
                 max_message_bytes=int(values["max.message.bytes"]),
                 log_append_time=values["message.timestamp.type"] == "LogAppendTime",
@@ -316,6 +337,11 @@ class StorageEngine:
                 retention_ms=int(values["retention.ms"]) if deletes else -1,
                 retention_bytes=int(values["retention.bytes"]) if deletes else -1,
                 max_producers=self.settings.max_producers_per_partition,
+                topic=topic.name,
+                segment_bytes=int(values["segment.bytes"]),
+                segment_ms=segment_ms,
+                deletes=deletes,
+                compaction=compaction,
             )
         return topic._settings
 

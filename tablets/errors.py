@@ -45,6 +45,11 @@ class RecordTooLarge(TabletError):
     pass
 
 
+class RecordBatchTooLarge(TabletError):
+    """A batch larger than the topic's segment.bytes (Kafka cannot fit it in a
+    segment, and refuses it: RECORD_LIST_TOO_LARGE)."""
+
+
 class RejectedRecords(TabletError):
     """A batch refused for what its records hold. Kafka names the records at
     fault by their index in the batch (Produce's record_errors)."""
@@ -64,6 +69,11 @@ class InvalidTimestamp(RejectedRecords):
 
 class OffsetOutOfRange(TabletError):
     pass
+
+
+class PolicyViolation(TabletError):
+    """A request the topic's cleanup.policy does not allow (DeleteRecords
+    without "delete")."""
 
 
 class UnsupportedRecordKind(TabletError):
@@ -96,6 +106,8 @@ __all__ = [
     "InvalidTopicName",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
+    "PolicyViolation",
+    "RecordBatchTooLarge",
     "RecordTooLarge",
     "RejectedRecords",
     "StorageError",

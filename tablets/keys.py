@@ -12,6 +12,7 @@ kind   rest of the key                            value
 ``M``  topic id, partition                        partition meta (PartitionMeta)
 ``L``  topic id, partition, base offset           log entry: a record batch
 ``X``  topic id, partition, base offset           time index: running max timestamp
+``S``  topic id, partition, base offset           a closed segment: size, timestamps
 ``P``  topic id, partition, producer id           idempotent producer state
 ``C``  group, 0x00, topic name, 0x00, partition   committed consumer offset
 ``B``  topic id, partition, txn instance, n        transactional blob: a record batch
@@ -34,6 +35,7 @@ TOPIC = b"T"
 META = b"M"
 LOG = b"L"
 TIME_INDEX = b"X"
+SEGMENT = b"S"
 PRODUCER = b"P"
 CONSUMER_OFFSET = b"C"
 TXN_BLOB = b"B"

@@ -47,6 +47,12 @@ class MemoryRun:
             self._drop_first()
         self._compact()
 
+    def drop_before(self, offset: int) -> None:
+        """Drop every batch that starts before ``offset`` (compaction rewrote them)."""
+        while len(self) and self._offsets[self._head] < offset:
+            self._drop_first()
+        self._compact()
+
     def slice(self, offset: int, end: int, max_bytes: int, min_one: bool) -> list[bytes]:
         """The batch containing ``offset`` and those after it that start below
         ``end``, within ``max_bytes`` (the first one whole if ``min_one``)."""

@@ -137,7 +137,10 @@ class RocksStore:
         options.set_readahead_size(2 << 20)
         it = self.db.iter(options)
         it.seek_for_prev(start)
-        if not it.valid():
+        # The lower bound does not hold for seek_for_prev: a key below the
+        # floor (another kind's, another partition's) means none at or before
+        # start (a compacted log's first batch may begin after its log start).
+        if not it.valid() or it.key() < floor:
             it.seek(floor)
         while it.valid():
             yield it.key(), it.value()

@@ -26,6 +26,11 @@ them as blobs of their transaction (a ``BlobSink`` names the keys), and
 (``log_entry``), at the end of the log, in the transaction's one commit write.
 Idempotent producers' sequences are checked and kept by ``producers``, in the
 same write as the batches they describe.
+
+Appends also keep the log's virtual segments (``segments``: where Kafka
+would roll files), which compaction (``compacted_log``, a part of this class)
+follows. Compaction and truncation (retention, DeleteRecords) change the log
+below its head, one at a time (``_log_lock``).
 """
 
 from __future__ import annotations
@@ -43,8 +48,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from . import batch as rb
 from . import keys, log_entry, validate
+from .compacted_log import CompactedLog
+from .compaction import CompactionConfig
 from .errors import (
     OffsetOutOfRange,
+    PolicyViolation,
     TabletError,
     UnknownPartition,
     UnsupportedRecordKind,
@@ -52,12 +60,16 @@ from .errors import (
 from .memory_run import MemoryRun
 from .producers import CachedBatch, ProducerStates, next_seq
 from .records import first_record_at_or_after
+from .segments import NO_TIMESTAMP, Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 
 if TYPE_CHECKING:
     from uuid import UUID
 
-_META = struct.Struct(">qqq")  # log start offset, log end offset, bytes stored
+_OLD_META = struct.Struct(">qqq")  # log start offset, log end offset, bytes stored
+# ... then where the next compaction starts, and the active segment (base
+# offset, size, first and largest timestamps).
+_META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
 
 LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
@@ -109,6 +121,13 @@ class TabletSettings:
     retention_ms: int
     retention_bytes: int
     max_producers: int = 10_000  # producer ids whose sequences a partition keeps
+    topic: str = ""  # the topic's name, for messages
+    # When Kafka would roll a segment: segment.bytes, and segment.ms (for a
+    # compacted topic at most max.compaction.lag.ms, as in Kafka).
+    segment_bytes: int = 1 << 30
+    segment_ms: int = 604_800_000
+    deletes: bool = True  # cleanup.policy has "delete" (DeleteRecords is allowed)
+    compaction: CompactionConfig | None = None  # cleanup.policy has "compact"
 
 
 @dataclass(slots=True)
@@ -124,7 +143,7 @@ class _Checking:
     sink: BlobSink | None
 
 
-class PartitionTablet:
+class PartitionTablet(CompactedLog):
     def __init__(
         self,
         store: RocksStore,
@@ -158,25 +177,53 @@ class PartitionTablet:
         self._waiters: set[asyncio.Future[None]] = set()
         self._checking: deque[_Checking] = deque()
         self.producers = ProducerStates(self.prefix, settings().max_producers)
+        self.segments = Segments(self.prefix)
+        self.clean_end = 0  # where the next compaction's dirty section starts
+        # Truncation and compaction swaps change the log below the head one
+        # at a time; each swap bumps the version, so a read-ahead begun
+        # before it is not kept.
+        self._log_lock = asyncio.Lock()
+        self._log_version = 0
+        CompactedLog.__init__(self)
 
     # ------------------------------------------------------------------ load
     def load(self) -> None:
         """Rebuild the in-memory state from the store (start-up)."""
         raw = self.store.get(self.meta_key)
-        if raw is not None:
-            self.log_start_offset, self.log_end_offset, self.size_bytes = _META.unpack(raw)
-        self.high_watermark = self.log_end_offset
         start, end = keys.TIME_INDEX + self.prefix, keys.TIME_INDEX + self.prefix + b"\xff" * 8
         for key, value in self.store.scan(start, end):
             self._ts_offsets.append(keys.offset_of_key(key))
             self._ts_values.append(_TIMESTAMP.unpack(value)[0])
+        if raw is not None and len(raw) == _OLD_META.size:
+            # Written before segments were kept: the log so far is one segment.
+            self.log_start_offset, self.log_end_offset, self.size_bytes = _OLD_META.unpack(raw)
+            ops = Ops()
+            self.segments.adopt(self.log_start_offset, self.log_end_offset, self.size_bytes,
+                                self._ts_values[-1] if self._ts_values else NO_TIMESTAMP, ops)
+            ops.put(self.meta_key, self._meta())
+            self.store.write_now(ops)
+        elif raw is not None:
+            (self.log_start_offset, self.log_end_offset, self.size_bytes, self.clean_end,
+             *active) = _META.unpack(raw)
+            self.segments.load(self.store, Segment(*active))
+        else:
+            self.segments.active.base = self.log_end_offset
+        self.high_watermark = self.log_end_offset
         self.producers.load(self.store)
 
     def initial_ops(self, ops: Ops) -> None:
         ops.put(self.meta_key, self._meta())
 
     def _meta(self) -> bytes:
-        return _META.pack(self.log_start_offset, self.log_end_offset, self.size_bytes)
+        active = self.segments.active
+        return _META.pack(self.log_start_offset, self.log_end_offset, self.size_bytes,
+                          self.clean_end, active.base, active.size, active.first_ts,
+                          active.largest_ts)
+
+    @property
+    def name(self) -> str:
+        """topic-partition, as Kafka names it in messages."""
+        return f"{self.settings().topic}-{self.partition}"
 
     # ---------------------------------------------------------------- append
     def append(self, records: bytes | memoryview, now_ms: int,
@@ -209,7 +256,7 @@ class PartitionTablet:
         loop = self.writer.loop
         checked: asyncio.Future[int]
         if validate.runs_inline(header):
-            max_timestamp = validate.check_records(view, header, settings, now_ms)
+            max_timestamp = validate.check_records(view, header, settings, now_ms, self.name)
             if not self._checking:
                 return self._commit(view, header, max_timestamp, settings, now_ms,
                                     loop.create_future(), sink)
@@ -217,7 +264,8 @@ class PartitionTablet:
             checked.set_result(max_timestamp)
         else:
             checked = asyncio.wrap_future(
-                self.validators.submit(validate.check_records, view, header, settings, now_ms),
+                self.validators.submit(validate.check_records, view, header, settings, now_ms,
+                                       self.name),
                 loop=loop,
             )
         appended: asyncio.Future[AppendResult] = loop.create_future()
@@ -300,6 +348,8 @@ class PartitionTablet:
         self._index_timestamp(base_offset, max_timestamp, ops)
         self._cache(base_offset, data)
         self.size_bytes += len(data)
+        self.segments.add(base_offset, len(data), max_timestamp, settings.segment_bytes,
+                          settings.segment_ms, settings.compaction is not None, ops)
         offset = base_offset + header.record_count
         self.log_end_offset = offset
         ops.put(self.meta_key, self._meta())
@@ -351,22 +401,29 @@ class PartitionTablet:
         otherwise the tail restarts after them (it must stay contiguous).
         """
         offset = self.log_end_offset
+        settings = self.settings()
         cached = all(blob.data is not None for blob in blobs)
         if not cached:
             self._tail = MemoryRun()
         for blob in blobs:
             ops.put(keys.offset_key(keys.LOG, self.prefix, offset),
                     log_entry.reference(blob.header, offset, LEADER_EPOCH, blob.key))
-            self._index_timestamp(offset, rb.max_timestamp_of(blob.header), ops)
+            max_timestamp = rb.max_timestamp_of(blob.header)
+            self._index_timestamp(offset, max_timestamp, ops)
             if cached:
                 self._cache(offset, log_entry.patch(blob.data, offset, LEADER_EPOCH))
-            self.size_bytes += log_entry.size(blob.header)
+            size = log_entry.size(blob.header)
+            self.size_bytes += size
+            self.segments.add(offset, size, max_timestamp, settings.segment_bytes,
+                              settings.segment_ms, settings.compaction is not None, ops)
             offset += rb.record_count_of(blob.header)
         data = rb.stamp(memoryview(marker), rb.parse_batches(marker)[0], offset, LEADER_EPOCH)
         ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
         self._index_timestamp(offset, rb.max_timestamp_of(data), ops)
         self._cache(offset, data)
         self.size_bytes += len(data)
+        self.segments.add(offset, len(data), rb.max_timestamp_of(data), settings.segment_bytes,
+                          settings.segment_ms, settings.compaction is not None, ops)
         offset += 1
         self.log_end_offset = offset
         ops.put(self.meta_key, self._meta())
@@ -428,13 +485,16 @@ class PartitionTablet:
             # it, so its next fetches are served from memory without a trip
             # to a reader thread (what bounds a one-partition consumer).
             loop = asyncio.get_running_loop()
+            version = self._log_version
             loaded = await loop.run_in_executor(
                 self.store.readers, self._read_disk, offset, hw, max_bytes + READAHEAD_BYTES,
                 min_one,
             )
-            self._ahead = MemoryRun([rb.base_offset_of(b) for b in loaded], loaded)
-            self._ahead_end = rb.last_offset_of(loaded[-1]) + 1 if loaded else 0
-            batches = self._ahead.slice(offset, hw, max_bytes, min_one)
+            ahead = MemoryRun([rb.base_offset_of(b) for b in loaded], loaded)
+            if version == self._log_version:  # else compaction changed what it read
+                self._ahead = ahead
+                self._ahead_end = rb.last_offset_of(loaded[-1]) + 1 if loaded else 0
+            batches = ahead.slice(offset, hw, max_bytes, min_one)
         return ReadResult(batches, hw, self.log_start_offset)
     def _read_disk(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
         out: list[bytes] = []
@@ -442,13 +502,22 @@ class PartitionTablet:
         floor = keys.LOG + self.prefix
         start = keys.offset_key(keys.LOG, self.prefix, offset)
         end = keys.offset_key(keys.LOG, self.prefix, hw)
-        for _key, entry in self.store.scan_from_containing(start, floor, end):
+        for key, entry in self.store.scan_from_containing(start, floor, end):
             if rb.last_offset_of(entry) < offset:
                 continue
             size = log_entry.size(entry)
             if total + size > max_bytes and (out or not min_one):
                 break
-            out.append(log_entry.resolve(entry, self.store.get))
+            try:
+                batch = log_entry.resolve(entry, self.store.get)
+            except log_entry.MissingBlob:
+                # Compaction wrote the batch inline (or dropped it) and deleted
+                # its blob after this scan began: read the entry as it is now.
+                current = self.store.get(key)
+                if current is None:
+                    continue
+                batch = log_entry.resolve(current, self.store.get)
+            out.append(batch)
             total += size
         return out
 
@@ -523,6 +592,9 @@ class PartitionTablet:
 
         ``-1`` means the high watermark, as in Kafka.
         """
+        if not self.settings().deletes:
+            raise PolicyViolation(f"Records of partition {self.name} can not be deleted due to "
+                                  "the configured policy")
         if before == -1:
             before = self.high_watermark
         if before < 0 or before > self.high_watermark:
@@ -570,6 +642,10 @@ class PartitionTablet:
 
     async def _truncate_front(self, new_start: int) -> None:
         """Make ``new_start`` the log start offset; delete batches wholly below it."""
+        async with self._log_lock:
+            await self._truncate_front_locked(new_start)
+
+    async def _truncate_front_locked(self, new_start: int) -> None:
         loop = asyncio.get_running_loop()
         floor = keys.LOG + self.prefix
         start_key = keys.offset_key(keys.LOG, self.prefix, new_start)
@@ -595,6 +671,7 @@ class PartitionTablet:
         self.log_start_offset = new_start
         self.size_bytes = max(0, self.size_bytes - freed)
         ops = Ops()
+        self.segments.truncate(new_start, freed, ops)
         ops.delete_range(floor, cut)
         for blob in blobs:
             ops.delete(blob)

@@ -203,9 +203,6 @@ def _check(name: str, value: str | None) -> tuple[ConfigDef, Any]:
     why = definition.validator(parsed) if definition.validator else None
     if why is not None:
         raise _invalid(name, _shown(definition, parsed), why)
-    if name == "cleanup.policy" and "compact" in parsed:
-        # The one value Kafka takes and this gateway cannot honour yet.
-        raise _invalid(name, value, "log compaction is not supported by this gateway")
     return definition, parsed
 
 

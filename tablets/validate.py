@@ -19,7 +19,12 @@ Kafka's order, each failure with Kafka's error:
      IOException escape as UNKNOWN_SERVER_ERROR, which no client can act on);
    - timestamps within message.timestamp.difference.max.ms of now, and no
      LogAppendTime set by the producer (INVALID_TIMESTAMP, naming each
-     record at fault in record_errors, as Kafka does).
+     record at fault in record_errors, as Kafka does);
+   - in a compacted topic, a key in every record (INVALID_RECORD; a record
+     without one is named for that alone, and any timestamp error among
+     the others makes the answer INVALID_TIMESTAMP, as in Kafka);
+   - then, as Kafka's log append, no larger than segment.bytes
+     (RECORD_LIST_TOO_LARGE).
    It returns the largest record timestamp, which the tablet stores as the
    batch's max timestamp, as Kafka does, whatever the producer wrote there.
 
@@ -39,7 +44,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import batch as rb
-from .errors import InvalidRecord, InvalidTimestamp, RecordTooLarge
+from .errors import (
+    InvalidRecord,
+    InvalidTimestamp,
+    RecordBatchTooLarge,
+    RecordTooLarge,
+    RejectedRecords,
+)
 from .records import RecordError, RecordWalker, walk
 
 if TYPE_CHECKING:
@@ -96,10 +107,12 @@ def runs_inline(header: rb.BatchHeader) -> bool:
 
 
 def check_records(
-    records: memoryview, header: rb.BatchHeader, settings: TabletSettings, now_ms: int
+    records: memoryview, header: rb.BatchHeader, settings: TabletSettings, now_ms: int,
+    partition: str = "",
 ) -> int:
     """The record-level checks; returns the largest record timestamp (-1 if none).
 
+    ``partition`` names the topic partition in messages, as Kafka's do.
     Thread-safe: reads only its arguments.
     """
     producer_log_append_time = bool(header.attributes & rb.ATTR_TIMESTAMP_TYPE)
@@ -111,21 +124,38 @@ def check_records(
         timestamp_range=None if producer_log_append_time else window,
         max_errors=MAX_RECORD_ERRORS,
         release_gil=not runs_inline(header),  # then this runs on a worker thread
+        require_keys=settings.compaction is not None,
     )
     try:
         walk(records, header, walker)
     except RecordError as exc:
         raise InvalidRecord(f"invalid record batch: {exc}") from None
+    keyless = [(index, f"Compacted topic cannot accept message without key in topic partition "
+                       f"{partition}.") for index in walker.keyless]
     if producer_log_append_time:
-        raise _log_append_time_refused(header, window, settings, now_ms)
+        raise _log_append_time_refused(header, window, settings, now_ms, keyless)
     if walker.bad_timestamp_count:
         limit = settings.timestamp_difference_max_ms
         raise InvalidTimestamp(
             "One or more records have been rejected due to invalid timestamp",
-            [(index, _out_of_range(timestamp, index, now_ms, limit))
-             for index, timestamp in walker.bad_timestamps],
+            sorted(keyless + [(index, _out_of_range(timestamp, index, now_ms, limit))
+                              for index, timestamp in walker.bad_timestamps])[:MAX_RECORD_ERRORS],
         )
+    if walker.keyless_count:
+        raise _keyless_refused(walker.keyless_count, keyless)
+    if header.size > settings.segment_bytes:
+        raise RecordBatchTooLarge(
+            f"Message batch size is {header.size} bytes in append to partition {partition}, "
+            f"which exceeds the maximum configured segment size of {settings.segment_bytes}.")
     return walker.max_timestamp
+
+
+def _keyless_refused(count: int, keyless: list[tuple[int, str]]) -> InvalidRecord:
+    shown = ", ".join(f"RecordError(batchIndex={index}, message='{message}')"
+                      for index, message in keyless[:3])
+    return InvalidRecord(
+        f"One or more records have been rejected due to {count} record errors in total, and "
+        f"only showing the first three errors at most: [{shown}]", keyless)
 
 
 def _timestamp_window(settings: TabletSettings, now_ms: int) -> tuple[int, int] | None:
@@ -145,20 +175,25 @@ def _out_of_range(timestamp: int, index: int, now_ms: int, limit: int) -> str:
 
 def _log_append_time_refused(
     header: rb.BatchHeader, window: tuple[int, int] | None, settings: TabletSettings,
-    now_ms: int,
-) -> InvalidTimestamp:
-    """Kafka refuses every record of a batch whose producer set LogAppendTime;
-    each record's timestamp is then the batch's max timestamp."""
+    now_ms: int, keyless: list[tuple[int, str]],
+) -> RejectedRecords:
+    """Kafka refuses every record of a batch whose producer set LogAppendTime
+    (each record's timestamp is then the batch's max timestamp), but names a
+    record without a key, in a compacted topic, for its key alone."""
     timestamp = header.max_timestamp
     out_of_range = window is not None and timestamp != -1 and not (
         window[0] <= timestamp <= window[1]
     )
+    named = dict(keyless)
     errors = [
-        (index, _out_of_range(timestamp, index, now_ms, settings.timestamp_difference_max_ms)
-         if out_of_range else
-         f"Invalid timestamp type in message with offset {index}. Producer should not set "
-         "timestamp type to LogAppendTime.")
+        (index, named.get(index) or (
+            _out_of_range(timestamp, index, now_ms, settings.timestamp_difference_max_ms)
+            if out_of_range else
+            f"Invalid timestamp type in message with offset {index}. Producer should not set "
+            "timestamp type to LogAppendTime."))
         for index in range(min(header.record_count, MAX_RECORD_ERRORS))
     ]
+    if len(keyless) == header.record_count:
+        return _keyless_refused(len(keyless), keyless)
     return InvalidTimestamp("One or more records have been rejected due to invalid timestamp",
                             errors)

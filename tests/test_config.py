@@ -51,7 +51,7 @@ def test_bad_settings_are_refused(tmp_path):
 
 @pytest.mark.parametrize(
     ("name", "value"),
-    [("retention.ms", "abc"), ("retention.ms", "-5"), ("cleanup.policy", "compact"),
+    [("retention.ms", "abc"), ("retention.ms", "-5"), ("cleanup.policy", "compact,shrink"),
      ("no.such.config", "1"), ("preallocate", "maybe"), ("compression.type", "brotli")],
 )
 def test_invalid_topic_configs(name, value):

@@ -1,0 +1,184 @@
+package compaction;
+
+import static javaclient.Kit.emit;
+
+import java.io.BufferedReader;
+import java.io.InputStreamReader;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Properties;
+import java.util.TreeMap;
+import java.util.concurrent.Future;
+import java.util.concurrent.TimeUnit;
+
+import javaclient.Kit;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.clients.producer.RecordMetadata;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.Serdes;
+import org.apache.kafka.common.utils.Bytes;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.StreamsBuilder;
+import org.apache.kafka.streams.StreamsConfig;
+import org.apache.kafka.streams.Topology;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
+import org.apache.kafka.streams.kstream.Consumed;
+import org.apache.kafka.streams.kstream.Grouped;
+import org.apache.kafka.streams.kstream.Materialized;
+import org.apache.kafka.streams.kstream.Produced;
+import org.apache.kafka.streams.processor.StateRestoreListener;
+import org.apache.kafka.streams.state.KeyValueStore;
+
+/**
+ * A stateful Kafka Streams 3.4.1 app with processing.guarantee=exactly_once_v2:
+ * input (key: a record id, value: a user) -> groupBy(user), through the
+ * repartition topic APP-by-user-repartition -> count() into the store
+ * "counts", whose changelog APP-counts-changelog is a compacted topic ->
+ * output (user -> count). Commands:
+ *
+ *   produce --bootstrap B --input T --users U --from F --count N --base-ms MS
+ *       records r-n -> "user-(n % U)" for n in [F, F + N), stamped MS + 10 n
+ *   run --bootstrap B --app-id A --input T --output O --state-dir D [--delay-ms MS]
+ *       the app, until stdin says "stop" (or closes); the store caches
+ *       nothing, so every count goes to the changelog, and the internal
+ *       topics roll a segment every 200 ms of record time and are cleaned as
+ *       soon as anything is dirty. Prints its state changes and, for each
+ *       changelog partition it restores, how many records it read.
+ *   dump --bootstrap B --output O --partitions P
+ *       each user's last count in the output, as a read_committed consumer sees it
+ */
+public final class CountStreams {
+    public static void main(String[] args) throws Exception {
+        Kit kit = Kit.parse(args);
+        switch (kit.command) {
+            case "produce" -> produce(kit);
+            case "run" -> run(kit);
+            case "dump" -> dump(kit);
+            default -> throw new IllegalArgumentException("unknown command " + kit.command);
+        }
+    }
+
+    private static void produce(Kit kit) throws Exception {
+        int users = kit.integer("users", 50);
+        int from = kit.integer("from", 0);
+        int count = kit.integer("count", 1000);
+        long base = Long.parseLong(kit.get("base-ms"));
+        var props = kit.producer();
+        props.put("linger.ms", "5");
+        List<Future<RecordMetadata>> acks = new ArrayList<>();
+        try (var producer = new KafkaProducer<byte[], byte[]>(props)) {
+            for (int n = from; n < from + count; n++) {
+                acks.add(producer.send(new ProducerRecord<>(kit.get("input"), null,
+                        base + 10L * n, Kit.bytes("r-" + n), Kit.bytes("user-" + (n % users)))));
+            }
+            for (Future<RecordMetadata> ack : acks) {
+                ack.get(60, TimeUnit.SECONDS);
+            }
+        }
+        emit("op", "produced", "count", count);
+    }
+
+    static Topology topology(Kit kit) {
+        int delayMs = kit.integer("delay-ms", 0);
+        StreamsBuilder builder = new StreamsBuilder();
+        builder.stream(kit.get("input"), Consumed.with(Serdes.String(), Serdes.String()))
+                .peek((k, v) -> {
+                    if (delayMs > 0) {
+                        try {
+                            Thread.sleep(delayMs);
+                        } catch (InterruptedException e) {
+                            Thread.currentThread().interrupt();
+                        }
+                    }
+                })
+                .groupBy((k, v) -> v, Grouped.with("by-user", Serdes.String(), Serdes.String()))
+                .count(Materialized.<String, Long, KeyValueStore<Bytes, byte[]>>as("counts"))
+                .toStream()
+                .to(kit.get("output"), Produced.with(Serdes.String(), Serdes.Long()));
+        return builder.build();
+    }
+
+    private static void run(Kit kit) throws Exception {
+        Properties props = new Properties();
+        props.put(StreamsConfig.APPLICATION_ID_CONFIG, kit.get("app-id"));
+        props.put(StreamsConfig.BOOTSTRAP_SERVERS_CONFIG, kit.bootstrap());
+        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        props.put(StreamsConfig.STATE_DIR_CONFIG, kit.get("state-dir"));
+        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, "1");
+        props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, "0");
+        props.put(StreamsConfig.topicPrefix("segment.ms"), "200");
+        props.put(StreamsConfig.topicPrefix("min.cleanable.dirty.ratio"), "0.01");
+        props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), "6000");
+        props.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG),
+                "500");
+        Topology topology = topology(kit);
+        emit("op", "topology", "description", topology.describe().toString());
+        KafkaStreams streams = new KafkaStreams(topology, props);
+        List<Object> errors = new ArrayList<>();
+        streams.setStateListener((now, before) ->
+                emit("op", "state", "state", now.toString(), "before", before.toString()));
+        streams.setGlobalStateRestoreListener(new StateRestoreListener() {
+            @Override
+            public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
+                emit("op", "restore-start", "topic", tp.topic(), "partition", tp.partition(),
+                        "start", start, "end", end);
+            }
+
+            @Override
+            public void onBatchRestored(TopicPartition tp, String store, long end, long n) {
+            }
+
+            @Override
+            public void onRestoreEnd(TopicPartition tp, String store, long total) {
+                emit("op", "restored", "topic", tp.topic(), "partition", tp.partition(),
+                        "records", total);
+            }
+        });
+        streams.setUncaughtExceptionHandler(e -> {
+            errors.add(Kit.error(e));
+            emit("op", "uncaught", "error", Kit.error(e));
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        streams.start();
+        var stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line = stdin.readLine(); line != null && !line.trim().equals("stop");
+             line = stdin.readLine()) {
+            // anything else on stdin is ignored
+        }
+        boolean closed = streams.close(Duration.ofSeconds(60));
+        emit("op", "closed", "clean", closed, "errors", errors);
+    }
+
+    private static void dump(Kit kit) {
+        List<TopicPartition> tps = new ArrayList<>();
+        for (int p = 0; p < kit.integer("partitions", 1); p++) {
+            tps.add(new TopicPartition(kit.get("output"), p));
+        }
+        Properties props = kit.consumer(null);
+        props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        try (var consumer = new KafkaConsumer<byte[], byte[]>(props)) {
+            consumer.assign(tps);
+            consumer.seekToBeginning(tps);
+            Map<TopicPartition, Long> ends = consumer.endOffsets(tps, Kit.TIMEOUT);
+            Map<String, Object> counts = new TreeMap<>();
+            long deadline = System.nanoTime() + Kit.TIMEOUT.toNanos();
+            while (tps.stream().anyMatch(tp -> consumer.position(tp) < ends.get(tp))) {
+                if (System.nanoTime() > deadline) {
+                    throw new IllegalStateException("not at the end offsets " + ends);
+                }
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(100))) {
+                    counts.put(Kit.text(r.key()), ByteBuffer.wrap(r.value()).getLong());
+                }
+            }
+            emit("op", "counts", "counts", counts);
+        }
+    }
+}

@@ -1,0 +1,130 @@
+"""Kafka Streams 3.4.1, exactly_once_v2, counting per key with its state on
+the gateway: the store's changelog (a compacted topic Streams creates) and
+the repartition topic of the groupBy. Program: jvm/src/compaction/CountStreams.java.
+
+The app counts the first records and stops cleanly; the gateway compacts the
+changelog meanwhile (the app asks for a segment every 200 ms of record time
+and cleaning as soon as anything is dirty). More records come; a slowed
+instance is killed with SIGKILL mid-stream; a new instance starts with an
+empty state directory, so its store can only come back by restoring the
+changelog, which it reads compacted. Afterwards each user's last count in
+the output (read_committed) is exactly its number of input records.
+
+The killed instance's transaction is aborted by its timeout (Streams' 10 s
+for EOS): the new instance has another transactional id (a new state
+directory, a new process id), as in test_streams_java.py.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from compaction_helpers import metrics, partition_metric
+from compat_helpers import create_topic
+from confluent_kafka.admin import AdminClient
+from group_helpers import committed_offsets, group_gateway, wait_for
+from java_helpers import JavaProcess, by_op, run_java, step
+
+from testkit.compaction import now_ms
+
+PARTITIONS, USERS = 2, 40
+FIRST, SECOND = 1500, 1500
+PROGRAM = "compaction.CountStreams"
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with group_gateway(tmp_path_factory.mktemp("compaction-streams") / "data",
+                       "--log-cleaner-backoff-ms", "100",
+                       "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "200",
+                       "--admin-listen", "127.0.0.1:0") as gw:
+        yield gw
+
+
+def consumed(gateway, group: str, topic: str) -> int:
+    """How many records of ``topic`` the group has committed past."""
+    return sum(max(offset, 0) for (name, _p), (offset, _m)
+               in committed_offsets(gateway, group).items() if name == topic)
+
+
+def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_classes, tmp_path,
+                                                            topic_name):
+    source, output, app_id = f"{topic_name}-in", f"{topic_name}-out", f"app-{topic_name}"
+    changelog, repartition = f"{app_id}-counts-changelog", f"{app_id}-by-user-repartition"
+    create_topic(gateway, source, partitions=PARTITIONS)
+    create_topic(gateway, output, partitions=PARTITIONS)
+    base_ms = now_ms() - 60_000 - 10 * (FIRST + SECOND)
+
+    def produce(start: int, count: int) -> None:
+        lines = run_java(gateway, java_classes, PROGRAM, "produce", "--input", source,
+                         "--users", str(USERS), "--from", str(start), "--count", str(count),
+                         "--base-ms", str(base_ms))
+        assert step(lines, "produced") == {"count": count}
+
+    def run(state: str, *extra: str) -> JavaProcess:
+        return JavaProcess(gateway, java_classes, PROGRAM, "run", "--app-id", app_id,
+                           "--input", source, "--output", output,
+                           "--state-dir", str(tmp_path / state), *extra)
+
+    def reclaimed() -> float:
+        return sum(partition_metric(gateway, "partition_bytes_reclaimed_total", changelog, p)
+                   for p in range(PARTITIONS))
+
+    produce(0, FIRST)
+    app = run("state-1")
+    try:
+        wait_for(lambda: consumed(gateway, app_id, source) >= FIRST, 180,
+                 f"{app_id} to consume {FIRST}", gateway, 0.5)
+        wait_for(lambda: reclaimed() > 0, 60, "the changelog compacted", gateway, 0.5)
+        first_run = app.finish()
+    finally:
+        app.kill()
+        (tmp_path / "run-1.log").write_text(app.stderr())
+    assert step(first_run, "closed") == {"clean": True, "errors": []}
+
+    produce(FIRST, SECOND)
+    app = run("state-1", "--delay-ms", "3")
+    try:
+        at_kill = wait_for(lambda: (n := consumed(gateway, app_id, source)) >= FIRST + 100 and n,
+                           180, "the slowed instance to get going", gateway, 0.2)
+    finally:
+        app.kill()  # SIGKILL
+        (tmp_path / "run-2-killed.log").write_text(app.stderr())
+    assert FIRST + 100 <= at_kill < FIRST + SECOND, "not killed mid-stream"
+
+    app = run("state-2")  # empty: everything comes back from the changelog
+    try:
+        wait_for(lambda: consumed(gateway, app_id, source) >= FIRST + SECOND, 240,
+                 f"{app_id} to consume everything", gateway, 0.5)
+        last_run = app.finish()
+    finally:
+        app.kill()
+        (tmp_path / "run-3.log").write_text(app.stderr())
+    assert step(last_run, "closed") == {"clean": True, "errors": []}
+
+    counts = step(run_java(gateway, java_classes, PROGRAM, "dump", "--output", output,
+                           "--partitions", str(PARTITIONS)), "counts")["counts"]
+    expected = Counter(f"user-{n % USERS}" for n in range(FIRST + SECOND))
+    assert counts == dict(expected)
+
+    restored = [line for line in by_op(last_run)["restored"] if line["topic"] == changelog]
+    assert sorted(line["partition"] for line in restored) == list(range(PARTITIONS))
+    restored_records = sum(line["records"] for line in restored)
+    changelog_offsets = sum(high_watermark(gateway, changelog, p) for p in range(PARTITIONS))
+    print(f"\nstreams: killed at {at_kill} of {FIRST + SECOND} consumed; the new instance "
+          f"restored {restored_records} changelog records of the {changelog_offsets} offsets "
+          f"written to it; {reclaimed():.0f} bytes reclaimed from the changelog")
+    assert 0 < restored_records < changelog_offsets / 4, "the changelog was not compacted"
+    assert partition_metric(gateway, "partition_runs_total", changelog) > 0
+    assert internal_topics(gateway, app_id) == sorted([changelog, repartition])
+
+
+def high_watermark(gateway, topic: str, partition: int) -> int:
+    return int(metrics(gateway, "kafka_gateway_high_watermark")[
+        f'kafka_gateway_high_watermark{{topic="{topic}",partition="{partition}"}}'])
+
+
+def internal_topics(gateway, app_id: str) -> list[str]:
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    return sorted(t for t in admin.list_topics(timeout=30).topics if t.startswith(app_id))

@@ -1,0 +1,186 @@
+"""The tablet's side of compaction: when a run is due, and swapping its
+chunks into the log (a part of ``PartitionTablet``).
+
+A run is due, as in Kafka 3.4, when the dirty section's share of the log's
+bytes passes min.cleanable.dirty.ratio, or when the oldest dirty segment's
+first batch is older than max.compaction.lag.ms; and also (sooner than
+Kafka, which waits for new dirty data) once a delete horizon it stamped has
+passed, so tombstones go soon after delete.retention.ms.
+
+Each chunk of a run (``compaction.Chunk``) is swapped in with one WriteBatch,
+on the event loop, under the log lock (so retention and DeleteRecords never
+interleave with it): the changed entries, the blobs they no longer
+reference, the time index of the chunk's range rebuilt from the batches
+kept, the segments' sizes, the partition meta. In memory, the same changes
+at once, before the next await: the in-memory tail and read-ahead drop the
+batches of the range (readers then read the store, which holds the old
+entries until the write lands and the new ones after), the time index is
+spliced, the byte count shrinks. If the log start moved since the run
+began (retention or DeleteRecords ran between two chunks), the run stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from array import array
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import keys
+from .compaction import Chunk, Plan
+from .segments import Cleanable
+from .store import Ops
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .memory_run import MemoryRun
+    from .segments import Segments
+    from .store import GroupCommitWriter
+    from .tablet import TabletSettings
+
+_TIMESTAMP_FLOOR = -(2**63)
+
+
+@dataclass(slots=True)
+class CompactionStatus:
+    """One partition's compaction, for metrics."""
+
+    runs: int = 0
+    bytes_reclaimed: int = 0
+    cleanable_bytes: int = 0  # as of the last check
+    dirty_ratio: float = 0.0  # likewise
+    dirty_since_ms: int = -1  # first batch timestamp of the oldest uncompacted segment
+    failure: str | None = None  # why the last run failed: the partition is skipped
+
+
+class CompactedLog:
+    if TYPE_CHECKING:
+        prefix: bytes
+        meta_key: bytes
+        log_start_offset: int
+        log_end_offset: int
+        high_watermark: int
+        size_bytes: int
+        deleted: bool
+        clean_end: int
+        segments: Segments
+        writer: GroupCommitWriter
+        settings: Callable[[], TabletSettings]
+        _tail: MemoryRun
+        _ahead: MemoryRun
+        _ahead_end: int
+        _ts_offsets: array
+        _ts_values: array
+        _log_lock: asyncio.Lock
+        _log_version: int
+
+        def _meta(self) -> bytes: ...
+
+    def __init__(self) -> None:
+        self.compaction = CompactionStatus()
+        self._next_horizon: int | None = None  # the earliest delete horizon stamped
+
+    def cleanable(self, now_ms: int) -> Cleanable | None:
+        """What a compaction could clean now; None unless the topic is compacted."""
+        config = self.settings().compaction
+        if config is None or self.deleted:
+            return None
+        first_dirty = self.clean_end
+        if not self.log_start_offset <= first_dirty <= self.log_end_offset:
+            first_dirty = self.log_start_offset  # truncated past it (compact,delete)
+        found = self.segments.cleanable(first_dirty, self.high_watermark, now_ms,
+                                        config.min_compaction_lag_ms)
+        self.compaction.cleanable_bytes = found.cleanable_bytes
+        self.compaction.dirty_ratio = found.ratio
+        self.compaction.dirty_since_ms = (self.segments.first_timestamp_at(first_dirty)
+                                          if first_dirty < self.log_end_offset else -1)
+        return found
+
+    def compaction_plan(self, now_ms: int, force: bool = False) -> Plan | None:
+        """The next run, if one is due (or ``force``d: due or not)."""
+        config = self.settings().compaction
+        found = self.cleanable(now_ms)
+        if config is None or found is None or self.compaction.failure is not None:
+            return None
+        overdue = (0 <= found.earliest_dirty_ts < now_ms - config.max_compaction_lag_ms
+                   and found.cleanable_bytes > 0)
+        horizon = self._next_horizon is not None and self._next_horizon <= now_ms
+        if not (force or overdue or horizon
+                or found.ratio > config.min_cleanable_dirty_ratio):
+            return None
+        return Plan(self.log_start_offset, found.first_dirty, found.first_uncleanable, now_ms,
+                    config.delete_retention_ms)
+
+    async def apply_compaction(self, chunk: Chunk, plan: Plan) -> bool:
+        """Swap one chunk in; False (nothing changed) if the run must stop."""
+        async with self._log_lock:
+            if self.deleted or self.log_start_offset != plan.log_start:
+                return False
+            ops = Ops()
+            resized = []
+            for change in chunk.changes:
+                key = keys.offset_key(keys.LOG, self.prefix, change.offset)
+                if change.data is None:
+                    ops.delete(key)
+                else:
+                    ops.put(key, change.data)
+                if change.blob is not None:
+                    ops.delete(change.blob)
+                resized.append((change.offset,
+                                (len(change.data) if change.data else 0) - change.old_size))
+            self.size_bytes = max(0, self.size_bytes + sum(d for _o, d in resized))
+            self.segments.resize(resized)
+            self._splice_index(chunk, ops)
+            if chunk.last:
+                self.clean_end = chunk.clean_end
+                self.segments.merge_clean(chunk.clean_end, self.settings().segment_bytes)
+                self._next_horizon = chunk.next_horizon
+                self.compaction.runs += 1
+            self.segments.flush(ops)
+            self.compaction.bytes_reclaimed -= sum(d for _o, d in resized)
+            ops.put(self.meta_key, self._meta())
+            self._forget_cached(chunk.index_to)
+            await self.writer.submit(ops)
+        return True
+
+    def _forget_cached(self, end: int) -> None:
+        """Drop the in-memory copies of batches below ``end`` (they may have changed)."""
+        self._log_version += 1
+        self._tail.drop_before(end)
+        if self._ahead.first_offset(default=self._ahead_end) < end:
+            self._ahead.drop_before(end)
+
+    def _splice_index(self, chunk: Chunk, ops: Ops) -> None:
+        """Rebuild the time index over [index_from, index_to) from the batches kept.
+
+        The index holds (offset, running max timestamp) where the running max
+        grows; retention relies on every batch before an entry's successor
+        being no newer than the entry. Kept batches may be older than before,
+        so the entry covering the range's end is carried to the end when the
+        rebuilt maximum falls below it: the batches after the range may be as
+        new as that.
+        """
+        offsets, values = self._ts_offsets, self._ts_values
+        start, end = chunk.index_from, chunk.index_to
+        first, last = bisect_left(offsets, start), bisect_left(offsets, end)
+        running = values[first - 1] if first else _TIMESTAMP_FLOOR
+        covering = values[last - 1] if last else None
+        new_offsets, new_values = array("q"), array("q")
+        for base, timestamp in zip(chunk.bases, chunk.maxima, strict=True):
+            if timestamp > running:
+                new_offsets.append(base)
+                new_values.append(timestamp)
+                running = timestamp
+        at_end = last < len(offsets) and offsets[last] == end
+        if covering is not None and covering > running and not at_end:
+            new_offsets.append(end)
+            new_values.append(covering)
+        ops.delete_range(keys.offset_key(keys.TIME_INDEX, self.prefix, start),
+                         keys.offset_key(keys.TIME_INDEX, self.prefix, end))
+        for offset, timestamp in zip(new_offsets, new_values, strict=True):
+            ops.put(keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
+                    timestamp.to_bytes(8, "big", signed=True))
+        offsets[first:last] = new_offsets
+        values[first:last] = new_values
