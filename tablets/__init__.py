@@ -2,7 +2,8 @@
 
 from .cleaner import CleanerSettings
 from .engine import EngineSettings, StorageEngine, Topic
-from .tablet import AppendResult, PartitionTablet, ReadResult
+from .log_reads import ReadResult
+from .tablet import AppendResult, PartitionTablet
 
 __all__ = [
     "AppendResult",

@@ -29,8 +29,10 @@ same write as the batches they describe.
 
 Appends also keep the log's virtual segments (``segments``: where Kafka
 would roll files), which compaction (``compacted_log``, a part of this class)
-follows. Compaction and truncation (retention, DeleteRecords) change the log
-below its head, one at a time (``_log_lock``).
+follows. Compaction and truncation (retention, DeleteRecords: ``truncation``,
+also a part of it) change the log below its head, one at a time
+(``_log_lock``). Reads, long-polls and lookups by timestamp are in
+``log_reads``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,6 @@ import asyncio
 import struct
 import time
 from array import array
-from bisect import bisect_left, bisect_right
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -51,17 +52,16 @@ from . import keys, log_entry, validate
 from .compacted_log import CompactedLog
 from .compaction import CompactionConfig
 from .errors import (
-    OffsetOutOfRange,
-    PolicyViolation,
     TabletError,
     UnknownPartition,
     UnsupportedRecordKind,
 )
+from .log_reads import LogReads
 from .memory_run import MemoryRun
 from .producers import CachedBatch, ProducerStates, next_seq
-from .records import first_record_at_or_after
 from .segments import NO_TIMESTAMP, Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
+from .truncation import TruncatedLog
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -73,7 +73,6 @@ _META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
 
 LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
-READAHEAD_BYTES = 4 << 20  # read past a fetch below the tail, for the next ones
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,17 +80,6 @@ class AppendResult:
     base_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
-
-
-@dataclass(slots=True)
-class ReadResult:
-    batches: list[bytes]
-    high_watermark: int
-    log_start_offset: int
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(b) for b in self.batches)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +131,7 @@ class _Checking:
     sink: BlobSink | None
 
 
-class PartitionTablet(CompactedLog):
+class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
     def __init__(
         self,
         store: RocksStore,
@@ -456,127 +444,6 @@ class PartitionTablet(CompactedLog):
     def _tail_start(self) -> int:
         return self._tail.first_offset(default=self.log_end_offset)
 
-    # ------------------------------------------------------------------ read
-    @property
-    def last_stable_offset(self) -> int:
-        # Transactional data reaches the log only when committed.
-        return self.high_watermark
-
-    async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
-        """Batches from the one containing ``offset``, up to ``max_bytes``.
-
-        With ``min_one`` the first batch is returned whole even when larger
-        (KIP-74). Reads at or past the high watermark return nothing; reads
-        outside [log start, log end] raise OffsetOutOfRange.
-        """
-        hw = self.high_watermark
-        if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise OffsetOutOfRange(
-                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
-            )
-        if offset >= hw:  # at the end, or in a write not yet in the WAL
-            return ReadResult([], hw, self.log_start_offset)
-        if offset >= self._tail_start:
-            batches = self._tail.slice(offset, hw, max_bytes, min_one)
-        elif self._ahead.first_offset(default=self._ahead_end) <= offset < self._ahead_end:
-            batches = self._ahead.slice(offset, hw, max_bytes, min_one)
-        else:
-            # A consumer behind the tail reads the log in order: read ahead of
-            # it, so its next fetches are served from memory without a trip
-            # to a reader thread (what bounds a one-partition consumer).
-            loop = asyncio.get_running_loop()
-            version = self._log_version
-            loaded = await loop.run_in_executor(
-                self.store.readers, self._read_disk, offset, hw, max_bytes + READAHEAD_BYTES,
-                min_one,
-            )
-            ahead = MemoryRun([rb.base_offset_of(b) for b in loaded], loaded)
-            if version == self._log_version:  # else compaction changed what it read
-                self._ahead = ahead
-                self._ahead_end = rb.last_offset_of(loaded[-1]) + 1 if loaded else 0
-            batches = ahead.slice(offset, hw, max_bytes, min_one)
-        return ReadResult(batches, hw, self.log_start_offset)
-    def _read_disk(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
-        out: list[bytes] = []
-        total = 0
-        floor = keys.LOG + self.prefix
-        start = keys.offset_key(keys.LOG, self.prefix, offset)
-        end = keys.offset_key(keys.LOG, self.prefix, hw)
-        for key, entry in self.store.scan_from_containing(start, floor, end):
-            if rb.last_offset_of(entry) < offset:
-                continue
-            size = log_entry.size(entry)
-            if total + size > max_bytes and (out or not min_one):
-                break
-            try:
-                batch = log_entry.resolve(entry, self.store.get)
-            except log_entry.MissingBlob:
-                # Compaction wrote the batch inline (or dropped it) and deleted
-                # its blob after this scan began: read the entry as it is now.
-                current = self.store.get(key)
-                if current is None:
-                    continue
-                batch = log_entry.resolve(current, self.store.get)
-            out.append(batch)
-            total += size
-        return out
-
-    # ------------------------------------------------------------- long-poll
-    def waiter(self) -> asyncio.Future[None]:
-        """A future resolved the next time the high watermark moves."""
-        future = asyncio.get_running_loop().create_future()
-        self._waiters.add(future)
-        return future
-
-    def forget_waiter(self, future: asyncio.Future[None]) -> None:
-        """Drop a waiter whose fetch stopped waiting (timeout, other partition)."""
-        self._waiters.discard(future)
-
-    def wake_waiters(self) -> None:
-        waiters, self._waiters = self._waiters, set()
-        for future in waiters:
-            if not future.done():
-                future.set_result(None)
-
-    # ------------------------------------------------------ offsets by time
-    def _batch_at(self, offset: int) -> bytes | None:
-        """The stored batch containing ``offset`` (a blocking read)."""
-        batches = self._read_disk(offset, self.high_watermark, 1, True)
-        return batches[0] if batches else None
-
-    def _first_record_at_or_after(self, target: int) -> tuple[int, int] | None:
-        index = bisect_left(self._ts_values, target)
-        if index == len(self._ts_values):
-            return None
-        offset = max(self._ts_offsets[index - 1] if index else 0, self.log_start_offset)
-        hw = self.high_watermark
-        # The first batch whose max timestamp reaches the target is at
-        # _ts_offsets[index]; scanning from the previous entry keeps the
-        # answer exact after retention trimmed the index.
-        while offset < hw:
-            data = self._batch_at(offset)
-            if data is None:
-                return None
-            if rb.max_timestamp_of(data) >= target:
-                found = first_record_at_or_after(data, target, self.log_start_offset)
-                if found is not None:
-                    return found
-            offset = rb.last_offset_of(data) + 1
-        return None
-
-    async def offset_for_timestamp(self, target: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record stamped at or after ``target``."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self.store.readers, self._first_record_at_or_after, target
-        )
-
-    async def max_timestamp(self) -> tuple[int, int] | None:
-        """(offset, timestamp) of the record with the largest timestamp."""
-        if not self._ts_values or self.high_watermark == self.log_start_offset:
-            return None
-        return await self.offset_for_timestamp(self._ts_values[-1])
-
     # ------------------------------------------------------ producer expiry
     async def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
         """Forget producers idle for ``producer.id.expiration.ms``."""
@@ -585,109 +452,6 @@ class PartitionTablet(CompactedLog):
         if expired:
             await self.writer.submit(ops)
         return expired
-
-    # ----------------------------------------------------- deleting records
-    async def delete_records(self, before: int) -> int:
-        """Advance the log start offset to ``before`` (DeleteRecords); returns it.
-
-        ``-1`` means the high watermark, as in Kafka.
-        """
-        if not self.settings().deletes:
-            raise PolicyViolation(f"Records of partition {self.name} can not be deleted due to "
-                                  "the configured policy")
-        if before == -1:
-            before = self.high_watermark
-        if before < 0 or before > self.high_watermark:
-            raise OffsetOutOfRange(
-                f"offset {before} is outside [{self.log_start_offset}, {self.high_watermark}]"
-            )
-        if before > self.log_start_offset:
-            await self._truncate_front(before)
-        return self.log_start_offset
-
-    async def enforce_retention(self, now_ms: int) -> None:
-        """Drop the oldest batches past retention.ms or retention.bytes."""
-        settings = self.settings()
-        new_start = self.log_start_offset
-        if settings.retention_ms >= 0 and self._ts_values:
-            cutoff = now_ms - settings.retention_ms
-            # Entries before `index` have running max < cutoff: every batch
-            # before the next entry's base offset is older than retention.
-            index = bisect_left(self._ts_values, cutoff)
-            if index > 0:
-                hw = self.high_watermark
-                expired_until = self._ts_offsets[index] if index < len(self._ts_offsets) else hw
-                new_start = max(new_start, min(expired_until, self.high_watermark))
-        if settings.retention_bytes >= 0 and self.size_bytes > settings.retention_bytes:
-            loop = asyncio.get_running_loop()
-            by_size = await loop.run_in_executor(
-                self.store.readers, self._start_for_size, settings.retention_bytes
-            )
-            new_start = max(new_start, by_size)
-        if new_start > self.log_start_offset:
-            await self._truncate_front(new_start)
-
-    def _start_for_size(self, retention_bytes: int) -> int:
-        """The first batch to keep: as in Kafka, the oldest data goes only while
-        what remains is still at least retention.bytes."""
-        excess = self.size_bytes - retention_bytes
-        floor = keys.LOG + self.prefix
-        for key, entry in self.store.scan(floor, floor + b"\xff" * 8):
-            base = keys.offset_of_key(key)
-            size = log_entry.size(entry)
-            if excess - size < 0 or base >= self.high_watermark:
-                return base
-            excess -= size
-        return self.high_watermark
-
-    async def _truncate_front(self, new_start: int) -> None:
-        """Make ``new_start`` the log start offset; delete batches wholly below it."""
-        async with self._log_lock:
-            await self._truncate_front_locked(new_start)
-
-    async def _truncate_front_locked(self, new_start: int) -> None:
-        loop = asyncio.get_running_loop()
-        floor = keys.LOG + self.prefix
-        start_key = keys.offset_key(keys.LOG, self.prefix, new_start)
-
-        def doomed() -> tuple[bytes, int, list[bytes]]:
-            # Batches below the one containing new_start go; that one stays,
-            # and so do the blobs of the committed transactional batches.
-            cut = floor
-            freed = 0
-            blobs = []
-            for key, entry in self.store.scan(floor, start_key + b"\x00"):
-                if rb.last_offset_of(entry) >= new_start:
-                    break
-                cut = keys.offset_key(keys.LOG, self.prefix, keys.offset_of_key(key) + 1)
-                freed += log_entry.size(entry)
-                if log_entry.is_reference(entry):
-                    blobs.append(log_entry.blob_key(entry))
-            return cut, freed, blobs
-
-        cut, freed, blobs = await loop.run_in_executor(self.store.readers, doomed)
-        if new_start <= self.log_start_offset:
-            return  # another truncation got there first
-        self.log_start_offset = new_start
-        self.size_bytes = max(0, self.size_bytes - freed)
-        ops = Ops()
-        self.segments.truncate(new_start, freed, ops)
-        ops.delete_range(floor, cut)
-        for blob in blobs:
-            ops.delete(blob)
-        # Keep the index entry that covers new_start, clamped to it.
-        index = bisect_right(self._ts_offsets, new_start) - 1
-        if index > 0:
-            ops.delete_range(
-                keys.offset_key(keys.TIME_INDEX, self.prefix, 0),
-                keys.offset_key(keys.TIME_INDEX, self.prefix, self._ts_offsets[index]),
-            )
-            del self._ts_offsets[:index]
-            del self._ts_values[:index]
-        self._tail.drop_below(new_start)
-        ops.put(self.meta_key, self._meta())
-        await self.writer.submit(ops)
-        self.wake_waiters()
 
 
 def now_ms() -> int:

@@ -1,0 +1,180 @@
+"""Reading a partition's log (a part of ``PartitionTablet``): Fetch from
+the in-memory tail, the read-ahead or the store; long-poll waiters woken when
+the high watermark moves; ListOffsets by timestamp through the time index.
+
+Readers never take the log lock: a compaction swap or a truncation changes
+entries under them one WriteBatch at a time, and ``_read_disk`` reads an
+entry again when the blob it referenced went in such a swap. A read-ahead
+begun before a swap is not kept (``_log_version``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import batch as rb
+from . import keys, log_entry
+from .errors import OffsetOutOfRange
+from .memory_run import MemoryRun
+from .records import first_record_at_or_after
+
+if TYPE_CHECKING:
+    from array import array
+
+    from .store import RocksStore
+
+READAHEAD_BYTES = 4 << 20  # read past a fetch below the tail, for the next ones
+
+
+@dataclass(slots=True)
+class ReadResult:
+    batches: list[bytes]
+    high_watermark: int
+    log_start_offset: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(b) for b in self.batches)
+
+
+
+class LogReads:
+    if TYPE_CHECKING:
+        store: RocksStore
+        prefix: bytes
+        log_start_offset: int
+        log_end_offset: int
+        high_watermark: int
+        _tail: MemoryRun
+        _tail_start: int
+        _ahead: MemoryRun
+        _ahead_end: int
+        _ts_offsets: array
+        _ts_values: array
+        _waiters: set[asyncio.Future[None]]
+        _log_version: int
+
+    # ------------------------------------------------------------------ read
+    @property
+    def last_stable_offset(self) -> int:
+        # Transactional data reaches the log only when committed.
+        return self.high_watermark
+
+    async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        """Batches from the one containing ``offset``, up to ``max_bytes``.
+
+        With ``min_one`` the first batch is returned whole even when larger
+        (KIP-74). Reads at or past the high watermark return nothing; reads
+        outside [log start, log end] raise OffsetOutOfRange.
+        """
+        hw = self.high_watermark
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} is outside [{self.log_start_offset}, {self.log_end_offset}]"
+            )
+        if offset >= hw:  # at the end, or in a write not yet in the WAL
+            return ReadResult([], hw, self.log_start_offset)
+        if offset >= self._tail_start:
+            batches = self._tail.slice(offset, hw, max_bytes, min_one)
+        elif self._ahead.first_offset(default=self._ahead_end) <= offset < self._ahead_end:
+            batches = self._ahead.slice(offset, hw, max_bytes, min_one)
+        else:
+            # A consumer behind the tail reads the log in order: read ahead of
+            # it, so its next fetches are served from memory without a trip
+            # to a reader thread (what bounds a one-partition consumer).
+            loop = asyncio.get_running_loop()
+            version = self._log_version
+            loaded = await loop.run_in_executor(
+                self.store.readers, self._read_disk, offset, hw, max_bytes + READAHEAD_BYTES,
+                min_one,
+            )
+            ahead = MemoryRun([rb.base_offset_of(b) for b in loaded], loaded)
+            if version == self._log_version:  # else compaction changed what it read
+                self._ahead = ahead
+                self._ahead_end = rb.last_offset_of(loaded[-1]) + 1 if loaded else 0
+            batches = ahead.slice(offset, hw, max_bytes, min_one)
+        return ReadResult(batches, hw, self.log_start_offset)
+
+    def _read_disk(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
+        out: list[bytes] = []
+        total = 0
+        floor = keys.LOG + self.prefix
+        start = keys.offset_key(keys.LOG, self.prefix, offset)
+        end = keys.offset_key(keys.LOG, self.prefix, hw)
+        for key, entry in self.store.scan_from_containing(start, floor, end):
+            if rb.last_offset_of(entry) < offset:
+                continue
+            size = log_entry.size(entry)
+            if total + size > max_bytes and (out or not min_one):
+                break
+            try:
+                batch = log_entry.resolve(entry, self.store.get)
+            except log_entry.MissingBlob:
+                # Compaction wrote the batch inline (or dropped it) and deleted
+                # its blob after this scan began: read the entry as it is now.
+                current = self.store.get(key)
+                if current is None:
+                    continue
+                batch = log_entry.resolve(current, self.store.get)
+            out.append(batch)
+            total += size
+        return out
+
+    # ------------------------------------------------------------- long-poll
+    def waiter(self) -> asyncio.Future[None]:
+        """A future resolved the next time the high watermark moves."""
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.add(future)
+        return future
+
+    def forget_waiter(self, future: asyncio.Future[None]) -> None:
+        """Drop a waiter whose fetch stopped waiting (timeout, other partition)."""
+        self._waiters.discard(future)
+
+    def wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    # ------------------------------------------------------ offsets by time
+    def _batch_at(self, offset: int) -> bytes | None:
+        """The stored batch containing ``offset`` (a blocking read)."""
+        batches = self._read_disk(offset, self.high_watermark, 1, True)
+        return batches[0] if batches else None
+
+    def _first_record_at_or_after(self, target: int) -> tuple[int, int] | None:
+        index = bisect_left(self._ts_values, target)
+        if index == len(self._ts_values):
+            return None
+        offset = max(self._ts_offsets[index - 1] if index else 0, self.log_start_offset)
+        hw = self.high_watermark
+        # The first batch whose max timestamp reaches the target is at
+        # _ts_offsets[index]; scanning from the previous entry keeps the
+        # answer exact after retention trimmed the index.
+        while offset < hw:
+            data = self._batch_at(offset)
+            if data is None:
+                return None
+            if rb.max_timestamp_of(data) >= target:
+                found = first_record_at_or_after(data, target, self.log_start_offset)
+                if found is not None:
+                    return found
+            offset = rb.last_offset_of(data) + 1
+        return None
+
+    async def offset_for_timestamp(self, target: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped at or after ``target``."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(
+            self.store.readers, self._first_record_at_or_after, target
+        )
+
+    async def max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp."""
+        if not self._ts_values or self.high_watermark == self.log_start_offset:
+            return None
+        return await self.offset_for_timestamp(self._ts_values[-1])

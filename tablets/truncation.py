@@ -1,0 +1,152 @@
+"""The front of a partition's log (a part of ``PartitionTablet``):
+DeleteRecords and retention (retention.ms, retention.bytes) move the log
+start offset and delete the batches wholly below it, with the blobs of the
+transactional batches among them, the time index entries before it and the
+segments' sizes, in one write. They run under the log lock, one at a time
+with compaction swaps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from bisect import bisect_left, bisect_right
+from typing import TYPE_CHECKING
+
+from . import batch as rb
+from . import keys, log_entry
+from .errors import OffsetOutOfRange, PolicyViolation
+from .store import Ops
+
+if TYPE_CHECKING:
+    from array import array
+    from collections.abc import Callable
+
+    from .memory_run import MemoryRun
+    from .segments import Segments
+    from .store import GroupCommitWriter, RocksStore
+    from .tablet import TabletSettings
+
+
+class TruncatedLog:
+    if TYPE_CHECKING:
+        store: RocksStore
+        writer: GroupCommitWriter
+        settings: Callable[[], TabletSettings]
+        prefix: bytes
+        meta_key: bytes
+        name: str
+        log_start_offset: int
+        high_watermark: int
+        size_bytes: int
+        segments: Segments
+        _tail: MemoryRun
+        _ts_offsets: array
+        _ts_values: array
+        _log_lock: asyncio.Lock
+
+        def _meta(self) -> bytes: ...
+
+        def wake_waiters(self) -> None: ...
+
+    # ----------------------------------------------------- deleting records
+    async def delete_records(self, before: int) -> int:
+        """Advance the log start offset to ``before`` (DeleteRecords); returns it.
+
+        ``-1`` means the high watermark, as in Kafka.
+        """
+        if not self.settings().deletes:
+            raise PolicyViolation(f"Records of partition {self.name} can not be deleted due to "
+                                  "the configured policy")
+        if before == -1:
+            before = self.high_watermark
+        if before < 0 or before > self.high_watermark:
+            raise OffsetOutOfRange(
+                f"offset {before} is outside [{self.log_start_offset}, {self.high_watermark}]"
+            )
+        if before > self.log_start_offset:
+            await self._truncate_front(before)
+        return self.log_start_offset
+
+    async def enforce_retention(self, now_ms: int) -> None:
+        """Drop the oldest batches past retention.ms or retention.bytes."""
+        settings = self.settings()
+        new_start = self.log_start_offset
+        if settings.retention_ms >= 0 and self._ts_values:
+            cutoff = now_ms - settings.retention_ms
+            # Entries before `index` have running max < cutoff: every batch
+            # before the next entry's base offset is older than retention.
+            index = bisect_left(self._ts_values, cutoff)
+            if index > 0:
+                hw = self.high_watermark
+                expired_until = self._ts_offsets[index] if index < len(self._ts_offsets) else hw
+                new_start = max(new_start, min(expired_until, self.high_watermark))
+        if settings.retention_bytes >= 0 and self.size_bytes > settings.retention_bytes:
+            loop = asyncio.get_running_loop()
+            by_size = await loop.run_in_executor(
+                self.store.readers, self._start_for_size, settings.retention_bytes
+            )
+            new_start = max(new_start, by_size)
+        if new_start > self.log_start_offset:
+            await self._truncate_front(new_start)
+
+    def _start_for_size(self, retention_bytes: int) -> int:
+        """The first batch to keep: as in Kafka, the oldest data goes only while
+        what remains is still at least retention.bytes."""
+        excess = self.size_bytes - retention_bytes
+        floor = keys.LOG + self.prefix
+        for key, entry in self.store.scan(floor, floor + b"\xff" * 8):
+            base = keys.offset_of_key(key)
+            size = log_entry.size(entry)
+            if excess - size < 0 or base >= self.high_watermark:
+                return base
+            excess -= size
+        return self.high_watermark
+
+    async def _truncate_front(self, new_start: int) -> None:
+        """Make ``new_start`` the log start offset; delete batches wholly below it."""
+        async with self._log_lock:
+            await self._truncate_front_locked(new_start)
+
+    async def _truncate_front_locked(self, new_start: int) -> None:
+        loop = asyncio.get_running_loop()
+        floor = keys.LOG + self.prefix
+        start_key = keys.offset_key(keys.LOG, self.prefix, new_start)
+
+        def doomed() -> tuple[bytes, int, list[bytes]]:
+            # Batches below the one containing new_start go; that one stays,
+            # and so do the blobs of the committed transactional batches.
+            cut = floor
+            freed = 0
+            blobs = []
+            for key, entry in self.store.scan(floor, start_key + b"\x00"):
+                if rb.last_offset_of(entry) >= new_start:
+                    break
+                cut = keys.offset_key(keys.LOG, self.prefix, keys.offset_of_key(key) + 1)
+                freed += log_entry.size(entry)
+                if log_entry.is_reference(entry):
+                    blobs.append(log_entry.blob_key(entry))
+            return cut, freed, blobs
+
+        cut, freed, blobs = await loop.run_in_executor(self.store.readers, doomed)
+        if new_start <= self.log_start_offset:
+            return  # another truncation got there first
+        self.log_start_offset = new_start
+        self.size_bytes = max(0, self.size_bytes - freed)
+        ops = Ops()
+        self.segments.truncate(new_start, freed, ops)
+        ops.delete_range(floor, cut)
+        for blob in blobs:
+            ops.delete(blob)
+        # Keep the index entry that covers new_start, clamped to it.
+        index = bisect_right(self._ts_offsets, new_start) - 1
+        if index > 0:
+            ops.delete_range(
+                keys.offset_key(keys.TIME_INDEX, self.prefix, 0),
+                keys.offset_key(keys.TIME_INDEX, self.prefix, self._ts_offsets[index]),
+            )
+            del self._ts_offsets[:index]
+            del self._ts_values[:index]
+        self._tail.drop_below(new_start)
+        ops.put(self.meta_key, self._meta())
+        await self.writer.submit(ops)
+        self.wake_waiters()
