@@ -6,28 +6,21 @@ waiting for compaction to get somewhere.
 from __future__ import annotations
 
 import asyncio
-import datetime
-import re
-import urllib.request
 
 from group_helpers import wait_for
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12 import request as fetch
-from kio.schema.list_offsets.v7 import request as list_offsets
-from kio.static.primitive import i32Timedelta
 
 from kafka_gateway.client import KafkaClient
 from tablets import batch as rb
+from testkit import kafka_requests as rq
+from testkit import prom
 from testkit.compaction import EAGER, Rec, decode
 
-__all__ = ["EAGER", "metrics", "partition_metric", "read_partition", "values", "wait_for"]
+__all__ = ["EAGER", "partition_metric", "read_partition", "values", "wait_for"]
 
 
 async def _earliest(client: KafkaClient, topic: str, partition: int) -> int:
-    response = await client.request(list_offsets.ListOffsetsRequest(
-        replica_id=-1, isolation_level=0, topics=(list_offsets.ListOffsetsTopic(
-            name=topic, partitions=(list_offsets.ListOffsetsPartition(
-                partition_index=partition, current_leader_epoch=-1, timestamp=-2),)),)))
+    response = await client.request(rq.list_offsets(topic, [(partition, -2)]))
     return response.topics[0].partitions[0].offset
 
 
@@ -40,15 +33,8 @@ async def _read(host_port: tuple[str, int], topic: str, partition: int
         offset = await _earliest(client, topic, partition)
         high_watermark = offset + 1
         while offset < high_watermark:
-            response = await client.request(fetch.FetchRequest(
-                cluster_id=None, replica_id=-1,
-                max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=1,
-                max_bytes=64 << 20, isolation_level=1, session_id=0, session_epoch=-1,
-                topics=(fetch.FetchTopic(topic=topic, partitions=(fetch.FetchPartition(
-                    partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-                    last_fetched_epoch=-1, log_start_offset=-1,
-                    partition_max_bytes=64 << 20),)),),
-                forgotten_topics_data=(), rack_id=""))
+            response = await client.request(rq.fetch(
+                topic, [(partition, offset, 64 << 20)], isolation_level=1, max_bytes=64 << 20))
             data = response.responses[0].partitions[0]
             assert data.error_code is ErrorCode.none, data.error_code
             high_watermark = data.last_stable_offset
@@ -80,22 +66,7 @@ def values(records: list[Rec]) -> list[tuple[int, str, str | None]]:
              None if r.value is None else r.value.decode()) for r in records]
 
 
-def admin_address(gateway) -> str:
-    """The admin HTTP address of the gateway's latest start."""
-    found = re.findall(r"admin http ([\d.]+:\d+)", gateway.output())
-    assert found, "the gateway runs without --admin-listen"
-    return found[-1]
-
-
-def metrics(gateway, prefix: str = "kafka_gateway_compaction") -> dict[str, float]:
-    """The gateway's /metrics lines starting with ``prefix``: name{labels} -> value."""
-    with urllib.request.urlopen(f"http://{admin_address(gateway)}/metrics",
-                                timeout=30) as response:
-        text = response.read().decode()
-    return {name: float(value) for name, value in
-            (line.rsplit(" ", 1) for line in text.splitlines() if line.startswith(prefix))}
-
-
 def partition_metric(gateway, name: str, topic: str, partition: int = 0) -> float:
-    return metrics(gateway)[f'kafka_gateway_compaction_{name}{{topic="{topic}",'
-                            f'partition="{partition}"}}']
+    """A compacted partition's ``kafka_gateway_compaction_<name>`` now."""
+    return prom.value(gateway.metrics(), f"kafka_gateway_compaction_{name}", topic=topic,
+                      partition=str(partition))

@@ -4,19 +4,16 @@ Apache Kafka 3.4.1 (the reference broker) plus compiled Java programs per sessio
 from __future__ import annotations
 
 import asyncio
-import datetime
 import uuid
 from collections.abc import Callable
 
 import pytest
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12 import request as fetch
-from kio.schema.list_offsets.v7 import request as list_offsets
-from kio.static.primitive import i32Timedelta
 
 from kafka_gateway.client import KafkaClient
 from tablets.batch import parse_batches
 from testkit import jvm
+from testkit import kafka_requests as rq
 from testkit.differential import TALLY
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
@@ -71,15 +68,8 @@ def stored_batches(gateway) -> StoredBatches:
             out: list[tuple[int, int, int]] = []
             offset, high_watermark = 0, 1
             while offset < high_watermark:
-                response = await client.request(fetch.FetchRequest(
-                    cluster_id=None, replica_id=-1,
-                    max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=1,
-                    max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,
-                    topics=(fetch.FetchTopic(topic=topic, partitions=(fetch.FetchPartition(
-                        partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-                        last_fetched_epoch=-1, log_start_offset=-1,
-                        partition_max_bytes=64 << 20),)),),
-                    forgotten_topics_data=(), rack_id=""))
+                response = await client.request(rq.fetch(
+                topic, [(partition, offset, 64 << 20)], isolation_level=0, max_bytes=64 << 20))
                 data = response.responses[0].partitions[0]
                 if data.error_code is ErrorCode.offset_out_of_range and not out:
                     # Records were deleted: start at the log start offset (an
@@ -104,10 +94,7 @@ def stored_batches(gateway) -> StoredBatches:
 
 async def earliest(client: KafkaClient, topic: str, partition: int) -> int:
     """The log start offset of a partition (ListOffsets, earliest)."""
-    response = await client.request(list_offsets.ListOffsetsRequest(
-        replica_id=-1, isolation_level=0, topics=(list_offsets.ListOffsetsTopic(
-            name=topic, partitions=(list_offsets.ListOffsetsPartition(
-                partition_index=partition, current_leader_epoch=-1, timestamp=-2),)),)))
+    response = await client.request(rq.list_offsets(topic, [(partition, -2)]))
     return response.topics[0].partitions[0].offset
 
 

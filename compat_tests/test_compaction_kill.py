@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import os
 
-from compaction_helpers import EAGER, metrics, read_partition, values, wait_for
+from compaction_helpers import EAGER, read_partition, values, wait_for
 from compat_helpers import create_topic
 from confluent_kafka import Producer
 
+from testkit import prom
 from testkit.gateway import GatewayProcess
 
 TOPIC = "killed-mid-compaction"
@@ -78,10 +79,10 @@ def test_kill_9_in_the_middle_of_a_compaction_run_loses_nothing(tmp_path):
         gateway.start()
 
         def mid_run():
-            found = metrics(gateway)
-            return (found["kafka_gateway_compaction_chunks_total"] >= 3
-                    and found["kafka_gateway_compaction_runs_total"] == 0
-                    and found["kafka_gateway_compaction_running"] == 1)
+            found = gateway.metrics()
+            return (prom.value(found, "kafka_gateway_compaction_chunks_total") >= 3
+                    and prom.value(found, "kafka_gateway_compaction_runs_total") == 0
+                    and prom.value(found, "kafka_gateway_compaction_running") == 1)
 
         wait_for(mid_run, 60, "compaction run with chunks swapped in")
         gateway.kill()  # SIGKILL

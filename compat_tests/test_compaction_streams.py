@@ -20,12 +20,13 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from compaction_helpers import metrics, partition_metric
+from compaction_helpers import partition_metric
 from compat_helpers import create_topic
 from confluent_kafka.admin import AdminClient
 from group_helpers import committed_offsets, group_gateway, wait_for
 from java_helpers import JavaProcess, by_op, run_java, step
 
+from testkit import prom
 from testkit.compaction import now_ms
 
 PARTITIONS, USERS = 2, 40
@@ -121,8 +122,8 @@ def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_class
 
 
 def high_watermark(gateway, topic: str, partition: int) -> int:
-    return int(metrics(gateway, "kafka_gateway_high_watermark")[
-        f'kafka_gateway_high_watermark{{topic="{topic}",partition="{partition}"}}'])
+    return int(prom.value(gateway.metrics(), "kafka_gateway_high_watermark", topic=topic,
+                          partition=str(partition)))
 
 
 def internal_topics(gateway, app_id: str) -> list[str]:

@@ -15,8 +15,6 @@ and it waits.
 
 from __future__ import annotations
 
-import re
-import urllib.request
 from collections import Counter, defaultdict
 
 import pytest
@@ -84,12 +82,9 @@ def wait_caught_up(gateway, group: str, topics: list[str], timeout: float) -> No
 
 def txn_metrics(gateway) -> dict[str, int]:
     """The gateway's kafka_gateway_txn_* counters (its /metrics)."""
-    admin = re.search(r"admin http ([\d.]+:\d+)", gateway.output()).group(1)
-    with urllib.request.urlopen(f"http://{admin}/metrics", timeout=30) as response:
-        text = response.read().decode()
-    return {name.removeprefix("kafka_gateway_txn_"): int(float(value))
-            for name, value in (line.rsplit(" ", 1) for line in text.splitlines()
-                                if line.startswith("kafka_gateway_txn_"))}
+    return {name.removeprefix("kafka_gateway_txn_"): int(value)
+            for (name, labels), value in gateway.metrics().items()
+            if name.startswith("kafka_gateway_txn_") and not labels}
 
 
 def topic_configs(gateway, topic: str) -> dict[str, str]:

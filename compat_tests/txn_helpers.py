@@ -29,7 +29,6 @@ from kio.schema.add_offsets_to_txn.v3 import request as add_offsets
 from kio.schema.add_partitions_to_txn.v3 import request as add_partitions
 from kio.schema.end_txn.v3 import request as end_txn
 from kio.schema.errors import ErrorCode
-from kio.schema.fetch.v12 import request as fetch
 from kio.schema.init_producer_id.v4 import request as init_producer_id
 from kio.schema.offset_fetch.v8 import request as offset_fetch
 from kio.schema.produce.v9 import request as produce
@@ -38,6 +37,7 @@ from kio.static.primitive import Records, i32Timedelta
 
 from kafka_gateway.client import KafkaClient
 from tablets.batch import parse_batches
+from testkit import kafka_requests as rq
 from testkit.gateway import GatewayProcess
 
 T = TypeVar("T")
@@ -212,15 +212,8 @@ def stored_log(server: Server, topic: str, partition: int) -> StoredLog:
         out: list[StoredBatch] = []
         offset, high_watermark, stable = 0, 1, 0
         while offset < high_watermark:
-            response = await client.request(fetch.FetchRequest(
-                cluster_id=None, replica_id=-1,
-                max_wait=i32Timedelta.parse(datetime.timedelta(0)), min_bytes=1,
-                max_bytes=64 << 20, isolation_level=0, session_id=0, session_epoch=-1,
-                topics=(fetch.FetchTopic(topic=topic, partitions=(fetch.FetchPartition(
-                    partition=partition, current_leader_epoch=-1, fetch_offset=offset,
-                    last_fetched_epoch=-1, log_start_offset=-1,
-                    partition_max_bytes=64 << 20),)),),
-                forgotten_topics_data=(), rack_id=""))
+            response = await client.request(rq.fetch(
+                topic, [(partition, offset, 64 << 20)], isolation_level=0, max_bytes=64 << 20))
             data = response.responses[0].partitions[0]
             assert data.error_code is ErrorCode.none, data.error_code
             high_watermark, stable = data.high_watermark, data.last_stable_offset

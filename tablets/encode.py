@@ -66,19 +66,11 @@ class _Streaming:
         return b"".join(self._parts)
 
 
-class _Lz4:
+class _Lz4(_Streaming):
     def __init__(self) -> None:
-        self._compressor = lz4.frame.LZ4FrameCompressor(block_linked=False,
-                                                        content_checksum=False)
-        self._parts = [self._compressor.begin()]
-
-    def write(self, data: bytes | memoryview) -> None:
-        if out := self._compressor.compress(data):
-            self._parts.append(out)
-
-    def finish(self) -> bytes:
-        self._parts.append(self._compressor.flush())
-        return b"".join(self._parts)
+        compressor = lz4.frame.LZ4FrameCompressor(block_linked=False, content_checksum=False)
+        super().__init__(compressor)
+        self._parts.append(compressor.begin())  # the frame header
 
 
 class _XerialSnappy:

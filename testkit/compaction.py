@@ -4,14 +4,16 @@ out, and the invariants every compacted log must keep.
     batch = keyed_batch([(b"k1", b"v1"), (b"k2", None)], codec=ZSTD)
     records = await read_all(tablet)          # [Rec(offset, timestamp, key, value)]
     check_log(tablet)                          # sizes, segments, time index, CRCs
+    run_engine(scenario, tmp_path)             # scenario(engine), the cleaner off
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 
-from tablets import PartitionTablet, keys, log_entry
+from tablets import CleanerSettings, EngineSettings, PartitionTablet, StorageEngine, keys, log_entry
 from tablets import batch as rb
 from tablets.records import decompressed
 from testkit.batches import NONE, compress, encode_record
@@ -145,3 +147,25 @@ def check_log(tablet: PartitionTablet) -> None:
         if header.base_offset >= tablet.log_start_offset and index:
             assert header.max_timestamp <= tablet._ts_values[index[-1]], (
                 header.base_offset, list(tablet._ts_offsets), list(tablet._ts_values))
+
+
+def run_engine(coro_fn, data_dir, **settings):
+    """``coro_fn(engine)`` on an engine over ``data_dir`` (the background
+    cleaner off unless ``cleaner`` is given: tests compact when they say so),
+    then close it."""
+
+    async def main():
+        settings.setdefault("cleaner", CleanerSettings(enable=False))
+        engine = StorageEngine(str(data_dir), EngineSettings(**settings))
+        engine.start(asyncio.get_running_loop())
+        try:
+            return await asyncio.wait_for(coro_fn(engine), 120)
+        finally:
+            engine.close()
+
+    return asyncio.run(main())
+
+
+async def produce(tablet: PartitionTablet, batches: list[bytes]) -> list[int]:
+    """Append each batch; their base offsets."""
+    return [(await tablet.append(b, now_ms())).base_offset for b in batches]

@@ -20,8 +20,11 @@ import threading
 import time
 from pathlib import Path
 
+from testkit import prom
+
 _READY = re.compile(r"kafka-gateway ready: listening on ([\d.]+):(\d+)")
 _LISTENER = re.compile(r"(\w+)://[^,\s]*:(\d+) \(")
+_ADMIN = re.compile(r"admin http ([\d.]+:\d+)")
 
 
 class GatewayProcess:
@@ -93,6 +96,16 @@ class GatewayProcess:
 
     def output(self) -> str:
         return "".join(self._log_lines)
+
+    def admin_address(self) -> str:
+        """host:port of the admin HTTP endpoint of the latest start."""
+        found = _ADMIN.findall(self.output())
+        assert found, "the gateway runs without --admin-listen"
+        return found[-1]
+
+    def metrics(self) -> dict[prom.Sample, float]:
+        """Its /metrics now, parsed as Prometheus does (read with ``prom.value``)."""
+        return prom.samples(prom.scrape(self.admin_address()))
 
     def kill(self) -> None:
         """kill -9: no clean shutdown, no flush."""

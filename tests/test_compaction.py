@@ -7,12 +7,11 @@ cleaner is off, so nothing happens behind a test's back.
 
 from __future__ import annotations
 
-import asyncio
 import struct
 
 import pytest
 
-from tablets import CleanerSettings, EngineSettings, StorageEngine, keys
+from tablets import CleanerSettings, keys
 from tablets import batch as rb
 from tablets.errors import InvalidRecord, InvalidTimestamp, RecordBatchTooLarge
 from tablets.records import RecordWalker
@@ -26,30 +25,11 @@ from testkit.compaction import (
     keyed_batch,
     newest,
     now_ms,
+    produce,
     read_all,
     read_batches,
+    run_engine,
 )
-
-OFF = CleanerSettings(enable=False)
-
-
-def run(coro_fn, data_dir, **settings):
-    """``coro_fn(engine)`` on an engine over ``data_dir`` (cleaner off), then close it."""
-
-    async def main():
-        settings.setdefault("cleaner", OFF)
-        engine = StorageEngine(str(data_dir), EngineSettings(**settings))
-        engine.start(asyncio.get_running_loop())
-        try:
-            return await asyncio.wait_for(coro_fn(engine), 120)
-        finally:
-            engine.close()
-
-    return asyncio.run(main())
-
-
-async def produce(tablet, batches):
-    return [(await tablet.append(b, now_ms())).base_offset for b in batches]
 
 
 def rounds(n_rounds: int, n_keys: int, codec: int = NONE, tag: bytes = b"v") -> list[bytes]:
@@ -89,9 +69,9 @@ def test_the_newest_value_of_each_key_stays_at_its_offset(tmp_path, codec):
         assert tablet.clean_end == 90
         return after
 
-    after = run(scenario, tmp_path)
+    after = run_engine(scenario, tmp_path)
     # The same log after a restart.
-    assert run(lambda engine: read_all(engine.partition("c", 0)), tmp_path) == after
+    assert run_engine(lambda engine: read_all(engine.partition("c", 0)), tmp_path) == after
 
 
 def test_offsets_keep_their_gaps_and_timestamps_their_values(tmp_path):
@@ -114,7 +94,7 @@ def test_offsets_keep_their_gaps_and_timestamps_their_values(tmp_path):
         assert [r.offset for r in decode(second)] == [4, 5]
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_records_without_a_key_go(tmp_path):
@@ -131,7 +111,7 @@ def test_records_without_a_key_go(tmp_path):
         assert [(r.offset, r.key) for r in await read_all(tablet)] == [(3, b"k"), (4, b"h")]
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 # -------------------------------------------------------------- tombstones
@@ -162,7 +142,7 @@ def test_a_tombstone_is_stamped_then_dropped_after_delete_retention(tmp_path):
                                                                         (4, b"head")]
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_a_tombstone_stays_until_its_horizon(tmp_path):
@@ -186,7 +166,7 @@ def test_a_tombstone_stays_until_its_horizon(tmp_path):
         assert tablet.compaction_plan(horizon - 1) is None
         assert tablet.compaction_plan(horizon) is not None
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 # ---------------------------------------------------- when compaction runs
@@ -219,7 +199,7 @@ def test_the_active_segment_is_never_compacted(tmp_path):
             *(r for r in written if r.offset >= head)]
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_segment_ms_rolls_on_a_later_append(tmp_path):
@@ -236,7 +216,7 @@ def test_segment_ms_rolls_on_a_later_append(tmp_path):
         assert [s.base for s in tablet.segments.closed] == [0]
         assert tablet.segments.active.base == 2
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_a_topic_not_compacted_keeps_its_closed_segments_as_one(tmp_path):
@@ -252,7 +232,7 @@ def test_a_topic_not_compacted_keeps_its_closed_segments_as_one(tmp_path):
         assert [r.offset for r in await read_all(tablet)] == [8, 9, 10, 11]
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_dirty_ratio_and_compaction_lags_decide_when_a_run_is_due(tmp_path):
@@ -283,7 +263,7 @@ def test_dirty_ratio_and_compaction_lags_decide_when_a_run_is_due(tmp_path):
         assert found.first_uncleanable == found.first_dirty  # all of it too young
         assert tablet.compaction_plan(now) is None
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_a_full_offset_map_stops_a_run_where_it_filled(tmp_path):
@@ -306,7 +286,7 @@ def test_a_full_offset_map_stops_a_run_where_it_filled(tmp_path):
         assert await read_all(tablet) == expected + [r for r in written if r.offset >= 20]
 
     from tablets.compaction import ENTRY_COST
-    run(scenario, tmp_path, cleaner=CleanerSettings(enable=False,
+    run_engine(scenario, tmp_path, cleaner=CleanerSettings(enable=False,
                                                     dedupe_buffer_bytes=4 * ENTRY_COST))
 
 
@@ -335,7 +315,7 @@ def test_snappy_keeps_its_framing_and_log_append_time_its_timestamp(tmp_path):
         assert [(r.offset, r.timestamp) for r in decode(raw) + decode(xerial)] == [
             (0, stamped[0]), (3, stamped[1])]
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_a_record_too_long_to_copy_leaves_its_batch_as_it_is(tmp_path, monkeypatch):
@@ -355,7 +335,7 @@ def test_a_record_too_long_to_copy_leaves_its_batch_as_it_is(tmp_path, monkeypat
         assert [r.key for r in await read_all(tablet)] == [b"a", b"big", b"a", b"h"]
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 # ------------------------------------------------------------ produce checks
@@ -393,7 +373,7 @@ def test_a_record_without_a_key_is_refused_by_a_compacted_topic(tmp_path):
         assert tablet.log_end_offset == 0
         assert (await tablet.append(keyed_batch([(b"k", b"1")]), now_ms())).base_offset == 0
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_a_batch_larger_than_segment_bytes_is_refused(tmp_path):
@@ -409,7 +389,7 @@ def test_a_batch_larger_than_segment_bytes_is_refused(tmp_path):
             await tablet.append(keyed_batch([(None, b"v")] * 5), now_ms())
         assert (await tablet.append(keyed_batch([(b"k", b"v")]), now_ms())).base_offset == 0
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_keyed_walk_reports_the_same_records_however_the_stream_is_cut():
@@ -462,7 +442,7 @@ def test_the_offset_map_keys_on_the_whole_key(tmp_path):
         assert [(r.key, r.value) for r in await read_all(tablet)] == [
             *((k, b"2") for k in keys_), (b"h", b"1")]
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_segments_survive_a_restart(tmp_path):
@@ -477,9 +457,9 @@ def test_segments_survive_a_restart(tmp_path):
         segments = engine.partition("c", 0).segments
         return list(segments.closed), segments.active
 
-    before = run(write, tmp_path)
+    before = run_engine(write, tmp_path)
     assert len(before[0]) == 3
-    assert run(reread, tmp_path) == before
+    assert run_engine(reread, tmp_path) == before
 
 
 def test_a_log_from_before_segments_is_one_closed_segment(tmp_path):
@@ -505,5 +485,5 @@ def test_a_log_from_before_segments_is_one_closed_segment(tmp_path):
         assert (tablet.segments.active.base, tablet.segments.active.size) == (6, 0)
         check_log(tablet)
 
-    size = run(write, tmp_path)
-    run(reread, tmp_path)
+    size = run_engine(write, tmp_path)
+    run_engine(reread, tmp_path)

@@ -17,8 +17,8 @@ import threading
 import pytest
 
 from kafka_gateway.prometheus import compaction_families
-from tablets import CleanerSettings, EngineSettings, StorageEngine, compaction, keys, log_entry
 from tablets import batch as rb
+from tablets import compaction, keys, log_entry
 from tablets.compaction import RunStats, Throttle
 from tablets.errors import PolicyViolation
 from testkit.batches import LZ4, ZSTD
@@ -28,30 +28,12 @@ from testkit.compaction import (
     keyed_batch,
     newest,
     now_ms,
+    produce,
     read_all,
     read_batches,
+    run_engine,
 )
 from txn import TransactionCoordinator, TxnSettings
-
-OFF = CleanerSettings(enable=False)
-
-
-def run(coro_fn, data_dir, **settings):
-    async def main():
-        settings.setdefault("cleaner", OFF)
-        engine = StorageEngine(str(data_dir), EngineSettings(**settings))
-        engine.start(asyncio.get_running_loop())
-        try:
-            return await asyncio.wait_for(coro_fn(engine), 120)
-        finally:
-            engine.close()
-
-    return asyncio.run(main())
-
-
-async def produce(tablet, batches):
-    for data in batches:
-        await tablet.append(data, now_ms())
 
 
 def chunks_of(engine, tablet, max_keys=1 << 20):
@@ -125,7 +107,7 @@ def test_committed_transactions_are_compacted_inline_and_their_markers_go(tmp_pa
             (4, b"a", b"2"), (6, b"b", b"4"), (7, b"c", b"4"), (8, b"head", b"5")]
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 # -------------------------------------------------- retention, DeleteRecords
@@ -151,7 +133,7 @@ def test_delete_records_needs_a_delete_policy(tmp_path):
             (7, b"2"), (8, b"2"), (9, b"2"), (10, b"2"), (11, b"2")]
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_retention_and_compaction_share_a_compact_delete_log(tmp_path):
@@ -175,7 +157,7 @@ def test_retention_and_compaction_share_a_compact_delete_log(tmp_path):
         assert values["both"] == [(2, b"a", b"new"), (4, b"c", b"newer"), (5, b"head", b"x")]
         assert values["compact"] == [(1, b"b", b"old"), *values["both"]]
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_a_run_stops_when_the_log_start_moves_between_two_swaps(tmp_path, monkeypatch):
@@ -199,7 +181,7 @@ def test_a_run_stops_when_the_log_start_moves_between_two_swaps(tmp_path, monkey
             (6, b"6"), (7, b"7"), (8, b"8"), (9, b"9")]  # k0's newest is in the head
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 # ----------------------------------------------------- concurrent readers
@@ -261,7 +243,7 @@ def test_produce_and_fetch_go_on_while_compaction_runs(tmp_path, monkeypatch):
         check_log(tablet)
         assert check(await read_all(tablet)) == len(produced) - 1
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_a_read_that_began_before_a_swap_finds_the_inlined_batch(tmp_path):
@@ -282,7 +264,7 @@ def test_a_read_that_began_before_a_swap_finds_the_inlined_batch(tmp_path):
         assert [rb.base_offset_of(b) for b in batches] == [0, 2, 3, 4]  # 2: the marker
         assert [rb.record_count_of(b) for b in batches] == [1, 1, 1, 1]
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 # --------------------------------------------------------- time and crashes
@@ -310,7 +292,7 @@ def test_offsets_by_time_and_retention_by_time_stay_exact(tmp_path):
         assert [r.offset for r in await read_all(tablet)] == [4, 5, 6]
         check_log(tablet)
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)
 
 
 def test_a_crash_between_two_swaps_loses_nothing(tmp_path, monkeypatch):
@@ -343,8 +325,8 @@ def test_a_crash_between_two_swaps_loses_nothing(tmp_path, monkeypatch):
         assert newest(records) == expected and len(records) == 3 + 1  # and the head's
         check_log(tablet)
 
-    run(first, tmp_path)
-    run(after_restart, tmp_path)
+    run_engine(first, tmp_path)
+    run_engine(after_restart, tmp_path)
 
 
 def compaction_samples(engine) -> dict[str, float]:
@@ -380,4 +362,4 @@ def test_metrics_show_cleanable_bytes_runs_and_lag(tmp_path):
         assert by_name["kafka_gateway_compaction_cleanable_bytes"] == 0
         assert by_name["kafka_gateway_compaction_clean_offset"] == 3
 
-    run(scenario, tmp_path)
+    run_engine(scenario, tmp_path)

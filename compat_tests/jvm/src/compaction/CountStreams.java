@@ -2,10 +2,7 @@ package compaction;
 
 import static javaclient.Kit.emit;
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
 import java.nio.ByteBuffer;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -29,7 +26,6 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
-import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.Grouped;
 import org.apache.kafka.streams.kstream.Materialized;
@@ -122,7 +118,6 @@ public final class CountStreams {
         Topology topology = topology(kit);
         emit("op", "topology", "description", topology.describe().toString());
         KafkaStreams streams = new KafkaStreams(topology, props);
-        List<Object> errors = new ArrayList<>();
         streams.setStateListener((now, before) ->
                 emit("op", "state", "state", now.toString(), "before", before.toString()));
         streams.setGlobalStateRestoreListener(new StateRestoreListener() {
@@ -142,19 +137,7 @@ public final class CountStreams {
                         "records", total);
             }
         });
-        streams.setUncaughtExceptionHandler(e -> {
-            errors.add(Kit.error(e));
-            emit("op", "uncaught", "error", Kit.error(e));
-            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
-        });
-        streams.start();
-        var stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        for (String line = stdin.readLine(); line != null && !line.trim().equals("stop");
-             line = stdin.readLine()) {
-            // anything else on stdin is ignored
-        }
-        boolean closed = streams.close(Duration.ofSeconds(60));
-        emit("op", "closed", "clean", closed, "errors", errors);
+        Kit.runStreams(streams);
     }
 
     private static void dump(Kit kit) {

@@ -1,7 +1,10 @@
 package javaclient;
 
+import java.io.BufferedReader;
 import java.io.FileDescriptor;
 import java.io.FileOutputStream;
+import java.io.IOException;
+import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -17,6 +20,8 @@ import java.util.concurrent.ExecutionException;
 
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.common.header.Header;
+import org.apache.kafka.streams.KafkaStreams;
+import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 
 /**
  * What the Java test programs share: {@code --name value} arguments, one JSON
@@ -162,6 +167,28 @@ public final class Kit {
         }
         return map("error", t.getClass().getSimpleName(), "message", t.getMessage(),
                 "causes", causes);
+    }
+
+    /**
+     * Runs a Kafka Streams app until "stop" (or the end) on stdin, then closes
+     * it: a thread that dies shuts the app down and is reported ("uncaught"),
+     * and the last line says whether it closed cleanly, with those errors.
+     */
+    public static void runStreams(KafkaStreams streams) throws IOException {
+        List<Object> errors = new ArrayList<>();
+        streams.setUncaughtExceptionHandler(e -> {
+            errors.add(error(e));
+            emit("op", "uncaught", "error", error(e));
+            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
+        });
+        streams.start();
+        var stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+        for (String line = stdin.readLine(); line != null && !line.trim().equals("stop");
+             line = stdin.readLine()) {
+            // anything else on stdin is ignored
+        }
+        boolean closed = streams.close(Duration.ofSeconds(60));
+        emit("op", "closed", "clean", closed, "errors", errors);
     }
 
     private static String json(Object value) {

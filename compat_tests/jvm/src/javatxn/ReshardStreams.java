@@ -2,9 +2,6 @@ package javatxn;
 
 import static javaclient.Kit.emit;
 
-import java.io.BufferedReader;
-import java.io.InputStreamReader;
-import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -25,7 +22,6 @@ import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.Topology;
-import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
 import org.apache.kafka.streams.kstream.Consumed;
 import org.apache.kafka.streams.kstream.KStream;
 import org.apache.kafka.streams.kstream.Produced;
@@ -122,22 +118,9 @@ public final class ReshardStreams {
         Topology topology = topology(kit);
         emit("op", "topology", "description", topology.describe().toString());
         KafkaStreams streams = new KafkaStreams(topology, props);
-        List<Object> errors = new ArrayList<>();
         streams.setStateListener((now, before) ->
                 emit("op", "state", "state", now.toString(), "before", before.toString()));
-        streams.setUncaughtExceptionHandler(e -> {
-            errors.add(Kit.error(e));
-            emit("op", "uncaught", "error", Kit.error(e));
-            return StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_CLIENT;
-        });
-        streams.start();
-        var stdin = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
-        for (String line = stdin.readLine(); line != null && !line.trim().equals("stop");
-             line = stdin.readLine()) {
-            // anything else on stdin is ignored
-        }
-        boolean closed = streams.close(Duration.ofSeconds(60));
-        emit("op", "closed", "clean", closed, "errors", errors);
+        Kit.runStreams(streams);
     }
 
     private static void dump(Kit kit) {
