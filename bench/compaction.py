@@ -11,9 +11,11 @@ second, and the run compacts everything but the active segment. Reported per
 server: the first run's MB of log (from the log start to where it compacted)
 and seconds, from each server's own log line at its end, its MB/s, and the
 probe's latency percentiles before the switch and while the run went on.
+With ``--repeat N`` both servers are measured N times, one after the other,
+and the medians are reported with the gateway's ratio to Kafka.
 
     python3 -m bench.compaction                       # 256 MiB over 100,000 keys
-    python3 -m bench.compaction --mib 64 --keys 20000 --codec none
+    python3 -m bench.compaction --mib 64 --keys 20000 --codec none --repeat 5
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import json
 import os
 import random
 import re
+import statistics
 import tempfile
 import threading
 import time
@@ -42,7 +45,6 @@ from confluent_kafka.admin import (
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
 
-SEGMENT_BYTES = 16 << 20
 PROBE_INTERVAL_S = 0.005
 
 
@@ -60,11 +62,11 @@ class Result:
     probes_during: int
 
 
-def fill(bootstrap: str, topic: str, mib: int, keys: int, codec: str) -> None:
+def fill(bootstrap: str, topic: str, mib: int, keys: int, codec: str, segment_mib: int) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.list_topics(timeout=60)  # a broker just started: its metadata first
     admin.create_topics([NewTopic(topic, 1, 1, config={
-        "cleanup.policy": "delete", "retention.ms": "-1", "segment.bytes": str(SEGMENT_BYTES),
+        "cleanup.policy": "delete", "retention.ms": "-1", "segment.bytes": str(segment_mib << 20),
         "min.cleanable.dirty.ratio": "0.01"})])[topic].result(60)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20,
                          "batch.size": 1 << 20, "compression.type": codec,
@@ -137,7 +139,7 @@ def measure(server: str, bootstrap: str, wait_run, args) -> Result:
     when it ended: wall clock) once the run is over."""
     topic = f"compaction-{server}"
     print(f"{server}: writing {args.mib} MiB", flush=True)
-    fill(bootstrap, topic, args.mib, args.keys, args.codec)
+    fill(bootstrap, topic, args.mib, args.keys, args.codec, args.segment_mib)
     print(f"{server}: probing, then compacting", flush=True)
     probe = Probe(bootstrap, topic)
     probe.start()
@@ -194,24 +196,55 @@ def run_kafka(work: Path, args) -> Result:
         return measure("kafka", kafka.bootstrap, wait_run, args)
 
 
-def main() -> None:
+RATIOS = ("mb_per_s", "during_p99_ms", "baseline_p99_ms")
+
+
+def summary(runs: list[list[Result]]) -> dict[str, dict[str, float]]:
+    """Per server the median of each figure over the runs, and the gateway's
+    ratio to Kafka for the headline ones."""
+    medians = {}
+    for index, server in enumerate(("gateway", "kafka")):
+        rows = [asdict(run[index]) for run in runs]
+        medians[server] = {field: round(statistics.median(row[field] for row in rows), 2)
+                           for field in rows[0] if field != "server"}
+    medians["gateway/kafka"] = {field: round(medians["gateway"][field]
+                                             / medians["kafka"][field], 2) for field in RATIOS}
+    return medians
+
+
+def _table(rows: list[dict]) -> None:
+    columns = list(rows[0])
+    print("  ".join(f"{c:>16}" for c in columns))
+    for row in rows:
+        print("  ".join(f"{v:>16}" for v in row.values()))
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--mib", type=int, default=256, help="data written before compacting")
     parser.add_argument("--keys", type=int, default=100_000, help="distinct keys")
     parser.add_argument("--codec", default="lz4", help="the producer's compression.type")
+    parser.add_argument("--segment-mib", type=int, default=16, help="the topic's segment.bytes")
     parser.add_argument("--baseline", type=float, default=5.0,
                         help="seconds of probing before the switch to compact")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each server")
     parser.add_argument("--out", help="also write the results as JSON here")
-    args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="bench-compaction-") as work:
-        results = [run_gateway(Path(work), args), run_kafka(Path(work), args)]
-    print(f"{args.mib} MiB of 1 KiB records over {args.keys} keys, codec {args.codec}")
-    columns = list(asdict(results[0]))
-    print("  ".join(f"{c:>16}" for c in columns))
-    for result in results:
-        print("  ".join(f"{v:>16}" for v in asdict(result).values()))
+    args = parser.parse_args(argv)
+    runs = []
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory(prefix="bench-compaction-") as work:
+            runs.append([run_gateway(Path(work), args), run_kafka(Path(work), args)])
+    print(f"{args.mib} MiB of 1 KiB records over {args.keys} keys, codec {args.codec}, "
+          f"{args.repeat} run(s) of each server")
+    _table([asdict(result) for run in runs for result in run])
+    medians = summary(runs)
+    print("medians, and the gateway's ratio to Kafka:")
+    _table([{"server": server, **figures} for server, figures in medians.items()
+            if server != "gateway/kafka"])
+    print("  ".join(f"{field} {ratio}" for field, ratio in medians["gateway/kafka"].items()))
     if args.out:
-        Path(args.out).write_text(json.dumps([asdict(r) for r in results], indent=2))
+        Path(args.out).write_text(json.dumps(
+            {"runs": [[asdict(r) for r in run] for run in runs], "summary": medians}, indent=2))
 
 
 if __name__ == "__main__":
