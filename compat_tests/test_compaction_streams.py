@@ -7,7 +7,8 @@ changelog meanwhile (the app asks for a segment every 200 ms of record time
 and cleaning as soon as anything is dirty). More records come; a slowed
 instance is killed with SIGKILL mid-stream; a new instance starts with an
 empty state directory, so its store can only come back by restoring the
-changelog, which it reads compacted. Afterwards each user's last count in
+changelog, which it reads compacted (the test waits for the cleaner to reach
+the changelog's head segments first). Afterwards each user's last count in
 the output (read_committed) is exactly its number of input records.
 
 The killed instance's transaction is aborted by its timeout (Streams' 10 s
@@ -93,6 +94,11 @@ def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_class
         app.kill()  # SIGKILL
         (tmp_path / "run-2-killed.log").write_text(app.stderr())
     assert FIRST + 100 <= at_kill < FIRST + SECOND, "not killed mid-stream"
+    # The cleaner (every 100 ms) compacts what the killed instance committed,
+    # up to each partition's head segment, before the new instance restores.
+    wait_for(lambda: all(partition_metric(gateway, "cleanable_bytes", changelog, p) == 0
+                         for p in range(PARTITIONS)),
+             60, "the changelog compacted up to its head", gateway, 0.2)
 
     app = run("state-2")  # empty: everything comes back from the changelog
     try:
