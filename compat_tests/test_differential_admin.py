@@ -10,7 +10,6 @@ with and without synonyms, at every version. Every response field is compared.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 from pathlib import Path
@@ -19,26 +18,10 @@ from differences import EXPECTED
 
 from kafka_gateway.codec import build, request_schema
 from testkit import kafka_requests as rq
-from testkit.differential import CLOSED, Differ
+from testkit.differential import CLOSED
 from testkit.kafka_requests import APPEND, BROKER, DELETE, SET, SUBTRACT, TOPIC
 from testkit.record_batches import Record, encode_batch
-from testkit.server_pair import Pair
-
-
-def _name(prefix: str) -> str:
-    return f"diff-{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def run(scenario, kafka_broker, gateway) -> Differ:
-    differ = Differ(EXPECTED)
-
-    async def main() -> None:
-        async with Pair(kafka_broker, gateway, differ) as pair:
-            await scenario(pair)
-
-    asyncio.run(asyncio.wait_for(main(), 120))
-    differ.verify()
-    return differ
+from testkit.server_pair import Pair, run_pair, unique_name
 
 
 # ---------------------------------------------------------------- topic names etc.
@@ -71,42 +54,42 @@ def test_bad_topics_partitions_and_replication(kafka_broker, gateway):
                  "rf-3": (1, 3), "rf-negative": (1, -2), "both-bad": (0, 3)}
         for label, (partitions, replication) in cases.items():
             await pair.check(f"create/{label}", rq.create_topics(
-                [(_name(label), partitions, replication)], validate_only=True))
+                [(unique_name(label), partitions, replication)], validate_only=True))
         await pair.check("create/rf-3-bad-config", rq.create_topics(
-            [(_name("x"), 1, 3, {"retention.ms": "soon"})], validate_only=True))
+            [(unique_name("x"), 1, 3, {"retention.ms": "soon"})], validate_only=True))
         await pair.check("create/partitions-0-bad-config", rq.create_topics(
-            [(_name("x"), 0, 1, {"retention.ms": "soon"})], validate_only=True))
-        await pair.check("create/defaults", rq.create_topics([(_name("d"), -1, -1)],
+            [(unique_name("x"), 0, 1, {"retention.ms": "soon"})], validate_only=True))
+        await pair.check("create/defaults", rq.create_topics([(unique_name("d"), -1, -1)],
                                                              validate_only=True))
-        twice = _name("twice")
+        twice = unique_name("twice")
         await pair.check("create/same-name-twice",
                          rq.create_topics([(twice, 1), (twice, 2)], validate_only=True))
         for version in range(2, 8):
             await pair.check(f"create/v{version}", rq.create_topics(
-                [(_name("v"), 2, 1, {"retention.ms": "100000"}), ("a b", 1), (twice, 0)],
+                [(unique_name("v"), 2, 1, {"retention.ms": "100000"}), ("a b", 1), (twice, 0)],
                 validate_only=True, version=version))
         # Manual assignments name each server's own node.
         own = {"kafka": 1, "gateway": 0}
         for label, ids in {"assigned-here": None, "assigned-elsewhere": (99,)}.items():
-            topic = _name(label)
+            topic = unique_name(label)
             requests = [rq.create_topics([(topic, -1, -1, None, [(0, ids or (own[s],))])],
                                          validate_only=True) for s in ("kafka", "gateway")]
             await pair.check(f"create/{label}", *requests)
-        both_ways = _name("pa")
+        both_ways = unique_name("pa")
         await pair.check("create/partitions-and-assignment", rq.create_topics(
             [(both_ways, 2, -1, None, [(0, (1,))])], validate_only=True),
             rq.create_topics([(both_ways, 2, -1, None, [(0, (0,))])], validate_only=True))
         # Partitions of existing topics.
-        topic = _name("grow")
+        topic = unique_name("grow")
         await pair.create_topic("partitions/create", topic, 2)
         await pair.check("partitions/fewer", _create_partitions(topic, 1))
         await pair.check("partitions/same", _create_partitions(topic, 2))
         await pair.check("partitions/more-validate-only", _create_partitions(topic, 4, True))
-        await pair.check("partitions/unknown-topic", _create_partitions(_name("nope"), 4))
+        await pair.check("partitions/unknown-topic", _create_partitions(unique_name("nope"), 4))
         await pair.check("partitions/metadata", rq.metadata([topic]))
-        await pair.check("topics/delete-unknown", rq.delete_topics([_name("nope")]))
+        await pair.check("topics/delete-unknown", rq.delete_topics([unique_name("nope")]))
 
-    run(scenario, kafka_broker, gateway)
+    run_pair(scenario, kafka_broker, gateway, EXPECTED)
 
 
 def _create_partitions(topic: str, count: int, validate_only: bool = False):
@@ -118,7 +101,7 @@ def _create_partitions(topic: str, count: int, validate_only: bool = False):
 
 def test_produce_and_read_errors(kafka_broker, gateway):
     async def scenario(pair: Pair) -> None:
-        topic = _name("limits")
+        topic = unique_name("limits")
         await pair.create_topic("produce-error/create", topic, 2, {"max.message.bytes": "1000"})
         now = int(time.time() * 1000)
         small = encode_batch([Record(b"s" * 100)], now)
@@ -133,12 +116,14 @@ def test_produce_and_read_errors(kafka_broker, gateway):
             await pair.check(f"produce-error/acks-{acks}",
                              rq.produce([(topic, 0, small)], acks=acks))
         await pair.check("produce-error/unknown-partition", rq.produce([(topic, 7, small)]))
-        await pair.check("produce-error/unknown-topic", rq.produce([(_name("nope"), 0, small)]))
+        await pair.check("produce-error/unknown-topic",
+                         rq.produce([(unique_name("nope"), 0, small)]))
         await pair.check("produce-error/offsets-after", rq.list_offsets(topic, [(0, -1), (1, -1)]))
-        await pair.check("metadata/unknown-topic-no-auto-create", rq.metadata([_name("nope")]))
+        await pair.check("metadata/unknown-topic-no-auto-create",
+                         rq.metadata([unique_name("nope")]))
         # auto.create.topics.enable is on (both defaults): Kafka's controller
         # creates the topic after answering, the gateway before.
-        created = _name("auto")
+        created = unique_name("auto")
         await pair.check("metadata/auto-create-first",
                          rq.metadata([created], allow_auto_topic_creation=True))
         await pair.wait_ready(created, 1)
@@ -157,7 +142,7 @@ def test_produce_and_read_errors(kafka_broker, gateway):
         await pair.check("metadata/deleted-configs", rq.describe_configs([(TOPIC, topic, None)]))
         await pair.check("metadata/deleted-again", rq.delete_topics([topic]))
 
-    run(scenario, kafka_broker, gateway)
+    run_pair(scenario, kafka_broker, gateway, EXPECTED)
 
 
 # ---------------------------------------------------------------- config values
@@ -250,7 +235,7 @@ def test_config_values_in_create_and_alter(kafka_broker, gateway):
         await pair.check("config/alter-after", rq.describe_configs(
             [(TOPIC, topic, None)], include_synonyms=True))
         await pair.check("config/alter-unknown-topic", rq.incremental_alter_configs(
-            [(TOPIC, _name("nope"), [("retention.ms", SET, "1")])]))
+            [(TOPIC, unique_name("nope"), [("retention.ms", SET, "1")])]))
         await pair.check("config/alter-invalid-topic-name", rq.incremental_alter_configs(
             [(TOPIC, "bad name!", [("retention.ms", SET, "1")])]))
         await pair.check("config/alter-unknown-resource-type", rq.incremental_alter_configs(
@@ -270,12 +255,12 @@ def test_config_values_in_create_and_alter(kafka_broker, gateway):
         await pair.check("config/alter-legacy-after", rq.describe_configs(
             [(TOPIC, topic, None)], include_synonyms=True))
 
-    run(scenario, kafka_broker, gateway)
+    run_pair(scenario, kafka_broker, gateway, EXPECTED)
 
 
 def test_describe_configs_defaults_sources_and_synonyms(kafka_broker, gateway):
     async def scenario(pair: Pair) -> None:
-        plain, custom = _name("defaults"), _name("overrides")
+        plain, custom = unique_name("defaults"), unique_name("overrides")
         await pair.create_topic("describe/create-default", plain)
         await pair.create_topic("describe/create-overrides", custom, 1, {
             "retention.ms": "+3600000", "max.message.bytes": " 2000 ", "cleanup.policy": "",
@@ -297,7 +282,7 @@ def test_describe_configs_defaults_sources_and_synonyms(kafka_broker, gateway):
         await pair.check("describe/two-topics", rq.describe_configs(
             [(TOPIC, plain, ["retention.ms"]), (TOPIC, custom, ["retention.ms"])], True))
         await pair.check("describe/unknown-topic",
-                         rq.describe_configs([(TOPIC, _name("nope"), None)]))
+                         rq.describe_configs([(TOPIC, unique_name("nope"), None)]))
         await pair.check("describe/invalid-topic-name",
                          rq.describe_configs([(TOPIC, "bad name!", None)]))
         await pair.check("describe/documentation", rq.describe_configs(
@@ -305,13 +290,13 @@ def test_describe_configs_defaults_sources_and_synonyms(kafka_broker, gateway):
         # LogAppendTime: the batch carries the broker's clock.
         now = int(time.time() * 1000)
         batch = encode_batch([Record(b"a" * 50), Record(b"b" * 50, timestamp_delta=5)], now)
-        stamped = _name("append-time")
+        stamped = unique_name("append-time")
         await pair.create_topic("describe/log-append-time-create", stamped, 1,
                                 {"message.timestamp.type": "LogAppendTime"})
         await pair.check("describe/log-append-time-produce", rq.produce([(stamped, 0, batch)]))
         await pair.check("describe/log-append-time-fetch", rq.fetch(stamped, [(0, 0, 1 << 20)]))
         # compression.type: Kafka recompresses, the gateway keeps the producer's batch.
-        compressed = _name("compression")
+        compressed = unique_name("compression")
         await pair.create_topic("describe/compression-type-create", compressed, 1,
                                 {"compression.type": "gzip"})
         await pair.check("describe/compression-type-produce",
@@ -319,7 +304,7 @@ def test_describe_configs_defaults_sources_and_synonyms(kafka_broker, gateway):
         await pair.check("describe/compression-type-fetch",
                          rq.fetch(compressed, [(0, 0, 1 << 20)]))
 
-    run(scenario, kafka_broker, gateway)
+    run_pair(scenario, kafka_broker, gateway, EXPECTED)
 
 
 def test_free_text_of_a_megabyte(kafka_broker, gateway):
@@ -328,7 +313,7 @@ def test_free_text_of_a_megabyte(kafka_broker, gateway):
     (INVALID_CONFIG, a short message), or closes too once its decoder applies
     Kafka's string limit. Either way nothing is stored."""
     async def scenario(pair: Pair) -> None:
-        topic = _name("mb")
+        topic = unique_name("mb")
         await pair.create_topic("megabyte/create", topic)
         value = "free text " * 104_858
         for config in ("message.format.version", "compression.type"):
@@ -341,7 +326,7 @@ def test_free_text_of_a_megabyte(kafka_broker, gateway):
         await pair.check("megabyte/unchanged", rq.describe_configs(
             [(TOPIC, topic, ["message.format.version", "compression.type"])]))
 
-    run(scenario, kafka_broker, gateway)
+    run_pair(scenario, kafka_broker, gateway, EXPECTED)
 
 
 

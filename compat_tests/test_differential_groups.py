@@ -12,22 +12,17 @@ id its own server gave it; every response field is compared (member ids as
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 from differences import EXPECTED
 
 from testkit import kafka_requests as rq
-from testkit.differential import CLOSED, Differ
-from testkit.server_pair import Pair
+from testkit.differential import CLOSED
+from testkit.server_pair import Pair, run_pair, unique_name
 
 SERVERS = ("kafka", "gateway")
 SESSION_MS, REBALANCE_MS = 60_000, 60_000
-
-
-def _name(prefix: str) -> str:
-    return f"diff-{prefix}-{uuid.uuid4().hex[:10]}"
 
 
 class Member:
@@ -99,7 +94,7 @@ async def _coordinator(pair: Pair) -> None:
     """Kafka creates its offsets topic on the first FindCoordinator and answers
     COORDINATOR_NOT_AVAILABLE until it is loaded (clients retry): wait for it,
     then compare the answers."""
-    probe = rq.find_coordinator([_name("probe")])
+    probe = rq.find_coordinator([unique_name("probe")])
     deadline = asyncio.get_running_loop().time() + 60
     while True:
         answers = await pair.send(probe)
@@ -116,7 +111,7 @@ async def _coordinator(pair: Pair) -> None:
 
 
 async def _rebalance_in_progress(pair: Pair, topic: str) -> None:
-    group = _name("group")
+    group = unique_name("group")
     a, b = Member(pair, group, "member-a"), Member(pair, group, "member-b")
     await a.join("group/join-without-member-id")
     await a.join("group/join-first-member")  # waits group.initial.rebalance.delay.ms
@@ -162,7 +157,7 @@ async def _rebalance_in_progress(pair: Pair, topic: str) -> None:
 
 
 async def _static_member_conflict(pair: Pair, topic: str) -> None:
-    group = _name("static")
+    group = unique_name("static")
     first = Member(pair, group, "static-first", instance_id="instance-1")
     await first.join("static/join")  # a static member gets its id at once
     await first.sync("static/sync", assign=[first])
@@ -187,7 +182,7 @@ async def _static_member_conflict(pair: Pair, topic: str) -> None:
 
 
 async def _bad_requests(pair: Pair, topic: str) -> None:
-    group = _name("bad")
+    group = unique_name("bad")
     loner = Member(pair, group, "loner")
     for version in (0, 1, 2, 3, 4):
         await loner.check(f"bad/heartbeat-unknown-group-v{version}", lambda s, v=version:
@@ -202,10 +197,10 @@ async def _bad_requests(pair: Pair, topic: str) -> None:
         group, -1, "", topic, [(0, 1)]))
     await loner.check("bad/commit-unknown-partition", lambda s: rq.offset_commit(
         group, -1, "", topic, [(9, 1)]))
-    missing = _name("nope")
+    missing = unique_name("nope")
     await loner.check("bad/commit-unknown-topic", lambda s: rq.offset_commit(
         group, -1, "", missing, [(0, 1)]))
-    await pair.check("bad/describe-unknown", rq.describe_groups([_name("nope")]))
+    await pair.check("bad/describe-unknown", rq.describe_groups([unique_name("nope")]))
     cases = {
         "session-too-short": dict(session_timeout_ms=1000),
         "session-too-long": dict(session_timeout_ms=3_600_000),
@@ -214,23 +209,19 @@ async def _bad_requests(pair: Pair, topic: str) -> None:
     }
     for label, kwargs in cases.items():
         await loner.check(f"bad/join-{label}", lambda s, kw=kwargs: rq.join_group(
-            _name("j"), **{"rebalance_timeout_ms": REBALANCE_MS, **kw}))
+            unique_name("j"), **{"rebalance_timeout_ms": REBALANCE_MS, **kw}))
     await loner.check("bad/join-empty-group-id", lambda s: rq.join_group(""))
     await loner.check("bad/describe-empty-group-id", lambda s: rq.describe_groups([""]))
 
 
 def test_group_errors(kafka_broker, gateway):
-    differ = Differ(EXPECTED)
+    async def scenario(pair: Pair) -> None:
+        topic = unique_name("offsets")
+        await pair.create_topic("group/create-topic", topic)
+        await _coordinator(pair)
+        # Concurrently: each new group waits group.initial.rebalance.delay.ms once.
+        await asyncio.gather(_rebalance_in_progress(pair, topic),
+                             _static_member_conflict(pair, topic),
+                             _bad_requests(pair, topic))
 
-    async def main() -> None:
-        async with Pair(kafka_broker, gateway, differ) as pair:
-            topic = _name("offsets")
-            await pair.create_topic("group/create-topic", topic)
-            await _coordinator(pair)
-            # Concurrently: each new group waits group.initial.rebalance.delay.ms once.
-            await asyncio.gather(_rebalance_in_progress(pair, topic),
-                                 _static_member_conflict(pair, topic),
-                                 _bad_requests(pair, topic))
-
-    asyncio.run(asyncio.wait_for(main(), 120))
-    differ.verify()
+    run_pair(scenario, kafka_broker, gateway, EXPECTED)

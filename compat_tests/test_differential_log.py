@@ -10,33 +10,16 @@ limits, at every version, and everything again after DeleteRecords.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
 
 from differences import EXPECTED
 
 from testkit import kafka_requests as rq
-from testkit.differential import Differ
 from testkit.record_batches import GZIP, LZ4, NONE, SNAPPY, ZSTD, Record, encode_batch
-from testkit.server_pair import Pair
+from testkit.server_pair import Pair, run_pair, unique_name
 
 EARLIEST, LATEST, MAX_TIMESTAMP = -2, -1, -3
-
-
-def _name(prefix: str) -> str:
-    return f"diff-{prefix}-{uuid.uuid4().hex[:10]}"
-
-
-def run(scenario, kafka_broker, gateway) -> None:
-    differ = Differ(EXPECTED)
-
-    async def main() -> None:
-        async with Pair(kafka_broker, gateway, differ) as pair:
-            await scenario(pair)
-
-    asyncio.run(asyncio.wait_for(main(), 120))
-    differ.verify()
 
 
 class Log:
@@ -88,7 +71,7 @@ async def _produce_log(pair: Pair, log: Log) -> dict[str, object]:
 
 
 def test_offsets_watermarks_and_list_offsets(kafka_broker, gateway):
-    log = Log(_name("log"))
+    log = Log(unique_name("log"))
 
     async def scenario(pair: Pair) -> None:
         await _produce_log(pair, log)
@@ -114,15 +97,15 @@ def test_offsets_watermarks_and_list_offsets(kafka_broker, gateway):
         await pair.check("list-offsets/unknown-partition",
                          rq.list_offsets(log.topic, [(7, LATEST)]))
         await pair.check("list-offsets/unknown-topic",
-                         rq.list_offsets(_name("missing"), [(0, LATEST)]))
+                         rq.list_offsets(unique_name("missing"), [(0, LATEST)]))
         await pair.check("list-offsets/same-partition-twice",
                          rq.list_offsets(log.topic, [(0, EARLIEST), (0, LATEST)]))
 
-    run(scenario, kafka_broker, gateway)
+    run_pair(scenario, kafka_broker, gateway, EXPECTED)
 
 
 def test_fetch_positions_limits_and_versions(kafka_broker, gateway):
-    log = Log(_name("fetch"))
+    log = Log(unique_name("fetch"))
 
     async def scenario(pair: Pair) -> None:
         ids = await _produce_log(pair, log)
@@ -142,7 +125,7 @@ def test_fetch_positions_limits_and_versions(kafka_broker, gateway):
         await pair.check("fetch/read-committed",
                          rq.fetch(log.topic, [(0, 0, 1 << 20)], isolation_level=1))
         await pair.check("fetch/unknown-partition", rq.fetch(log.topic, [(9, 0, 1 << 20)]))
-        await pair.check("fetch/unknown-topic", rq.fetch(_name("missing"), [(0, 0, 1 << 20)]))
+        await pair.check("fetch/unknown-topic", rq.fetch(unique_name("missing"), [(0, 0, 1 << 20)]))
         for version in range(4, 13):
             await pair.check(f"fetch/v{version}", rq.fetch(
                 log.topic, [(0, 2, 1 << 20), (1, 4, 1 << 20)], version=version))
@@ -166,11 +149,11 @@ def test_fetch_positions_limits_and_versions(kafka_broker, gateway):
             await pair.check(f"leader-epoch/list-offsets-at-{epoch}", rq.list_offsets(
                 log.topic, [(0, -1)], current_leader_epoch=epoch))
 
-    run(scenario, kafka_broker, gateway)
+    run_pair(scenario, kafka_broker, gateway, EXPECTED)
 
 
 def test_delete_records_then_read(kafka_broker, gateway):
-    log = Log(_name("delete"))
+    log = Log(unique_name("delete"))
 
     async def scenario(pair: Pair) -> None:
         await _produce_log(pair, log)
@@ -198,4 +181,4 @@ def test_delete_records_then_read(kafka_broker, gateway):
             await pair.check(f"delete-records/v{version}",
                              rq.delete_records(log.topic, [(1, 8)], version=version))
 
-    run(scenario, kafka_broker, gateway)
+    run_pair(scenario, kafka_broker, gateway, EXPECTED)

@@ -11,20 +11,17 @@ broker resource itself. Every response field is compared.
 
 from __future__ import annotations
 
-import asyncio
 import time
-import uuid
 
 import pytest
 from differences import EXPECTED
 
 from testkit import kafka_requests as rq
-from testkit.differential import Differ
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_requests import BROKER, TOPIC
 from testkit.record_batches import Record, encode_batch
-from testkit.server_pair import Pair
+from testkit.server_pair import Pair, run_pair, unique_name
 
 SETTINGS = {"auto.create.topics.enable": "false", "log.retention.ms": "86400000",
             "message.max.bytes": "2000000", "num.partitions": "2"}
@@ -45,29 +42,23 @@ def configured_gateway(tmp_path_factory):
         yield gateway
 
 
-def _name(prefix: str) -> str:
-    return f"diff-{prefix}-{uuid.uuid4().hex[:10]}"
-
-
 def test_configured_node(configured_kafka, configured_gateway):
-    differ = Differ(EXPECTED)
-
     async def scenario(pair: Pair) -> None:
-        missing = _name("missing")
+        missing = unique_name("missing")
         for version in (0, 3, 4, 9, 12):
             await pair.check(f"node/metadata-unknown-v{version}", rq.metadata(
                 [missing], allow_auto_topic_creation=True, version=version))
         batch = encode_batch([Record(b"x")], int(time.time() * 1000))
         await pair.check("node/produce-unknown", rq.produce([(missing, 0, batch)]))
         await pair.check("node/list-offsets-unknown", rq.list_offsets(missing, [(0, -1)]))
-        topic = _name("defaults")
+        topic = unique_name("defaults")
         await pair.check("node/create-default-partitions", rq.create_topics([(topic, -1, -1)]))
         await pair.wait_ready(topic, 2)
         await pair.check("node/metadata", rq.metadata([topic], version=12))
         for synonyms in (False, True):
             await pair.check(f"node/describe-topic-synonyms-{synonyms}", rq.describe_configs(
                 [(TOPIC, topic, None)], include_synonyms=synonyms))
-        custom = _name("custom")
+        custom = unique_name("custom")
         await pair.create_topic("node/create-custom", custom, 1,
                                 {"retention.ms": "1000000", "max.message.bytes": "3000"})
         await pair.check("node/describe-custom", rq.describe_configs(
@@ -82,9 +73,4 @@ def test_configured_node(configured_kafka, configured_gateway):
             [(BROKER, "1", keys)], include_synonyms=True),
             rq.describe_configs([(BROKER, "0", keys)], include_synonyms=True))
 
-    async def main() -> None:
-        async with Pair(configured_kafka, configured_gateway, differ) as pair:
-            await scenario(pair)
-
-    asyncio.run(asyncio.wait_for(main(), 120))
-    differ.verify()
+    run_pair(scenario, configured_kafka, configured_gateway, EXPECTED)

@@ -6,18 +6,21 @@
 
 One raw kio client per server (``member`` opens more, for group members that
 block in JoinGroup); ``check`` sends to both at once and compares every field
-of the two responses (testkit/differential.py).
+of the two responses (testkit/differential.py). ``run_pair`` runs a whole
+scenario and fails on any difference not expected.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from kafka_gateway.client import KafkaClient
 
 from . import kafka_requests as requests
-from .differential import CLOSED, Differ, Difference, Server, plain
+from .differential import CLOSED, Differ, Difference, Expected, Server, plain
 
 
 class Pair:
@@ -119,3 +122,23 @@ class Pair:
                 return
             assert asyncio.get_running_loop().time() < deadline, f"{name} not ready: {answers}"
             await asyncio.sleep(0.05)
+
+
+def unique_name(prefix: str) -> str:
+    """A topic or group name no other scenario uses, on either server."""
+    return f"diff-{prefix}-{uuid.uuid4().hex[:10]}"
+
+
+def run_pair(scenario: Callable[[Pair], Awaitable[None]], kafka_broker: Any, gateway: Any,
+             expected: Iterable[Expected], timeout: float = 120) -> Differ:
+    """``scenario(pair)`` against both servers; fails on a difference not in
+    ``expected`` (or an expected one that did not happen)."""
+    differ = Differ(expected)
+
+    async def main() -> None:
+        async with Pair(kafka_broker, gateway, differ) as pair:
+            await scenario(pair)
+
+    asyncio.run(asyncio.wait_for(main(), timeout))
+    differ.verify()
+    return differ
