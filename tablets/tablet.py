@@ -92,11 +92,22 @@ class PendingBlob:
 
 
 class BlobSink(Protocol):
-    """An open transaction, receiving one partition's transactional batches."""
+    """An open transaction, receiving one partition's transactional batches.
+
+    ``append`` announces each batch it accepts with ``expect`` (which raises
+    if the transaction takes no more batches) and settles it exactly once,
+    with ``settled``, after its blob is registered (``added``) or it failed:
+    the transaction's commit waits for what it expects. ``next_key`` raises
+    if the transaction ended in between; nothing of the batch is then stored.
+    """
+
+    def expect(self) -> None: ...
 
     def next_key(self, partition_prefix: bytes) -> bytes: ...
 
     def added(self, key: bytes, batch: bytes) -> None: ...
+
+    def settled(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,17 +256,26 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
         checked: asyncio.Future[int]
         if validate.runs_inline(header):
             max_timestamp = validate.check_records(view, header, settings, now_ms, self.name)
+            if sink is not None:
+                sink.expect()
             if not self._checking:
                 return self._commit(view, header, max_timestamp, settings, now_ms,
                                     loop.create_future(), sink)
             checked = loop.create_future()
             checked.set_result(max_timestamp)
         else:
-            checked = asyncio.wrap_future(
-                self.validators.submit(validate.check_records, view, header, settings, now_ms,
-                                       self.name),
-                loop=loop,
-            )
+            if sink is not None:
+                sink.expect()
+            try:
+                checked = asyncio.wrap_future(
+                    self.validators.submit(validate.check_records, view, header, settings,
+                                           now_ms, self.name),
+                    loop=loop,
+                )
+            except BaseException:
+                if sink is not None:
+                    sink.settled()
+                raise
         appended: asyncio.Future[AppendResult] = loop.create_future()
         self._checking.append(_Checking(checked, appended, view, header, settings, now_ms, sink))
         checked.add_done_callback(self._commit_checked)
@@ -275,6 +295,8 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
             if error is not None:
                 if not item.appended.done():
                     item.appended.set_exception(error)
+                if item.sink is not None:
+                    item.sink.settled()
                 continue
             self._commit(item.view, item.header, item.checked.result(), item.settings,
                          item.now_ms, item.appended, item.sink)
@@ -291,7 +313,34 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
     ) -> asyncio.Future[AppendResult]:
         """Check a checked batch's sequence, assign it offsets (or a blob of its
         transaction) and queue its write; resolve ``appended``."""
+        if sink is None:
+            return self._store(view, header, max_timestamp, settings, now_ms, appended, None)
+        try:
+            return self._store(view, header, max_timestamp, settings, now_ms, appended, sink)
+        finally:
+            sink.settled()
+
+    def _store(
+        self,
+        view: memoryview,
+        header: rb.BatchHeader,
+        max_timestamp: int,
+        settings: TabletSettings,
+        now_ms: int,
+        appended: asyncio.Future[AppendResult],
+        sink: BlobSink | None,
+    ) -> asyncio.Future[AppendResult]:
         ops = Ops()
+        key = b""
+        if sink is not None:
+            try:
+                # First: a batch whose transaction ended stores nothing, not
+                # even its sequence.
+                key = sink.next_key(self.prefix)
+            except Exception as exc:
+                if not appended.done():
+                    appended.set_exception(exc)
+                return appended
         cached = None
         if header.producer_id >= 0:
             try:
@@ -319,7 +368,6 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
             data = rb.set_max_timestamp(data, max_timestamp)
         append_time = now_ms if settings.log_append_time else -1
         if sink is not None:
-            key = sink.next_key(self.prefix)
             ops.put(key, data)
             if cached is not None:
                 self.producers.stage(header.producer_id, header.producer_epoch, cached, now_ms,

@@ -55,14 +55,15 @@ class Env:
         return self.newest[0]
 
     async def produce(self, pid: int, epoch: int, tp: tuple[str, int], values: list[bytes],
-                      connection: int = -1, seq: int | None = None) -> int:
-        """A transactional batch through the coordinator's sink: its base offset.
-        Sequences continue per producer and partition unless ``seq`` is given."""
+                      connection: int = -1, seq: int | None = None, tid: str = TID) -> int:
+        """A transactional batch of ``tid`` through the coordinator's sink: its
+        base offset. Sequences continue per producer and partition unless
+        ``seq`` is given."""
         key = (pid, *tp)
         first = self.seqs.get(key, 0) if seq is None else seq
         batch = make_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=first,
                            attributes=rb.ATTR_TRANSACTIONAL)
-        sink = self.txns.sink_for(pid, epoch, *tp, connection)
+        sink = self.txns.sink_for(tid, pid, epoch, *tp, connection)
         result = await self.engine.partition(*tp).append(batch, self.clock(), sink)
         self.seqs[key] = max(self.seqs.get(key, 0), first + len(values))
         return result.base_offset
