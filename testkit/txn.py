@@ -5,20 +5,58 @@
 runs each phase on a freshly opened StorageEngine and TransactionCoordinator
 over the same data directory (topics ``a`` and ``b``, 2 partitions each), so
 a test can close and reopen the store between phases as a restart would.
+
+    held = HeldChecks.install(tablet)   # its worker-thread record checks wait
+    ...; held.release()                 # until the test lets them run
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
+from typing import Any
 
-from kafka_gateway.codec import read_uvarint
 from tablets import StorageEngine, keys
 from tablets import batch as rb
 from tablets.consumer_offsets import ConsumerOffsets
+from tablets.tablet import PartitionTablet
 from testkit.batches import make_batch
+from testkit.record_batches import decode_batches
 from txn import TransactionCoordinator, TxnSettings, TxnState
+
+
+class HeldChecks(Executor):
+    """A tablet's validators executor whose record checks (compressed or large
+    batches) run only when the test calls ``release``: what happens meanwhile
+    is the race a slow check opens, made deterministic."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
+
+    @classmethod
+    def install(cls, tablet: PartitionTablet) -> HeldChecks:
+        held = cls()
+        tablet.validators = held
+        return held
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        assert not kwargs
+        future: Future[Any] = Future()
+        self.held.append((future, fn, args))
+        return future
+
+    def release(self) -> int:
+        """Run every held check now (on this thread); returns how many."""
+        held, self.held = self.held, []
+        for future, fn, args in held:
+            try:
+                future.set_result(fn(*args))
+            except Exception as exc:
+                future.set_exception(exc)
+        return len(held)
+
 
 TID = "tx"
 GROUP = "g"
@@ -135,24 +173,8 @@ def run(tmp_path, *phases: Phase, settings: TxnSettings | None = None,
 
 
 def batch_values(batch: bytes) -> list[bytes] | None:
-    """The values of an uncompressed batch (None for a control batch)."""
+    """The values of a batch, in any codec (None for a control batch)."""
     if rb.parse_batches(batch)[0].is_control:
         return None
-    out, pos = [], rb.HEADER_SIZE
-
-    def varint(at: int) -> tuple[int, int]:
-        raw, at = read_uvarint(batch, at)
-        return (raw >> 1) ^ -(raw & 1), at
-
-    for _ in range(rb.record_count_of(batch)):
-        length, pos = varint(pos)
-        end = pos + length
-        pos += 1  # attributes
-        _, pos = varint(pos)  # timestamp delta
-        _, pos = varint(pos)  # offset delta
-        key_len, pos = varint(pos)
-        pos += max(key_len, 0)
-        value_len, pos = varint(pos)
-        out.append(batch[pos:pos + value_len])
-        pos = end
-    return out
+    [decoded] = decode_batches(batch)
+    return [record["value"] for record in decoded["records"]]
