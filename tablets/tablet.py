@@ -22,8 +22,9 @@ records; ListOffsets by timestamp streams one batch (``records``).
 
 Transactional batches do not enter the log when produced: ``append`` stores
 them as blobs of their transaction (a ``BlobSink`` names the keys), and
-``stage_commit`` later writes the small log entries that reference them
-(``log_entry``), at the end of the log, in the transaction's one commit write.
+``stage_commit`` (``txn_log``, a part of this class) later writes the small
+log entries that reference them (``log_entry``), at the end of the log, in
+the transaction's one commit write.
 Idempotent producers' sequences are checked and kept by ``producers``, in the
 same write as the batches they describe.
 
@@ -45,10 +46,10 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from . import batch as rb
-from . import keys, log_entry, validate
+from . import keys, validate
 from .compacted_log import CompactedLog
 from .compaction import CompactionConfig
 from .errors import (
@@ -56,12 +57,14 @@ from .errors import (
     UnknownPartition,
     UnsupportedRecordKind,
 )
+from .log_entry import LEADER_EPOCH
 from .log_reads import LogReads
 from .memory_run import MemoryRun
 from .producers import CachedBatch, ProducerStates, next_seq
 from .segments import NO_TIMESTAMP, Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 from .truncation import TruncatedLog
+from .txn_log import BlobSink, TransactionLog
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -72,7 +75,6 @@ _OLD_META = struct.Struct(">qqq")  # log start offset, log end offset, bytes sto
 _META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
 
-LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,34 +82,6 @@ class AppendResult:
     base_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class PendingBlob:
-    """A transactional batch stored outside the log until its transaction commits."""
-
-    key: bytes
-    header: bytes  # its 61-byte header, as produced
-    data: bytes | None  # the batch itself, while held in memory
-
-
-class BlobSink(Protocol):
-    """An open transaction, receiving one partition's transactional batches.
-
-    ``append`` announces each batch it accepts with ``expect`` (which raises
-    if the transaction takes no more batches) and settles it exactly once,
-    with ``settled``, after its blob is registered (``added``) or it failed:
-    the transaction's commit waits for what it expects. ``next_key`` raises
-    if the transaction ended in between; nothing of the batch is then stored.
-    """
-
-    def expect(self) -> None: ...
-
-    def next_key(self, partition_prefix: bytes) -> bytes: ...
-
-    def added(self, key: bytes, batch: bytes) -> None: ...
-
-    def settled(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +116,7 @@ class _Checking:
     sink: BlobSink | None
 
 
-class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
+class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
     def __init__(
         self,
         store: RocksStore,
@@ -424,46 +398,6 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
             self._ts_values.append(max_timestamp)
             ops.put(keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
                     _TIMESTAMP.pack(max_timestamp))
-
-    # --------------------------------------------------- transaction commit
-    def stage_commit(self, blobs: list[PendingBlob], marker: bytes,
-                     ops: Ops) -> Callable[[], None]:
-        """Add a committed transaction's part of this log to ``ops``: a
-        reference to each of its blobs at the end of the log, then the COMMIT
-        ``marker``. Returns what publishes them once ``ops`` is durable.
-
-        Offsets are taken now, so the transaction's batches are consecutive.
-        Their bytes join the in-memory tail when all were held in memory;
-        otherwise the tail restarts after them (it must stay contiguous).
-        """
-        offset = self.log_end_offset
-        settings = self.settings()
-        cached = all(blob.data is not None for blob in blobs)
-        if not cached:
-            self._tail = MemoryRun()
-        for blob in blobs:
-            ops.put(keys.offset_key(keys.LOG, self.prefix, offset),
-                    log_entry.reference(blob.header, offset, LEADER_EPOCH, blob.key))
-            max_timestamp = rb.max_timestamp_of(blob.header)
-            self._index_timestamp(offset, max_timestamp, ops)
-            if cached:
-                self._cache(offset, log_entry.patch(blob.data, offset, LEADER_EPOCH))
-            size = log_entry.size(blob.header)
-            self.size_bytes += size
-            self.segments.add(offset, size, max_timestamp, settings.segment_bytes,
-                              settings.segment_ms, settings.compaction is not None, ops)
-            offset += rb.record_count_of(blob.header)
-        data = rb.stamp(memoryview(marker), rb.parse_batches(marker)[0], offset, LEADER_EPOCH)
-        ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
-        self._index_timestamp(offset, rb.max_timestamp_of(data), ops)
-        self._cache(offset, data)
-        self.size_bytes += len(data)
-        self.segments.add(offset, len(data), rb.max_timestamp_of(data), settings.segment_bytes,
-                          settings.segment_ms, settings.compaction is not None, ops)
-        offset += 1
-        self.log_end_offset = offset
-        ops.put(self.meta_key, self._meta())
-        return lambda: self._advance_high_watermark(offset)
 
     def _advance_high_watermark(self, offset: int) -> None:
         if offset > self.high_watermark:

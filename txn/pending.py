@@ -30,7 +30,7 @@ from tablets import keys
 from tablets.batch import HEADER_SIZE
 from tablets.consumer_offsets import TopicPartition
 from tablets.store import Ops, RocksStore
-from tablets.tablet import PendingBlob
+from tablets.txn_log import PendingBlob
 
 from .errors import ConcurrentTransactions, TxnError
 
