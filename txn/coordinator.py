@@ -120,7 +120,6 @@ class TransactionCoordinator:
         self.budget = MemoryBudget(self.settings.pending_memory_bytes)
         self.stats = TxnStats()
         self.txns: dict[str, TxnMetadata] = {}
-        self._by_producer: dict[int, TxnMetadata] = {}
         self._open: dict[str, _Open] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         raw = self.store.get(_INSTANCE_KEY)
@@ -150,7 +149,6 @@ class TransactionCoordinator:
 
     def _register(self, meta: TxnMetadata) -> None:
         self.txns[meta.transactional_id] = meta
-        self._by_producer[meta.producer_id] = meta
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         lock = self._locks.get(transactional_id)
@@ -219,16 +217,12 @@ class TransactionCoordinator:
         """A new epoch (or producer id). Only a bump the current session asked
         for itself (KIP-360) may be retried by it; a fence (a new session, a
         timeout) leaves no way back for the old epoch."""
-        old_pid = meta.producer_id
         meta.last_producer_id = meta.producer_id
         meta.last_epoch = meta.epoch if asked_by_current else -1
         if meta.epoch >= EPOCH_EXHAUSTED:
             meta.producer_id, meta.epoch = self.ids.allocate(ops), 0
         else:
             meta.epoch += 1
-        if meta.producer_id != old_pid:
-            self._by_producer.pop(old_pid, None)
-            self._by_producer[meta.producer_id] = meta
 
     # ------------------------------------------------- checking a request
     def _current(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
@@ -469,14 +463,7 @@ class TransactionCoordinator:
         (Kafka 3.4 would write such a batch into the log and leave a hanging
         transaction).
         """
-        meta = self.txns.get(transactional_id)
-        if meta is None or meta.producer_id != producer_id:
-            raise InvalidProducerIdMapping(
-                f"transactional id {transactional_id!r} is not mapped to producer {producer_id}")
-        if epoch != meta.epoch:
-            self.stats.fenced += 1
-            raise ProducerFenced(f"producer {producer_id} epoch {epoch} is fenced (current "
-                                 f"{meta.epoch})")
+        meta = self._current(transactional_id, producer_id, epoch)
         if meta.is_open and self._open[transactional_id].data.draining:
             raise ConcurrentTransactions(f"the transaction of {transactional_id} is being "
                                          "committed")
@@ -507,7 +494,6 @@ class TransactionCoordinator:
                         and meta.updated_ms == updated):
                     meta.move(TxnState.DEAD)
                     del self.txns[meta.transactional_id]
-                    self._by_producer.pop(meta.producer_id, None)
                     self._locks.pop(meta.transactional_id, None)
 
     async def _time_out(self, meta: TxnMetadata) -> None:
