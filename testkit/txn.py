@@ -8,6 +8,7 @@ a test can close and reopen the store between phases as a restart would.
 
     held = HeldChecks.install(tablet)   # its worker-thread record checks wait
     ...; held.release()                 # until the test lets them run
+    txns.writer = HeldWrites(txns.writer)   # likewise the coordinator's writes
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 from tablets import StorageEngine, keys
 from tablets import batch as rb
 from tablets.consumer_offsets import ConsumerOffsets
+from tablets.store import GroupCommitWriter, Ops
 from tablets.tablet import PartitionTablet
 from testkit.batches import make_batch
 from testkit.record_batches import decode_batches
@@ -55,6 +57,29 @@ class HeldChecks(Executor):
                 future.set_result(fn(*args))
             except Exception as exc:
                 future.set_exception(exc)
+        return len(held)
+
+
+class HeldWrites:
+    """Stands for the coordinator's writer (``txns.writer = HeldWrites(...)``):
+    its writes reach the store only when the test calls ``release``."""
+
+    def __init__(self, writer: GroupCommitWriter) -> None:
+        self.writer = writer
+        self.held: list[tuple[Ops, asyncio.Future[None]]] = []
+
+    def submit(self, ops: Ops) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = self.writer.loop.create_future()
+        self.held.append((ops, future))
+        return future
+
+    async def release(self) -> int:
+        """Write every held change, in order; returns how many."""
+        held, self.held = self.held, []
+        for ops, future in held:
+            await self.writer.submit(ops)
+            if not future.done():  # as the writer's: a cancelled waiter is skipped
+                future.set_result(None)
         return len(held)
 
 

@@ -17,9 +17,10 @@ import asyncio
 import pytest
 
 from tablets import batch as rb
+from tablets.consumer_offsets import OffsetCommit
 from tablets.errors import InvalidRecordBatch
 from testkit.batches import GZIP, make_batch
-from testkit.txn import TID, TIMEOUT_MS, Clock, Env, HeldChecks, run
+from testkit.txn import GROUP, TID, TIMEOUT_MS, Clock, Env, HeldChecks, HeldWrites, run
 from txn import TxnState
 from txn.errors import ConcurrentTransactions, InvalidTxnState, ProducerFenced
 
@@ -217,5 +218,43 @@ def test_a_cancelled_commit_leaves_the_transaction_open_and_usable(tmp_path):
         await env.txns.end_txn(TID, pid, epoch, True)
         assert await env.record_values(A0) == [(0, b"first"), (1, b"second")]
         assert_nothing_pending(env)
+
+    run(tmp_path, phase)
+
+
+@pytest.mark.parametrize("commit", [True, False])
+def test_an_end_txn_cancelled_after_it_was_staged_still_publishes(tmp_path, commit):
+    """The client goes away while its EndTxn's write is on its way to the
+    store: the write lands, and what it ends is still published and gives
+    back its memory and its pending offsets (else the group's offsets would
+    stay UNSTABLE_OFFSET_COMMIT and the budget taken until a restart)."""
+
+    async def phase(env: Env) -> None:
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        await env.begin(pid, epoch, [A0], group=GROUP)
+        assert await env.produce(pid, epoch, A0, [b"v"]) == -1
+        await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {A0: OffsetCommit(7)})
+        assert env.txns.budget.used > 0 and env.offsets.is_pending(GROUP, *A0)
+        writes = env.txns.writer = HeldWrites(env.txns.writer)
+        end = asyncio.create_task(env.txns.end_txn(TID, pid, epoch, commit))
+        for _ in range(1000):
+            if writes.held:
+                break
+            await asyncio.sleep(0)
+        assert len(writes.held) == 1, "EndTxn never staged its write"
+        end.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await end
+        assert await writes.release() == 1
+        await asyncio.sleep(0)  # the write's callbacks
+        assert_nothing_pending(env)
+        assert not env.offsets.is_pending(GROUP, *A0)
+        if commit:
+            assert await env.record_values(A0) == [(0, b"v")]
+            assert env.engine.partition(*A0).high_watermark == 2
+            assert env.offsets.committed(GROUP, *A0).offset == 7
+        else:
+            assert await env.log(A0) == [] and env.blobs() == []
+            assert env.offsets.committed(GROUP, *A0) is None
 
     run(tmp_path, phase)
