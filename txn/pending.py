@@ -96,6 +96,12 @@ class PendingData:
             self.draining = False
             self._idle = None
 
+    def settled(self) -> None:
+        """One in-flight append is over: wake the drain after the last."""
+        self.inflight -= 1
+        if self.inflight == 0 and self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
+
     def release(self) -> None:
         """The transaction completed: its in-memory bytes go back to the budget."""
         self.budget.give_back(self.held)
@@ -135,19 +141,15 @@ class PartitionSink:
     def expect(self) -> None:
         """An append of this partition will store a batch here once its records
         are checked; it settles with ``settled``."""
-        pending = self.pending
-        pending.check_open()
-        if pending.draining:
+        self.pending.check_open()
+        if self.pending.draining:
             raise ConcurrentTransactions(
                 f"{self.tp[0]}-{self.tp[1]}: the transaction is being committed")
-        pending.inflight += 1
+        self.pending.inflight += 1
 
     def settled(self) -> None:
         """An expected append's blob is registered (``added``), or it failed."""
-        pending = self.pending
-        pending.inflight -= 1
-        if pending.inflight == 0 and pending._idle is not None and not pending._idle.done():
-            pending._idle.set_result(None)
+        self.pending.settled()
 
     def next_key(self, partition_prefix: bytes) -> bytes:
         """The key of the next blob; raises if the transaction ended meanwhile
