@@ -7,7 +7,7 @@
   (batches with their transactional/control flags, watermarks);
 - raw requests a client library does not let a test send exactly: OffsetFetch
   with require_stable, and the transactional requests on a chosen connection
-  (``RawTxn``).
+  (``testkit.raw_txn.RawTxn``).
 
 Every wait is bounded; servers are a ``GatewayProcess`` or a ``KafkaBroker``
 (anything with ``host_port``).
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -25,20 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-from kio.schema.add_offsets_to_txn.v3 import request as add_offsets
-from kio.schema.add_partitions_to_txn.v3 import request as add_partitions
-from kio.schema.end_txn.v3 import request as end_txn
 from kio.schema.errors import ErrorCode
-from kio.schema.init_producer_id.v4 import request as init_producer_id
 from kio.schema.offset_fetch.v8 import request as offset_fetch
-from kio.schema.produce.v9 import request as produce
-from kio.schema.txn_offset_commit.v3 import request as txn_offset_commit
-from kio.static.primitive import Records, i32Timedelta
 
 from kafka_gateway.client import KafkaClient
 from tablets.batch import parse_batches
 from testkit import kafka_requests as rq
 from testkit.gateway import GatewayProcess
+from testkit.raw_txn import RawTxn as RawTxn  # re-exported: the compat tests import it here
 
 T = TypeVar("T")
 TIMEOUT_S = 30.0
@@ -250,89 +243,6 @@ def fetch_offsets(server: Server, group: str, partitions: list[tuple[str, int]],
                 for t in answer.topics for p in t.partitions}
 
     return run_raw(server, fetch_them)
-
-
-class RawTxn:
-    """One connection's transactional requests, answered with their error codes.
-
-    The transactional id's producer id and epoch are shared by every
-    ``RawTxn`` of the same producer (``adopt``), so a test can send one
-    session's requests on several connections, as a client retrying on a
-    new connection does.
-    """
-
-    def __init__(self, client: KafkaClient, transactional_id: str | None) -> None:
-        self.client = client
-        self.transactional_id = transactional_id
-        self.producer_id = -1
-        self.epoch = -1
-
-    @classmethod
-    async def connect(cls, server: Server, transactional_id: str | None) -> RawTxn:
-        return cls(await KafkaClient.connect(*server.host_port), transactional_id)
-
-    def adopt(self, other: RawTxn) -> RawTxn:
-        self.producer_id, self.epoch = other.producer_id, other.epoch
-        return self
-
-    async def close(self) -> None:
-        await self.client.close()
-
-    async def init_producer_id(self, timeout_ms: int = 60_000) -> ErrorCode:
-        response = await self.client.request(init_producer_id.InitProducerIdRequest(
-            transactional_id=self.transactional_id,
-            transaction_timeout=i32Timedelta.parse(datetime.timedelta(milliseconds=timeout_ms)),
-            producer_id=-1, producer_epoch=-1))
-        self.producer_id, self.epoch = response.producer_id, response.producer_epoch
-        return response.error_code
-
-    async def add_partitions(self, topic: str, *partitions: int) -> ErrorCode:
-        response = await self.client.request(add_partitions.AddPartitionsToTxnRequest(
-            v3_and_below_transactional_id=self.transactional_id,
-            v3_and_below_producer_id=self.producer_id,
-            v3_and_below_producer_epoch=self.epoch,
-            v3_and_below_topics=(add_partitions.AddPartitionsToTxnTopic(
-                name=topic, partitions=partitions),)))
-        codes = {p.partition_error_code for t in response.results_by_topic_v3_and_below
-                 for p in t.results_by_partition}
-        (code,) = codes
-        return code
-
-    async def add_offsets(self, group: str) -> ErrorCode:
-        response = await self.client.request(add_offsets.AddOffsetsToTxnRequest(
-            transactional_id=self.transactional_id, producer_id=self.producer_id,
-            producer_epoch=self.epoch, group_id=group))
-        return response.error_code
-
-    async def txn_offset_commit(self, group: str, topic: str, partition: int,
-                                offset: int) -> ErrorCode:
-        response = await self.client.request(txn_offset_commit.TxnOffsetCommitRequest(
-            transactional_id=self.transactional_id, group_id=group,
-            producer_id=self.producer_id, producer_epoch=self.epoch, generation_id=-1,
-            member_id="", group_instance_id=None, topics=(
-                txn_offset_commit.TxnOffsetCommitRequestTopic(name=topic, partitions=(
-                    txn_offset_commit.TxnOffsetCommitRequestPartition(
-                        partition_index=partition, committed_offset=offset,
-                        committed_leader_epoch=-1, committed_metadata=""),)),)))
-        (code,) = {p.error_code for t in response.topics for p in t.partitions}
-        return code
-
-    async def produce(self, topic: str, partition: int, batch: bytes) -> tuple[ErrorCode, int]:
-        """(error, base offset) of one batch (built with this producer's id and epoch)."""
-        response = await self.client.request(produce.ProduceRequest(
-            transactional_id=self.transactional_id, acks=-1,
-            timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
-            topic_data=(produce.TopicProduceData(name=topic, partition_data=(
-                produce.PartitionProduceData(index=partition, records=Records(batch)),)),)))
-        answer = response.responses[0].partition_responses[0]
-        return answer.error_code, answer.base_offset
-
-    async def end_txn(self, commit: bool) -> ErrorCode:
-        response = await self.client.request(end_txn.EndTxnRequest(
-            transactional_id=self.transactional_id, producer_id=self.producer_id,
-            producer_epoch=self.epoch, committed=commit))
-        return response.error_code
-
 
 
 def assert_one_idempotent_producer(gateway, topic: str, partition: int) -> None:

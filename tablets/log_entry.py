@@ -22,6 +22,7 @@ from collections.abc import Callable
 
 from .batch import HEADER_SIZE, LOG_OVERHEAD
 
+LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
 REFERENCE_MAGIC = 0x7E
 _MAGIC_AT = 16
 _LENGTH = struct.Struct(">i")

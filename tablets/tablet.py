@@ -22,8 +22,9 @@ records; ListOffsets by timestamp streams one batch (``records``).
 
 Transactional batches do not enter the log when produced: ``append`` stores
 them as blobs of their transaction (a ``BlobSink`` names the keys), and
-``stage_commit`` later writes the small log entries that reference them
-(``log_entry``), at the end of the log, in the transaction's one commit write.
+``stage_commit`` (``txn_log``, a part of this class) later writes the small
+log entries that reference them (``log_entry``), at the end of the log, in
+the transaction's one commit write.
 Idempotent producers' sequences are checked and kept by ``producers``, in the
 same write as the batches they describe.
 
@@ -45,10 +46,10 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from . import batch as rb
-from . import keys, log_entry, validate
+from . import keys, validate
 from .compacted_log import CompactedLog
 from .compaction import CompactionConfig
 from .errors import (
@@ -56,12 +57,14 @@ from .errors import (
     UnknownPartition,
     UnsupportedRecordKind,
 )
+from .log_entry import LEADER_EPOCH
 from .log_reads import LogReads
 from .memory_run import MemoryRun
 from .producers import CachedBatch, ProducerStates, next_seq
 from .segments import NO_TIMESTAMP, Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 from .truncation import TruncatedLog
+from .txn_log import BlobSink, TransactionLog
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -72,7 +75,6 @@ _OLD_META = struct.Struct(">qqq")  # log start offset, log end offset, bytes sto
 _META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
 
-LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,23 +82,6 @@ class AppendResult:
     base_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class PendingBlob:
-    """A transactional batch stored outside the log until its transaction commits."""
-
-    key: bytes
-    header: bytes  # its 61-byte header, as produced
-    data: bytes | None  # the batch itself, while held in memory
-
-
-class BlobSink(Protocol):
-    """An open transaction, receiving one partition's transactional batches."""
-
-    def next_key(self, partition_prefix: bytes) -> bytes: ...
-
-    def added(self, key: bytes, batch: bytes) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +116,7 @@ class _Checking:
     sink: BlobSink | None
 
 
-class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
+class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
     def __init__(
         self,
         store: RocksStore,
@@ -245,17 +230,26 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
         checked: asyncio.Future[int]
         if validate.runs_inline(header):
             max_timestamp = validate.check_records(view, header, settings, now_ms, self.name)
+            if sink is not None:
+                sink.expect()
             if not self._checking:
                 return self._commit(view, header, max_timestamp, settings, now_ms,
                                     loop.create_future(), sink)
             checked = loop.create_future()
             checked.set_result(max_timestamp)
         else:
-            checked = asyncio.wrap_future(
-                self.validators.submit(validate.check_records, view, header, settings, now_ms,
-                                       self.name),
-                loop=loop,
-            )
+            if sink is not None:
+                sink.expect()
+            try:
+                checked = asyncio.wrap_future(
+                    self.validators.submit(validate.check_records, view, header, settings,
+                                           now_ms, self.name),
+                    loop=loop,
+                )
+            except BaseException:
+                if sink is not None:
+                    sink.settled()
+                raise
         appended: asyncio.Future[AppendResult] = loop.create_future()
         self._checking.append(_Checking(checked, appended, view, header, settings, now_ms, sink))
         checked.add_done_callback(self._commit_checked)
@@ -275,6 +269,8 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
             if error is not None:
                 if not item.appended.done():
                     item.appended.set_exception(error)
+                if item.sink is not None:
+                    item.sink.settled()
                 continue
             self._commit(item.view, item.header, item.checked.result(), item.settings,
                          item.now_ms, item.appended, item.sink)
@@ -291,7 +287,34 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
     ) -> asyncio.Future[AppendResult]:
         """Check a checked batch's sequence, assign it offsets (or a blob of its
         transaction) and queue its write; resolve ``appended``."""
+        if sink is None:
+            return self._store(view, header, max_timestamp, settings, now_ms, appended, None)
+        try:
+            return self._store(view, header, max_timestamp, settings, now_ms, appended, sink)
+        finally:
+            sink.settled()
+
+    def _store(
+        self,
+        view: memoryview,
+        header: rb.BatchHeader,
+        max_timestamp: int,
+        settings: TabletSettings,
+        now_ms: int,
+        appended: asyncio.Future[AppendResult],
+        sink: BlobSink | None,
+    ) -> asyncio.Future[AppendResult]:
         ops = Ops()
+        key = b""
+        if sink is not None:
+            try:
+                # First: a batch whose transaction ended stores nothing, not
+                # even its sequence.
+                key = sink.next_key(self.prefix)
+            except Exception as exc:
+                if not appended.done():
+                    appended.set_exception(exc)
+                return appended
         cached = None
         if header.producer_id >= 0:
             try:
@@ -319,7 +342,6 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
             data = rb.set_max_timestamp(data, max_timestamp)
         append_time = now_ms if settings.log_append_time else -1
         if sink is not None:
-            key = sink.next_key(self.prefix)
             ops.put(key, data)
             if cached is not None:
                 self.producers.stage(header.producer_id, header.producer_epoch, cached, now_ms,
@@ -376,46 +398,6 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
             self._ts_values.append(max_timestamp)
             ops.put(keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
                     _TIMESTAMP.pack(max_timestamp))
-
-    # --------------------------------------------------- transaction commit
-    def stage_commit(self, blobs: list[PendingBlob], marker: bytes,
-                     ops: Ops) -> Callable[[], None]:
-        """Add a committed transaction's part of this log to ``ops``: a
-        reference to each of its blobs at the end of the log, then the COMMIT
-        ``marker``. Returns what publishes them once ``ops`` is durable.
-
-        Offsets are taken now, so the transaction's batches are consecutive.
-        Their bytes join the in-memory tail when all were held in memory;
-        otherwise the tail restarts after them (it must stay contiguous).
-        """
-        offset = self.log_end_offset
-        settings = self.settings()
-        cached = all(blob.data is not None for blob in blobs)
-        if not cached:
-            self._tail = MemoryRun()
-        for blob in blobs:
-            ops.put(keys.offset_key(keys.LOG, self.prefix, offset),
-                    log_entry.reference(blob.header, offset, LEADER_EPOCH, blob.key))
-            max_timestamp = rb.max_timestamp_of(blob.header)
-            self._index_timestamp(offset, max_timestamp, ops)
-            if cached:
-                self._cache(offset, log_entry.patch(blob.data, offset, LEADER_EPOCH))
-            size = log_entry.size(blob.header)
-            self.size_bytes += size
-            self.segments.add(offset, size, max_timestamp, settings.segment_bytes,
-                              settings.segment_ms, settings.compaction is not None, ops)
-            offset += rb.record_count_of(blob.header)
-        data = rb.stamp(memoryview(marker), rb.parse_batches(marker)[0], offset, LEADER_EPOCH)
-        ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
-        self._index_timestamp(offset, rb.max_timestamp_of(data), ops)
-        self._cache(offset, data)
-        self.size_bytes += len(data)
-        self.segments.add(offset, len(data), rb.max_timestamp_of(data), settings.segment_bytes,
-                          settings.segment_ms, settings.compaction is not None, ops)
-        offset += 1
-        self.log_end_offset = offset
-        ops.put(self.meta_key, self._meta())
-        return lambda: self._advance_high_watermark(offset)
 
     def _advance_high_watermark(self, offset: int) -> None:
         if offset > self.high_watermark:

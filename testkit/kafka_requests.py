@@ -69,14 +69,15 @@ def delete_topics(names: Iterable[str], version: int = 6) -> Any:
 
 
 def produce(batches: Iterable[tuple[str, int, bytes]], acks: int = -1,
-            version: int = 9) -> Any:
+            version: int = 9, transactional_id: str | None = None) -> Any:
     """``batches``: (topic, partition, record set) in request order."""
     s = _schema(0, version)
     topics: dict[str, list[Any]] = {}
     for topic, partition, records in batches:
         topics.setdefault(topic, []).append(
             build(s.PartitionProduceData, index=partition, records=records))
-    return build(s.ProduceRequest, transactional_id=None, acks=acks, timeout=ms(30_000),
+    return build(s.ProduceRequest, transactional_id=transactional_id, acks=acks,
+                 timeout=ms(30_000),
                  topic_data=tuple(build(s.TopicProduceData, name=t, partition_data=tuple(p))
                                   for t, p in topics.items()))
 

@@ -5,20 +5,83 @@
 runs each phase on a freshly opened StorageEngine and TransactionCoordinator
 over the same data directory (topics ``a`` and ``b``, 2 partitions each), so
 a test can close and reopen the store between phases as a restart would.
+
+    held = HeldChecks.install(tablet)   # its worker-thread record checks wait
+    ...; held.release()                 # until the test lets them run
+    txns.writer = HeldWrites(txns.writer)   # likewise the coordinator's writes
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
+from typing import Any
 
-from kafka_gateway.codec import read_uvarint
 from tablets import StorageEngine, keys
 from tablets import batch as rb
 from tablets.consumer_offsets import ConsumerOffsets
+from tablets.store import GroupCommitWriter, Ops
+from tablets.tablet import PartitionTablet
 from testkit.batches import make_batch
+from testkit.record_batches import decode_batches
 from txn import TransactionCoordinator, TxnSettings, TxnState
+
+
+class HeldChecks(Executor):
+    """A tablet's validators executor whose record checks (compressed or large
+    batches) run only when the test calls ``release``: what happens meanwhile
+    is the race a slow check opens, made deterministic."""
+
+    def __init__(self) -> None:
+        self.held: list[tuple[Future[Any], Callable[..., Any], tuple[Any, ...]]] = []
+
+    @classmethod
+    def install(cls, tablet: PartitionTablet) -> HeldChecks:
+        held = cls()
+        tablet.validators = held
+        return held
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        assert not kwargs
+        future: Future[Any] = Future()
+        self.held.append((future, fn, args))
+        return future
+
+    def release(self) -> int:
+        """Run every held check now (on this thread); returns how many."""
+        held, self.held = self.held, []
+        for future, fn, args in held:
+            try:
+                future.set_result(fn(*args))
+            except Exception as exc:
+                future.set_exception(exc)
+        return len(held)
+
+
+class HeldWrites:
+    """Stands for the coordinator's writer (``txns.writer = HeldWrites(...)``):
+    its writes reach the store only when the test calls ``release``."""
+
+    def __init__(self, writer: GroupCommitWriter) -> None:
+        self.writer = writer
+        self.held: list[tuple[Ops, asyncio.Future[None]]] = []
+
+    def submit(self, ops: Ops) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = self.writer.loop.create_future()
+        self.held.append((ops, future))
+        return future
+
+    async def release(self) -> int:
+        """Write every held change, in order; returns how many."""
+        held, self.held = self.held, []
+        for ops, future in held:
+            await self.writer.submit(ops)
+            if not future.done():  # as the writer's: a cancelled waiter is skipped
+                future.set_result(None)
+        return len(held)
+
 
 TID = "tx"
 GROUP = "g"
@@ -55,14 +118,15 @@ class Env:
         return self.newest[0]
 
     async def produce(self, pid: int, epoch: int, tp: tuple[str, int], values: list[bytes],
-                      connection: int = -1, seq: int | None = None) -> int:
-        """A transactional batch through the coordinator's sink: its base offset.
-        Sequences continue per producer and partition unless ``seq`` is given."""
+                      connection: int = -1, seq: int | None = None, tid: str = TID) -> int:
+        """A transactional batch of ``tid`` through the coordinator's sink: its
+        base offset. Sequences continue per producer and partition unless
+        ``seq`` is given."""
         key = (pid, *tp)
         first = self.seqs.get(key, 0) if seq is None else seq
         batch = make_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=first,
                            attributes=rb.ATTR_TRANSACTIONAL)
-        sink = self.txns.sink_for(pid, epoch, *tp, connection)
+        sink = self.txns.sink_for(tid, pid, epoch, *tp, connection)
         result = await self.engine.partition(*tp).append(batch, self.clock(), sink)
         self.seqs[key] = max(self.seqs.get(key, 0), first + len(values))
         return result.base_offset
@@ -134,24 +198,8 @@ def run(tmp_path, *phases: Phase, settings: TxnSettings | None = None,
 
 
 def batch_values(batch: bytes) -> list[bytes] | None:
-    """The values of an uncompressed batch (None for a control batch)."""
+    """The values of a batch, in any codec (None for a control batch)."""
     if rb.parse_batches(batch)[0].is_control:
         return None
-    out, pos = [], rb.HEADER_SIZE
-
-    def varint(at: int) -> tuple[int, int]:
-        raw, at = read_uvarint(batch, at)
-        return (raw >> 1) ^ -(raw & 1), at
-
-    for _ in range(rb.record_count_of(batch)):
-        length, pos = varint(pos)
-        end = pos + length
-        pos += 1  # attributes
-        _, pos = varint(pos)  # timestamp delta
-        _, pos = varint(pos)  # offset delta
-        key_len, pos = varint(pos)
-        pos += max(key_len, 0)
-        value_len, pos = varint(pos)
-        out.append(batch[pos:pos + value_len])
-        pos = end
-    return out
+    [decoded] = decode_batches(batch)
+    return [record["value"] for record in decoded["records"]]

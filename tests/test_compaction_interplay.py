@@ -65,7 +65,7 @@ async def commit(txns, engine, tid, tp, batches, abort=False):
     for pairs in batches:
         data = keyed_batch(pairs, producer_id=pid, producer_epoch=epoch, base_sequence=sequence,
                            attributes=rb.ATTR_TRANSACTIONAL, codec=ZSTD)
-        await engine.partition(*tp).append(data, now_ms(), txns.sink_for(pid, epoch, *tp, -1))
+        await engine.partition(*tp).append(data, now_ms(), txns.sink_for(tid, pid, epoch, *tp, -1))
         sequence += len(pairs)
     await txns.end_txn(tid, pid, epoch, not abort, -1)
 

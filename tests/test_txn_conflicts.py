@@ -22,7 +22,7 @@ async def two_transactions(env: Env, tp=("a", 0)) -> tuple[tuple[int, int], tupl
     for tid in ("t1", "t2"):
         pid, epoch = await env.txns.init_producer_id(tid, TIMEOUT_MS)
         await env.begin(pid, epoch, [tp], group=GROUP, tid=tid)
-        await env.produce(pid, epoch, tp, [tid.encode()])
+        await env.produce(pid, epoch, tp, [tid.encode()], tid=tid)
         ids.append((pid, epoch))
     return ids[0], ids[1]
 
@@ -87,7 +87,8 @@ def test_a_transaction_may_recommit_its_own_offset_but_not_anothers(tmp_path):
     async def commit(tid: str, offsets: dict) -> None:
         pid, epoch = await env.txns.init_producer_id(tid, TIMEOUT_MS)
         await env.begin(pid, epoch, [("b", 0)], group=GROUP, tid=tid)
-        await env.produce(pid, epoch, ("b", 0), [tid.encode()], seq=0)  # a new epoch each time
+        # A new epoch each time: sequences start again at 0.
+        await env.produce(pid, epoch, ("b", 0), [tid.encode()], seq=0, tid=tid)
         await env.txns.txn_offset_commit(tid, pid, epoch, GROUP, offsets)
         await env.txns.end_txn(tid, pid, epoch, True)
 

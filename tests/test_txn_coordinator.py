@@ -73,7 +73,7 @@ def test_init_aborts_the_open_transaction(tmp_path):
         for tp in PARTITIONS:
             assert await env.log(tp) == []
         with pytest.raises(ProducerFenced):
-            env.txns.sink_for(pid, 0, "a", 0)
+            env.txns.sink_for(TID, pid, 0, "a", 0)
         with pytest.raises(ProducerFenced):
             await env.txns.end_txn(TID, pid, 0, True)
 
@@ -133,7 +133,7 @@ def test_an_exhausted_epoch_moves_to_a_new_producer_id(tmp_path):
         with pytest.raises(InvalidProducerIdMapping):
             await env.begin(pid, EPOCH_EXHAUSTED)
         with pytest.raises(InvalidProducerIdMapping):
-            env.txns.sink_for(pid, EPOCH_EXHAUSTED, "a", 0)
+            env.txns.sink_for(TID, pid, EPOCH_EXHAUSTED, "a", 0)
         await env.begin(new_pid, 0)
         assert await env.produce(new_pid, 0, ("a", 0), [b"x"]) == -1
         await env.txns.end_txn(TID, new_pid, 0, True)
@@ -309,15 +309,15 @@ def test_abort_deletes_the_blobs_and_publishes_nothing(tmp_path):
 def test_transactional_produce_needs_its_open_transaction_and_partition(tmp_path):
     async def phase(env: Env) -> None:
         with pytest.raises(InvalidProducerIdMapping):
-            env.txns.sink_for(12345, 0, "a", 0)
+            env.txns.sink_for(TID, 12345, 0, "a", 0)
         pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
         with pytest.raises(InvalidTxnState):  # no transaction open
-            env.txns.sink_for(pid, epoch, "a", 0)
+            env.txns.sink_for(TID, pid, epoch, "a", 0)
         await env.begin(pid, epoch, [("a", 0)])
         with pytest.raises(InvalidTxnState):  # not added
-            env.txns.sink_for(pid, epoch, "a", 1)
+            env.txns.sink_for(TID, pid, epoch, "a", 1)
         with pytest.raises(ProducerFenced):
-            env.txns.sink_for(pid, epoch + 1, "a", 0)
+            env.txns.sink_for(TID, pid, epoch + 1, "a", 0)
         assert await env.produce(pid, epoch, ("a", 0), [b"x"]) == -1
         # A retry of the same batch is a duplicate: stored once.
         assert await env.produce(pid, epoch, ("a", 0), [b"x"], seq=0) == -1

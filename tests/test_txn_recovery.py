@@ -41,7 +41,7 @@ def test_a_timed_out_transaction_is_aborted_and_its_epoch_bumped(tmp_path):
             with pytest.raises(ProducerFenced):
                 await env.txns.end_txn(TID, pid, epoch, commit)
         with pytest.raises(ProducerFenced):
-            env.txns.sink_for(pid, epoch, "a", 0)
+            env.txns.sink_for(TID, pid, epoch, "a", 0)
         assert await env.log(("a", 0)) == []
         assert env.offsets.committed(GROUP, "a", 0) is None
 
@@ -222,7 +222,7 @@ def test_log_append_time_topics_stamp_transactional_batches(tmp_path):
         batch = make_batch([b"x", b"y"], base_timestamp=5, producer_id=pid,
                            producer_epoch=epoch, base_sequence=0,
                            attributes=rb.ATTR_TRANSACTIONAL)
-        sink = env.txns.sink_for(pid, epoch, "lat", 0)
+        sink = env.txns.sink_for(TID, pid, epoch, "lat", 0)
         produced_at = env.clock()
         result = await env.engine.partition("lat", 0).append(batch, produced_at, sink)
         assert (result.base_offset, result.log_append_time) == (-1, produced_at)

@@ -13,7 +13,11 @@ isolation level, and the states PrepareCommit/PrepareAbort never exist
 
 Requests for one transactional id are served one at a time (a lock per id);
 a transactional Produce only checks, synchronously, that its batches belong
-to the open transaction of their producer id and epoch.
+to the open transaction of its transactional id, producer id and epoch. Its
+records may then be checked on a worker thread: EndTxn(commit) waits for
+such in-flight batches before it stages the commit, and a batch whose
+transaction ended meanwhile (aborted, fenced, timed out) stores nothing and
+gets the error a new batch would (``pending.py``).
 
 Fences, in the order they are checked:
 
@@ -49,12 +53,14 @@ from tablets.tablet import now_ms
 
 from .conflicts import offset_conflict
 from .errors import (
+    ConcurrentTransactions,
     InvalidProducerIdMapping,
     InvalidTransactionTimeout,
     InvalidTxnState,
     ProducerFenced,
     TransactionalIdNotFound,
     TxnConflict,
+    TxnError,
 )
 from .pending import MemoryBudget, PartitionSink, PendingData
 from .producer_ids import ProducerIds
@@ -114,7 +120,6 @@ class TransactionCoordinator:
         self.budget = MemoryBudget(self.settings.pending_memory_bytes)
         self.stats = TxnStats()
         self.txns: dict[str, TxnMetadata] = {}
-        self._by_producer: dict[int, TxnMetadata] = {}
         self._open: dict[str, _Open] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         raw = self.store.get(_INSTANCE_KEY)
@@ -144,7 +149,6 @@ class TransactionCoordinator:
 
     def _register(self, meta: TxnMetadata) -> None:
         self.txns[meta.transactional_id] = meta
-        self._by_producer[meta.producer_id] = meta
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
         lock = self._locks.get(transactional_id)
@@ -194,31 +198,31 @@ class TransactionCoordinator:
                     raise ProducerFenced(
                         f"{transactional_id}: producer {producer_id} epoch {epoch} is not the "
                         f"current {meta.producer_id} epoch {meta.epoch}")
-            publish = self._stage_abort(meta, ops) if meta.is_open else None
+            publish = None
+            if meta.is_open:
+                publish = self._stage_abort(
+                    meta, ops, ProducerFenced,
+                    f"{transactional_id}: producer {meta.producer_id} epoch {meta.epoch} was "
+                    "fenced by InitProducerId, and its transaction aborted, before this batch "
+                    "was stored")
             self._bump_epoch(meta, ops, asked_by_current=producer_id >= 0)
             meta.timeout_ms = timeout_ms
             meta.move(TxnState.EMPTY)
             meta.updated_ms = now
             self._put(meta, ops)
-            await self.writer.submit(ops)
-            if publish is not None:
-                publish()
+            await self._write(ops, publish)
             return meta.producer_id, meta.epoch
 
     def _bump_epoch(self, meta: TxnMetadata, ops: Ops, asked_by_current: bool) -> None:
         """A new epoch (or producer id). Only a bump the current session asked
         for itself (KIP-360) may be retried by it; a fence (a new session, a
         timeout) leaves no way back for the old epoch."""
-        old_pid = meta.producer_id
         meta.last_producer_id = meta.producer_id
         meta.last_epoch = meta.epoch if asked_by_current else -1
         if meta.epoch >= EPOCH_EXHAUSTED:
             meta.producer_id, meta.epoch = self.ids.allocate(ops), 0
         else:
             meta.epoch += 1
-        if meta.producer_id != old_pid:
-            self._by_producer.pop(old_pid, None)
-            self._by_producer[meta.producer_id] = meta
 
     # ------------------------------------------------- checking a request
     def _current(self, transactional_id: str, producer_id: int, epoch: int) -> TxnMetadata:
@@ -355,6 +359,10 @@ class TransactionCoordinator:
                             "of an earlier transaction, refused", transactional_id, connection)
                 raise InvalidTxnState(f"{transactional_id}: a delayed EndTxn of an earlier "
                                       "transaction cannot end this one")
+            if commit and meta.doomed is None:
+                # Batches of the transaction still being checked are part of
+                # it: they will be acknowledged, so the commit must hold them.
+                await opened.data.drain()
             reason = meta.doomed if commit else None
             if commit and reason is None:
                 for group, commits in meta.offsets.items():
@@ -372,20 +380,24 @@ class TransactionCoordinator:
                 meta.move(TxnState.COMPLETE_COMMIT)
                 self.stats.commits += 1
             else:
-                publish = self._stage_abort(meta, ops)
+                publish = self._stage_abort(
+                    meta, ops, InvalidTxnState,
+                    f"the transaction of {transactional_id} was aborted before this batch was "
+                    "stored")
                 meta.move(TxnState.COMPLETE_ABORT)
                 self.stats.aborts += 1
             meta.updated_ms = self.clock()
             meta.doomed = None
             self._put(meta, ops)
-            await self.writer.submit(ops)
-            publish()
+            await self._write(ops, publish)
             if reason is not None:
                 raise TxnConflict(reason)
 
     def _stage_commit(self, meta: TxnMetadata, ops: Ops) -> Callable[[], None]:
         """Add the whole commit to ``ops``; returns what publishes it once durable."""
         opened = self._open.pop(meta.transactional_id)
+        opened.data.end(InvalidTxnState, f"the transaction of {meta.transactional_id} was "
+                        "committed before this batch was stored")
         now = self.clock()
         marker = commit_marker(meta.producer_id, meta.epoch, now)
         publishers = []
@@ -412,8 +424,11 @@ class TransactionCoordinator:
 
         return publish
 
-    def _stage_abort(self, meta: TxnMetadata, ops: Ops) -> Callable[[], None]:
+    def _stage_abort(self, meta: TxnMetadata, ops: Ops, error: type[TxnError],
+                     message: str) -> Callable[[], None]:
+        """Add the abort to ``ops``; a batch still in flight gets ``error``."""
         opened = self._open.pop(meta.transactional_id)
+        opened.data.end(error, message)
         opened.data.abort(self._prefixes(meta), ops)
         offsets = dict(meta.offsets)
 
@@ -424,22 +439,34 @@ class TransactionCoordinator:
 
         return publish
 
+    async def _write(self, ops: Ops, publish: Callable[[], None] | None) -> None:
+        """Submit ``ops``; ``publish`` runs once they are durable, even when the
+        request waiting for them is cancelled (its client went away): a staged
+        end must still publish, and give back its memory and pending offsets."""
+        done = self.writer.submit(ops)
+        if publish is not None:
+            done.add_done_callback(
+                lambda fut: publish() if not fut.cancelled() and fut.exception() is None
+                else None)
+        await asyncio.shield(done)
+
     # -------------------------------------------------- transactional Produce
-    def sink_for(self, producer_id: int, epoch: int, topic: str, partition: int,
-                 connection: int = -1) -> PartitionSink:
+    def sink_for(self, transactional_id: str, producer_id: int, epoch: int, topic: str,
+                 partition: int, connection: int = -1) -> PartitionSink:
         """Where a transactional batch of this producer for this partition goes.
 
-        Raises unless the producer's transaction is open with this epoch and
-        the partition was added to it (Kafka 3.4 would write such a batch
-        into the log and leave a hanging transaction; KIP-890 refuses it too).
+        Checked as Kafka 3.6+ verifies a transactional Produce (KIP-890,
+        ``handleVerifyPartitionsInTransaction``), in its order: the producer
+        id must be the transactional id's (a producer cannot write into
+        another id's transaction: Kafka 3.4 lets it), the epoch current, no
+        commit in progress, and the partition added to the open transaction
+        (Kafka 3.4 would write such a batch into the log and leave a hanging
+        transaction).
         """
-        meta = self._by_producer.get(producer_id)
-        if meta is None:
-            raise InvalidProducerIdMapping(f"producer {producer_id} has no transactional id")
-        if epoch != meta.epoch:
-            self.stats.fenced += 1
-            raise ProducerFenced(f"producer {producer_id} epoch {epoch} is fenced (current "
-                                 f"{meta.epoch})")
+        meta = self._current(transactional_id, producer_id, epoch)
+        if meta.is_open and self._open[transactional_id].data.draining:
+            raise ConcurrentTransactions(f"the transaction of {transactional_id} is being "
+                                         "committed")
         if not meta.is_open or (topic, partition) not in meta.partitions:
             raise InvalidTxnState(f"{topic}-{partition} is not part of an open transaction of "
                                   f"{meta.transactional_id} (AddPartitionsToTxn first)")
@@ -467,7 +494,6 @@ class TransactionCoordinator:
                         and meta.updated_ms == updated):
                     meta.move(TxnState.DEAD)
                     del self.txns[meta.transactional_id]
-                    self._by_producer.pop(meta.producer_id, None)
                     self._locks.pop(meta.transactional_id, None)
 
     async def _time_out(self, meta: TxnMetadata) -> None:
@@ -477,15 +503,18 @@ class TransactionCoordinator:
             log.info("transaction %s (producer %d epoch %d) timed out after %d ms: aborted",
                      meta.transactional_id, meta.producer_id, meta.epoch, meta.timeout_ms)
             ops = Ops()
-            publish = self._stage_abort(meta, ops)
+            publish = self._stage_abort(
+                meta, ops, ProducerFenced,
+                f"the transaction of {meta.transactional_id} (producer {meta.producer_id} "
+                f"epoch {meta.epoch}) timed out, was aborted and its producer fenced, before "
+                "this batch was stored")
             self._bump_epoch(meta, ops, asked_by_current=False)
             meta.move(TxnState.COMPLETE_ABORT)
             meta.updated_ms = self.clock()
             self._put(meta, ops)
-            await self.writer.submit(ops)
-            publish()
             self.stats.timeouts += 1
             self.stats.aborts += 1
+            await self._write(ops, publish)
 
     # --------------------------------------------------- describing
     def describe(self, transactional_id: str) -> TxnMetadata:

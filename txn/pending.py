@@ -8,17 +8,31 @@ reading any of them; after a restart the list is rebuilt by one scan of the
 transaction's key range. While the node's budget allows, a blob's bytes are
 also kept in memory so the commit can put them in the partition's in-memory
 tail, where consumers at the head of the log read them without the disk.
+
+A Produce takes its transaction's sink before its records are checked, and
+a compressed or large batch is checked on a worker thread, so the
+transaction may end before the batch would be stored. The sink therefore
+counts the appends it expects (``PartitionSink.expect`` .. ``settled``):
+EndTxn(commit) waits for them (``PendingData.drain``) before it stages the
+commit, taking no new ones meanwhile, so a batch that will be acknowledged
+is always in the commit; and every end (commit, abort, fence, timeout) is
+marked synchronously when it is staged (``PendingData.end``), so a batch
+still in flight then is refused with the error its producer would get for a
+new one, leaving nothing behind: no blob, no sequence, no budget.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from tablets import keys
 from tablets.batch import HEADER_SIZE
 from tablets.consumer_offsets import TopicPartition
 from tablets.store import Ops, RocksStore
-from tablets.tablet import PendingBlob
+from tablets.txn_log import PendingBlob
+
+from .errors import ConcurrentTransactions, TxnError
 
 
 @dataclass(slots=True)
@@ -48,9 +62,45 @@ class PendingData:
     next_ordinal: int = 0
     nbytes: int = 0  # bytes stored as blobs (on disk)
     held: int = 0  # bytes of them held in memory (from the budget)
+    inflight: int = 0  # appends expected (their records being checked), not settled yet
+    draining: bool = False  # a commit waits for the in-flight appends: no new ones
+    # Why the transaction takes no more batches: the error a late one gets.
+    ended: tuple[type[TxnError], str] | None = None
+    _idle: asyncio.Future[None] | None = None
 
     def sink(self, tp: TopicPartition) -> PartitionSink:
         return PartitionSink(self, tp)
+
+    def end(self, error: type[TxnError], message: str) -> None:
+        """The transaction is committed, aborted or fenced (called when that is
+        staged): a batch still in flight gets ``error`` and stores nothing."""
+        self.ended = (error, message)
+
+    def check_open(self) -> None:
+        """Raises what a batch gets once the transaction has ended."""
+        if self.ended is not None:
+            error, message = self.ended
+            raise error(message)
+
+    async def drain(self) -> None:
+        """Wait until every expected append has settled, refusing new ones
+        meanwhile (``ConcurrentTransactions``), so none can starve the wait.
+        The caller stages the transaction's end in the same event-loop step
+        as this returns; if it is cancelled, appends are taken again."""
+        self.draining = True
+        try:
+            while self.inflight:
+                self._idle = asyncio.get_running_loop().create_future()
+                await self._idle
+        finally:
+            self.draining = False
+            self._idle = None
+
+    def settled(self) -> None:
+        """One in-flight append is over: wake the drain after the last."""
+        self.inflight -= 1
+        if self.inflight == 0 and self._idle is not None and not self._idle.done():
+            self._idle.set_result(None)
 
     def release(self) -> None:
         """The transaction completed: its in-memory bytes go back to the budget."""
@@ -88,7 +138,23 @@ class PartitionSink:
     pending: PendingData
     tp: TopicPartition
 
+    def expect(self) -> None:
+        """An append of this partition will store a batch here once its records
+        are checked; it settles with ``settled``."""
+        self.pending.check_open()
+        if self.pending.draining:
+            raise ConcurrentTransactions(
+                f"{self.tp[0]}-{self.tp[1]}: the transaction is being committed")
+        self.pending.inflight += 1
+
+    def settled(self) -> None:
+        """An expected append's blob is registered (``added``), or it failed."""
+        self.pending.settled()
+
     def next_key(self, partition_prefix: bytes) -> bytes:
+        """The key of the next blob; raises if the transaction ended meanwhile
+        (before anything of the batch is stored)."""
+        self.pending.check_open()
         ordinal = self.pending.next_ordinal
         self.pending.next_ordinal += 1
         return keys.blob_key(partition_prefix, self.pending.instance, ordinal)

@@ -12,10 +12,31 @@ acks=0 gets no answer at all, as in Kafka. A topic is not auto-created here
 
 Idempotent producers' batches are checked against their sequences: a retry
 is answered with its original offset, a gap with OUT_OF_ORDER_SEQUENCE_NUMBER.
-A transactional batch must belong to its producer's open transaction, which
-must include the partition (AddPartitionsToTxn); it is stored outside the log
-until the transaction commits, so its answer carries base offset -1 (as YDB's
-Kafka API answers): its offsets are assigned at commit.
+A transactional batch is stored outside the log until its transaction
+commits, so its answer carries base offset -1 (as YDB's Kafka API answers):
+its offsets are assigned at commit. It is checked as Kafka 3.6+ verifies one
+(KIP-890), with Kafka 3.6+'s answers to clients of these versions:
+
+- a request with transactional batches and no transactional id: every
+  partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED (as Kafka, with or without
+  an authorizer); with an empty one, INVALID_REQUEST;
+- batches of more than one producer id: every partition
+  INVALID_PRODUCER_ID_MAPPING;
+- a producer id that is not the transactional id's (another id's producer
+  writing into its transaction, which Kafka 3.4 allows):
+  INVALID_PRODUCER_ID_MAPPING;
+- an old epoch: INVALID_PRODUCER_EPOCH;
+- while the transaction's commit waits for its in-flight batches:
+  NOT_ENOUGH_REPLICAS (Kafka's translation of CONCURRENT_TRANSACTIONS,
+  retriable for every client);
+- a partition not added to the open transaction (AddPartitionsToTxn):
+  INVALID_TXN_STATE.
+
+A batch whose transaction ends (aborted, fenced, timed out) while its records
+are checked on a worker thread stores nothing and gets the same answer
+(INVALID_PRODUCER_EPOCH once the epoch moved, else INVALID_TXN_STATE); a
+commit waits for such batches, so an acknowledged batch is always committed
+with its transaction (``txn/pending.py``).
 
 With an authorizer: a request with transactional batches needs WRITE on its
 transactional id (else every partition gets
@@ -60,7 +81,9 @@ async def handle(broker, request):
     now = now_ms()
     # Offsets are taken synchronously, in request order, before any await.
     pending: list[tuple[str, int, asyncio.Future | BaseException]] = []
-    denied = _denied(broker, request) if broker.authorizer is not None else None
+    refused = _refused(broker, request)
+    denied = (_denied(broker, request) if broker.authorizer is not None and refused is None
+              else None)
     for topic_data in body.topic_data:
         for part in topic_data.partition_data:
             try:
@@ -68,6 +91,8 @@ async def handle(broker, request):
                     raise KafkaError(
                         ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
                     )
+                if refused is not None:
+                    raise refused
                 if denied and topic_data.name in denied:
                     raise KafkaError(denied[topic_data.name])
                 tablet = broker.engine.partition(topic_data.name, part.index)
@@ -75,8 +100,11 @@ async def handle(broker, request):
                     raise KafkaError(ErrorCode.corrupt_message, "null record set")
                 sink = None
                 if (producer := transactional_producer(part.records)) is not None:
-                    sink = broker.txns.sink_for(*producer, topic_data.name, part.index,
-                                                request.connection)
+                    if not body.transactional_id:
+                        raise KafkaError(ErrorCode.invalid_request,
+                                         "a transactional id must not be empty")
+                    sink = broker.txns.sink_for(body.transactional_id, *producer,
+                                                topic_data.name, part.index, request.connection)
                 outcome = tablet.append(part.records, now, sink)
                 broker.metrics.produced_bytes += len(part.records)
                 broker.metrics.topic_bytes_in[tablet.topic_id] += len(part.records)
@@ -101,15 +129,16 @@ async def handle(broker, request):
                 error_message=None,
             )
         except Exception as exc:
+            code, message = _error(exc, request.version)
             part = build(
                 schema.PartitionProduceResponse,
                 index=index,
-                error_code=txn_error_code(exc, request.version, fenced_since=None),
+                error_code=code,
                 base_offset=-1,
                 log_append_time=None,
                 log_start_offset=-1,
                 record_errors=_record_errors(schema, exc),
-                error_message=error_message(exc),
+                error_message=message,
             )
         results.setdefault(name, []).append(part)
     if acks == 0:
@@ -126,19 +155,45 @@ async def handle(broker, request):
     )
 
 
+def _refused(broker, request) -> KafkaError | None:
+    """The error of every partition of a request with transactional batches
+    that Kafka refuses whole: no transactional id (whatever the authorizer),
+    no WRITE on it, or batches of more than one producer id (Kafka 3.6+)."""
+    body = request.body
+    producers = {producer[0] for topic in body.topic_data for part in topic.partition_data
+                 if part.records is not None
+                 and (producer := transactional_producer(part.records)) is not None}
+    if not producers:
+        return None
+    txn_id = body.transactional_id
+    if txn_id is None:
+        return KafkaError(ErrorCode.transactional_id_authorization_failed,
+                          "transactional batches need a transactional id")
+    if broker.authorizer is not None and (code := authorize(
+            broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)):
+        return KafkaError(code)
+    if len(producers) > 1:
+        return KafkaError(ErrorCode.invalid_producer_id_mapping,
+                          "Transactional records contained more than one producer ID")
+    return None
+
+
 def _denied(broker, request) -> dict[str, ErrorCode]:
     """Topic -> the code of a partition the principal may not write (Kafka's checks)."""
-    body = request.body
-    names = [topic.name for topic in body.topic_data]
-    if any(part.records is not None and transactional_producer(part.records) is not None
-           for topic in body.topic_data for part in topic.partition_data):
-        txn_id = body.transactional_id
-        code = (ErrorCode.transactional_id_authorization_failed if txn_id is None else
-                authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                          txn_id))
-        if code:
-            return dict.fromkeys(names, code)
+    names = [topic.name for topic in request.body.topic_data]
     return denied_names(broker, request, Operation.WRITE, ResourceType.TOPIC, names)
+
+
+def _error(exc: BaseException, version: int) -> tuple[ErrorCode, str]:
+    """A partition's code and message. As Kafka 3.6+ translates a transaction
+    verification's CONCURRENT_TRANSACTIONS for Produce: NOT_ENOUGH_REPLICAS,
+    which every client retries without a metadata refresh."""
+    code = txn_error_code(exc, version, fenced_since=None)
+    if code is ErrorCode.concurrent_transactions:
+        return ErrorCode.not_enough_replicas, (
+            "Unable to verify the partition has been added to the transaction. Underlying "
+            f"error: CONCURRENT_TRANSACTIONS ({error_message(exc)})")
+    return code, error_message(exc)
 
 
 def _legacy_response(version: int, results: dict[str, list]) -> EncodedBody:

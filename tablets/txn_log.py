@@ -1,0 +1,108 @@
+"""A partition's transactions (a part of ``PartitionTablet``): the blobs
+of open transactions' batches, the sink that names and counts them
+(``BlobSink``, implemented by the coordinator's ``txn.pending``), and the
+commit's part of the log (``stage_commit``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from . import batch as rb
+from . import keys, log_entry
+from .log_entry import LEADER_EPOCH
+from .memory_run import MemoryRun
+from .store import Ops
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from .segments import Segments
+    from .tablet import TabletSettings
+
+
+@dataclass(frozen=True, slots=True)
+class PendingBlob:
+    """A transactional batch stored outside the log until its transaction commits."""
+
+    key: bytes
+    header: bytes  # its 61-byte header, as produced
+    data: bytes | None  # the batch itself, while held in memory
+
+
+class BlobSink(Protocol):
+    """An open transaction, receiving one partition's transactional batches.
+
+    ``append`` announces each batch it accepts with ``expect`` (which raises
+    if the transaction takes no more batches) and settles it exactly once,
+    with ``settled``, after its blob is registered (``added``) or it failed:
+    the transaction's commit waits for what it expects. ``next_key`` raises
+    if the transaction ended in between; nothing of the batch is then stored.
+    """
+
+    def expect(self) -> None: ...
+
+    def next_key(self, partition_prefix: bytes) -> bytes: ...
+
+    def added(self, key: bytes, batch: bytes) -> None: ...
+
+    def settled(self) -> None: ...
+
+
+class TransactionLog:
+    if TYPE_CHECKING:
+        settings: Callable[[], TabletSettings]
+        prefix: bytes
+        meta_key: bytes
+        log_end_offset: int
+        size_bytes: int
+        segments: Segments
+        _tail: MemoryRun
+
+        def _meta(self) -> bytes: ...
+
+        def _index_timestamp(self, offset: int, max_timestamp: int, ops: Ops) -> None: ...
+
+        def _cache(self, offset: int, data: bytes) -> None: ...
+
+        def _advance_high_watermark(self, offset: int) -> None: ...
+
+    def stage_commit(self, blobs: list[PendingBlob], marker: bytes,
+                     ops: Ops) -> Callable[[], None]:
+        """Add a committed transaction's part of this log to ``ops``: a
+        reference to each of its blobs at the end of the log, then the COMMIT
+        ``marker``. Returns what publishes them once ``ops`` is durable.
+
+        Offsets are taken now, so the transaction's batches are consecutive.
+        Their bytes join the in-memory tail when all were held in memory;
+        otherwise the tail restarts after them (it must stay contiguous).
+        """
+        offset = self.log_end_offset
+        settings = self.settings()
+        cached = all(blob.data is not None for blob in blobs)
+        if not cached:
+            self._tail = MemoryRun()
+        for blob in blobs:
+            ops.put(keys.offset_key(keys.LOG, self.prefix, offset),
+                    log_entry.reference(blob.header, offset, LEADER_EPOCH, blob.key))
+            max_timestamp = rb.max_timestamp_of(blob.header)
+            self._index_timestamp(offset, max_timestamp, ops)
+            if cached:
+                self._cache(offset, log_entry.patch(blob.data, offset, LEADER_EPOCH))
+            size = log_entry.size(blob.header)
+            self.size_bytes += size
+            self.segments.add(offset, size, max_timestamp, settings.segment_bytes,
+                              settings.segment_ms, settings.compaction is not None, ops)
+            offset += rb.record_count_of(blob.header)
+        data = rb.stamp(memoryview(marker), rb.parse_batches(marker)[0], offset, LEADER_EPOCH)
+        ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
+        self._index_timestamp(offset, rb.max_timestamp_of(data), ops)
+        self._cache(offset, data)
+        self.size_bytes += len(data)
+        self.segments.add(offset, len(data), rb.max_timestamp_of(data), settings.segment_bytes,
+                          settings.segment_ms, settings.compaction is not None, ops)
+        offset += 1
+        self.log_end_offset = offset
+        ops.put(self.meta_key, self._meta())
+        return lambda: self._advance_high_watermark(offset)
