@@ -524,6 +524,28 @@ def test_transaction_timeout_aborts_and_fences(gateway, topic_name):
     assert [stored_log(gateway, topic_name, part).high_watermark for part in range(2)] == [0, 0]
 
 
+# -------------------------------------------------- topic recreated
+def test_commit_skips_a_topic_recreated_under_the_transaction(gateway, topic_name):
+    """A topic of the open transaction is deleted and created again under the
+    same name before the commit: the commit succeeds for the rest and leaves
+    the new topic untouched (no COMMIT marker: high watermark 0 on every
+    partition), and nothing of the old topic's records is readable."""
+    recreated, other = f"{topic_name}-r", f"{topic_name}-o"
+    create_topics(gateway, {recreated: 2, other: 1})
+    p = txn_producer(gateway, f"recreate-{topic_name}")
+    p.begin_transaction()
+    produce(p, [(recreated, 0, b"old-0"), (recreated, 1, b"old-1"), (other, 0, b"kept")])
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.delete_topics([recreated])[recreated].result(TIMEOUT)
+    create_topics(gateway, {recreated: 2})  # the deletion was answered once done
+    p.commit_transaction(TIMEOUT)
+    assert [stored_log(gateway, recreated, part).high_watermark for part in range(2)] == [0, 0]
+    assert view(read(gateway, {recreated: 2, other: 1}, 1, "read_uncommitted")) == {
+        (other, 0): [(0, b"kept")]}
+    log = stored_log(gateway, other, 0)
+    assert (log.data_records, log.markers) == (1, [1])
+
+
 # ----------------------------------------------------------------- kill -9
 def test_kill_9_between_produce_and_commit(gateway, topic_name):
     """After a kill -9 between produce and commit, the transaction is still
