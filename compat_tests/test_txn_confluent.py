@@ -593,7 +593,8 @@ def test_kill_9_during_commit_is_all_or_nothing(gateway, topic_name):
     producer saw the commit acknowledged: the restart must keep it).
     """
     rounds: list[tuple[float | None, str, bool]] = []  # (delay, outcome, acknowledged)
-    latest_none, earliest_all = 0.0, None  # seconds
+    latest_none: float = 0.0  # seconds
+    earliest_all: float | None = None
     delay: float | None = 0.0
     for round_ in range(KILL_ROUNDS):
         if round_ == KILL_ROUNDS - 1 and earliest_all is None:

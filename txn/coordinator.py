@@ -405,10 +405,11 @@ class TransactionCoordinator:
         now = self.clock()
         marker = commit_marker(meta.producer_id, meta.epoch, now)
         publishers = []
-        self.partitions.drop(meta, ops)
         # Partitions deleted (and maybe recreated) while the transaction was
         # open are not in it any more.
-        for (topic, index), tablet in sorted(self.partitions.current(meta).items()):
+        current = sorted(self.partitions.current(meta).items())
+        self.partitions.drop(meta, ops)
+        for (topic, index), tablet in current:
             # Blobs of a deleted topic were deleted with it, even when a topic
             # of the same name replaced it: the log must never name them.
             own = keys.TXN_BLOB + tablet.prefix

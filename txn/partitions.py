@@ -103,8 +103,10 @@ class TxnPartitions:
         return meta.transactional_id in self._unsaved
 
     def drop(self, meta: TxnMetadata, ops: Ops) -> None:
-        """The transaction ends: its partition keys go in the same write."""
+        """The transaction ends: its partition keys go in the same write, and
+        it holds no partition any more (as in Kafka, and after a restart)."""
         self._unsaved.discard(meta.transactional_id)
         for tp, topic_id in meta.partitions.items():
             if topic_id is not None:
                 ops.delete(partition_entry(meta, tp)[0])
+        meta.partitions.clear()
