@@ -524,6 +524,28 @@ def test_transaction_timeout_aborts_and_fences(gateway, topic_name):
     assert [stored_log(gateway, topic_name, part).high_watermark for part in range(2)] == [0, 0]
 
 
+# -------------------------------------------------- topic recreated
+def test_commit_skips_a_topic_recreated_under_the_transaction(gateway, topic_name):
+    """A topic of the open transaction is deleted and created again under the
+    same name before the commit: the commit succeeds for the rest and leaves
+    the new topic untouched (no COMMIT marker: high watermark 0 on every
+    partition), and nothing of the old topic's records is readable."""
+    recreated, other = f"{topic_name}-r", f"{topic_name}-o"
+    create_topics(gateway, {recreated: 2, other: 1})
+    p = txn_producer(gateway, f"recreate-{topic_name}")
+    p.begin_transaction()
+    produce(p, [(recreated, 0, b"old-0"), (recreated, 1, b"old-1"), (other, 0, b"kept")])
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.delete_topics([recreated])[recreated].result(TIMEOUT)
+    create_topics(gateway, {recreated: 2})  # the deletion was answered once done
+    p.commit_transaction(TIMEOUT)
+    assert [stored_log(gateway, recreated, part).high_watermark for part in range(2)] == [0, 0]
+    assert view(read(gateway, {recreated: 2, other: 1}, 1, "read_uncommitted")) == {
+        (other, 0): [(0, b"kept")]}
+    log = stored_log(gateway, other, 0)
+    assert (log.data_records, log.markers) == (1, [1])
+
+
 # ----------------------------------------------------------------- kill -9
 def test_kill_9_between_produce_and_commit(gateway, topic_name):
     """After a kill -9 between produce and commit, the transaction is still
@@ -552,37 +574,86 @@ def test_kill_9_between_produce_and_commit(gateway, topic_name):
             assert (log.data_records, log.markers) == (PER_PARTITION, [PER_PARTITION])
 
 
+KILL_ROUNDS = 8  # at most; each round is a producer process and a gateway restart
+
+
 def test_kill_9_during_commit_is_all_or_nothing(gateway, topic_name):
     """kill -9 of the gateway (and of the producer) while EndTxn(commit) is
-    under way, at several moments: after the restart each transaction's
-    records are in every partition or in none; then the next session of the
-    transactional id finishes it (aborting it if it was still open), and the
-    answer stays all or nothing."""
-    outcomes = []
-    for round_, delay in enumerate((0.0, 0.001, 0.003, 0.01, 0.03)):
-        topics = {f"{topic_name}-{round_}-{s}": n for s, n in (("a", 4), ("b", 4))}
-        create_topics(gateway, topics)
-        txn_id = f"kc-{topic_name}-{round_}"
-        worker = subprocess.Popen(
-            [sys.executable, str(WORKER), gateway.bootstrap, txn_id, "50",
-             *(f"{t}:{n}" for t, n in topics.items())],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        try:
-            assert worker.stdout is not None
-            assert worker.stdout.readline().strip() == "committing"
-            time.sleep(delay)
-            gateway.kill()
-        finally:
-            worker.kill()
-            worker.wait(10)
-        gateway.start()
+    under way: after the restart each transaction's records are in every
+    partition or in none, a commit the producer saw acknowledged is all of
+    them, and the next session of the transactional id finishes it (aborting
+    it if it was still open) without changing the answer.
 
-        seen = visible_records(gateway, topics)
+    The moment of the kill is searched, not guessed: the first round kills as
+    soon as the producer starts committing, the next ones wait twice as long
+    each until a round finds the commit done, then they bisect between the
+    latest "none" and the earliest "all", closing in on the commit's write.
+    The rounds must show both outcomes, so the kills did straddle the commit
+    (if no round committed by the last one, that round kills once the
+    producer saw the commit acknowledged: the restart must keep it).
+    """
+    rounds: list[tuple[float | None, str, bool]] = []  # (delay, outcome, acknowledged)
+    latest_none: float = 0.0  # seconds
+    earliest_all: float | None = None
+    delay: float | None = 0.0
+    for round_ in range(KILL_ROUNDS):
+        if round_ == KILL_ROUNDS - 1 and earliest_all is None:
+            delay = None  # after the acknowledgement
+        topics = {f"{topic_name}-{round_}-{s}": n for s, n in (("a", 4), ("b", 4))}
+        seen, acknowledged = kill_during_commit(gateway, f"kc-{topic_name}-{round_}", topics,
+                                                delay)
         assert seen in ({0}, {50}), f"round {round_}: a partial commit: {seen}"
-        txn_producer(gateway, txn_id)  # the next session aborts it if still open
-        assert visible_records(gateway, topics) == seen
-        outcomes.append("all" if seen == {50} else "none")
-    print("kill -9 during commit, per round:", outcomes)
+        assert seen == {50} or not acknowledged, (
+            f"round {round_}: the producer saw its commit acknowledged, but it is gone")
+        outcome = "all" if seen == {50} else "none"
+        rounds.append((delay, outcome, acknowledged))
+        if delay is None:
+            break
+        if outcome == "all":
+            earliest_all = delay if earliest_all is None else min(earliest_all, delay)
+        else:
+            latest_none = max(latest_none, delay)
+        outcomes = {outcome for _d, outcome, _a in rounds}
+        if outcomes == {"all", "none"} and len(rounds) >= 5:
+            break
+        delay = (max(2 * delay, 0.002) if earliest_all is None
+                 else (latest_none + earliest_all) / 2)
+    print("kill -9 during commit, per round (delay ms, outcome, acknowledged):",
+          [(None if d is None else round(d * 1000, 2), o, a) for d, o, a in rounds])
+    assert {outcome for _d, outcome, _a in rounds} == {"all", "none"}, rounds
+
+
+def kill_during_commit(gateway, txn_id: str, topics: dict[str, int],
+                       delay: float | None) -> tuple[set[int], bool]:
+    """One producer process commits 50 records per partition; the gateway is
+    killed ``delay`` seconds after the producer starts committing (None: once
+    it saw the commit acknowledged), then restarted, and the next session of
+    the transactional id begins. Returns (the distinct record counts of the
+    partitions, whether the producer saw the commit acknowledged)."""
+    create_topics(gateway, topics)
+    worker = subprocess.Popen(
+        [sys.executable, str(WORKER), gateway.bootstrap, txn_id, "50",
+         *(f"{t}:{n}" for t, n in topics.items())],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert worker.stdout is not None
+        assert worker.stdout.readline().strip() == "committing"
+        if delay is None:
+            assert worker.stdout.readline().strip() == "committed"
+        else:
+            time.sleep(delay)
+        gateway.kill()
+    finally:
+        worker.kill()
+        worker.wait(10)
+    # The producer prints "committed" only after the answer, which the
+    # gateway sent before it was killed.
+    acknowledged = delay is None or "committed" in worker.stdout.read()
+    gateway.start()
+    seen = visible_records(gateway, topics)
+    txn_producer(gateway, txn_id)  # the next session aborts it if still open
+    assert visible_records(gateway, topics) == seen
+    return seen, acknowledged
 
 
 def visible_records(gateway, topics: dict[str, int]) -> set[int]:

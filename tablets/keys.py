@@ -17,6 +17,8 @@ kind   rest of the key                            value
 ``C``  group, 0x00, topic name, 0x00, partition   committed consumer offset
 ``B``  topic id, partition, txn instance, n        transactional blob: a record batch
 ``Y``  transactional id (utf-8)                   transaction state (txn.state)
+``Q``  id length (2), transactional id, txn        topic name
+       instance, topic id, partition              (a partition of an open txn)
 ``N``  counter name                               counters (producer ids, ...)
 ``U``  user (utf-8), 0x00, SCRAM mechanism         salted SCRAM credential
 ``A``  an ACL binding (JSON)                       empty
@@ -40,6 +42,7 @@ PRODUCER = b"P"
 CONSUMER_OFFSET = b"C"
 TXN_BLOB = b"B"
 TXN_STATE = b"Y"
+TXN_PARTITION = b"Q"
 COUNTER = b"N"
 SCRAM_CREDENTIAL = b"U"
 ACL = b"A"
@@ -93,6 +96,30 @@ def blob_ordinal(key: bytes) -> int:
 
 def txn_state_key(transactional_id: str) -> bytes:
     return TXN_STATE + transactional_id.encode()
+
+
+_ID_LENGTH = struct.Struct(">H")  # Kafka strings are at most 32,767 bytes
+
+
+def txn_partitions_prefix(transactional_id: str, instance: int) -> bytes:
+    """Every partition key of one transaction (``instance``) of a transactional
+    id starts with these bytes (the id is length-prefixed: it may hold any byte)."""
+    tid = transactional_id.encode()
+    return TXN_PARTITION + _ID_LENGTH.pack(len(tid)) + tid + _INSTANCE.pack(instance)
+
+
+def txn_partition_key(transactional_id: str, instance: int, topic_id: UUID,
+                      partition: int) -> bytes:
+    """A partition added to a transaction, with the id of the topic it was
+    added as (a topic recreated under the same name has another id)."""
+    return txn_partitions_prefix(transactional_id, instance) + partition_prefix(topic_id,
+                                                                                partition)
+
+
+def parse_txn_partition_key(key: bytes) -> tuple[UUID, int]:
+    """(topic id, partition) of a ``Q`` key."""
+    topic_id, partition = _PARTITION.unpack_from(key, len(key) - _PARTITION.size)
+    return UUID(bytes=topic_id), partition
 
 
 _CONSUMER_PARTITION = struct.Struct(">i")

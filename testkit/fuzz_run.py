@@ -20,7 +20,6 @@ import itertools
 import re
 import struct
 import time
-import urllib.request
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -29,6 +28,8 @@ from kio.static.primitive import Records
 
 from kafka_gateway.client import KafkaClient
 from kafka_gateway.codec import request_schema
+from kafka_gateway.prometheus import API_NAMES
+from testkit import prom
 from testkit.batches import make_batch
 from testkit.fuzz import Names, Seed, boundaries, frame, frame_rng, seeds
 from testkit.gateway import GatewayProcess
@@ -205,21 +206,36 @@ def _admin_address(gateway: GatewayProcess) -> str:
     return match.group(1)
 
 
+# The counter the handler-error bound reads: its exact sample name, and the
+# series every API has from the start (kafka_gateway.prometheus).
+HANDLER_ERRORS = "kafka_gateway_request_errors_total"
+
+
 def _handler_errors(gateway: GatewayProcess) -> int:
-    url = f"http://{_admin_address(gateway)}/metrics"
-    with urllib.request.urlopen(url, timeout=30) as answer:
-        text = answer.read().decode()
-    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
-               if line.startswith("kafka_gateway_request_errors_total{"))
+    """Requests whose handler raised, summed over every API's series.
+
+    Raises when the counter, or any API's series of it, is missing from
+    /metrics: a renamed metric must not read as "no errors".
+    """
+    parsed = prom.samples(prom.scrape(_admin_address(gateway)))
+    per_api = {dict(labels).get("api"): value for (name, labels), value in parsed.items()
+               if name == HANDLER_ERRORS}
+    missing = sorted(set(API_NAMES) - set(per_api))
+    if missing:
+        raise RuntimeError(f"/metrics has no {HANDLER_ERRORS} series for {missing} "
+                           f"(found {len(per_api)}): cannot count handler errors")
+    return sum(int(value) for value in per_api.values())
 
 
 def _peak_rss_mib(gateway: GatewayProcess) -> float:
+    """The gateway's peak resident memory (VmHWM); raises when it cannot be read."""
     assert gateway.process is not None
-    with open(f"/proc/{gateway.process.pid}/status") as status:
+    path = f"/proc/{gateway.process.pid}/status"
+    with open(path) as status:
         for line in status:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
-    return 0.0
+    raise RuntimeError(f"{path} has no VmHWM line: cannot read the peak RSS")
 
 
 class Canary:

@@ -6,15 +6,19 @@ open transaction, LogAppendTime topics."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
 from tablets import batch as rb
+from tablets import keys
 from tablets.consumer_offsets import OffsetCommit
+from tablets.store import Ops
 from testkit.batches import make_batch
 from testkit.txn import GROUP, PARTITIONS, TID, TIMEOUT_MS, Clock, Env, run
 from txn import TxnState
 from txn.errors import InvalidTxnState, ProducerFenced, TransactionalIdNotFound
+from txn.state import partitions_range
 
 # ------------------------------------------------------------------ timeouts
 
@@ -112,7 +116,7 @@ def test_an_open_transaction_survives_a_restart_and_commits(tmp_path):
         pid, epoch = ids
         meta = env.txns.describe(TID)
         assert meta.state is TxnState.ONGOING and env.txns.open_count == 1
-        assert meta.partitions == set(PARTITIONS)
+        assert meta.partitions == {tp: env.engine.partition(*tp).topic_id for tp in PARTITIONS}
         assert len(env.blobs()) == 8
         assert env.offsets.is_pending(GROUP, "b", 0)
         assert env.txns.pending_bytes > 0
@@ -198,20 +202,164 @@ def test_truncation_deletes_the_blobs_committed_batches_reference(tmp_path):
 def test_a_topic_deleted_and_recreated_under_an_open_transaction(tmp_path):
     async def phase(env: Env) -> None:
         pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
-        await env.begin(pid, epoch, [("a", 0), ("b", 0)])
+        await env.begin(pid, epoch, [("a", 0), ("a", 1), ("b", 0)])
         await env.produce(pid, epoch, ("a", 0), [b"gone"])
         await env.produce(pid, epoch, ("b", 0), [b"kept"])
         await env.engine.delete_topic("a")
         await env.engine.create_topic("a", 2, {})
+        # The new topic "a" is not in the transaction: nothing of it goes there.
+        with pytest.raises(InvalidTxnState, match="deleted and recreated"):
+            env.txns.sink_for(pid, epoch, "a", 0)
         await env.txns.end_txn(TID, pid, epoch, True)
-        assert await env.record_values(("a", 0)) == []  # the old topic's data went with it
+        assert_untouched(env, "a")  # no COMMIT marker in the new topic
         assert await env.record_values(("b", 0)) == [(0, b"kept")]
 
     async def after_restart(env: Env) -> None:  # every log entry still resolves
-        assert await env.record_values(("a", 0)) == []
+        assert_untouched(env, "a")
         assert await env.record_values(("b", 0)) == [(0, b"kept")]
 
     run(tmp_path, phase, after_restart)
+
+
+def test_a_topic_recreated_under_an_open_transaction_across_a_restart(tmp_path):
+    """The topic ids are persisted with the partitions: a restart between the
+    recreation and the commit (or the abort) changes nothing."""
+    ids: list[int] = []
+
+    async def first(env: Env) -> None:
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        ids.extend((pid, epoch))
+        await env.begin(pid, epoch, [("a", 0), ("a", 1), ("b", 0)])
+        await env.produce(pid, epoch, ("a", 1), [b"gone"])
+        await env.produce(pid, epoch, ("b", 0), [b"kept"])
+        await env.engine.delete_topic("a")
+        await env.engine.create_topic("a", 2, {})
+
+    async def commit(env: Env) -> None:
+        pid, epoch = ids
+        meta = env.txns.describe(TID)
+        assert meta.state is TxnState.ONGOING
+        assert meta.partitions[("a", 0)] != env.engine.partition("a", 0).topic_id
+        await env.txns.end_txn(TID, pid, epoch, True, env.connect())
+        assert_untouched(env, "a")
+        assert await env.record_values(("b", 0)) == [(0, b"kept")]
+
+    async def abort_next(env: Env) -> None:
+        assert_untouched(env, "a")
+        pid, epoch = ids
+        await env.begin(pid, epoch, [("a", 0), ("b", 1)])
+        await env.produce(pid, epoch, ("b", 1), [b"aborted"])
+        await env.engine.delete_topic("a")
+        await env.engine.create_topic("a", 1, {})
+        await env.txns.end_txn(TID, pid, epoch, False)
+        assert_untouched(env, "a")
+        assert await env.log(("b", 1)) == []
+        assert env.engine.store.get(keys.topic_key("a")) is not None
+
+    run(tmp_path, first, commit, abort_next)
+
+
+def test_a_partition_re_added_after_its_topic_was_recreated_is_the_new_topic(tmp_path):
+    async def phase(env: Env) -> None:
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        await env.begin(pid, epoch, [("a", 0)])
+        await env.produce(pid, epoch, ("a", 0), [b"old topic"])
+        await env.engine.delete_topic("a")
+        await env.engine.create_topic("a", 2, {})
+        await env.begin(pid, epoch, [("a", 0)])  # AddPartitionsToTxn again
+        await env.produce(pid, epoch, ("a", 0), [b"new topic"], seq=0)  # a new partition
+
+    async def after_restart(env: Env) -> None:
+        pid, epoch = env.txns.describe(TID).producer_id, env.txns.describe(TID).epoch
+        assert env.txns.describe(TID).partitions == {
+            ("a", 0): env.engine.partition("a", 0).topic_id}
+        await env.txns.end_txn(TID, pid, epoch, True, env.connect())
+        assert await env.record_values(("a", 0)) == [(0, b"new topic")]
+        assert await env.log(("a", 0)) == [(0, False, 1), (1, True, 1)]
+
+    run(tmp_path, phase, after_restart)
+
+
+def assert_untouched(env: Env, topic: str) -> None:
+    """Every partition of ``topic`` is empty: no record, no marker."""
+    for tablet in env.engine.topic(topic).partitions:
+        assert (tablet.log_start_offset, tablet.high_watermark) == (0, 0), tablet
+
+
+MANY = 3_000
+
+
+def test_an_open_transaction_with_many_partitions_survives_a_restart(tmp_path):
+    """Each partition is its own key, written when added: after a restart the
+    open transaction has every one of them, and the commit marks each."""
+    ids: list[int] = []
+
+    async def first(env: Env) -> None:
+        await env.engine.create_topic("many", MANY, {})
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        ids.extend((pid, epoch))
+        for index in range(MANY):  # one AddPartitionsToTxn each, as a client adding them
+            await env.begin(pid, epoch, [("many", index)])
+        for index in (0, MANY - 1):
+            await env.produce(pid, epoch, ("many", index), [b"data"])
+        await env.txns.add_partitions(TID, pid, epoch, [("many", 5)])  # again: nothing new
+
+    async def recovered(env: Env) -> None:
+        pid, epoch = ids
+        topic_id = env.engine.topic("many").topic_id
+        meta = env.txns.describe(TID)
+        assert meta.partitions == {("many", index): topic_id for index in range(MANY)}
+        await env.txns.end_txn(TID, pid, epoch, True, env.connect())
+        tablets = env.engine.topic("many").partitions
+        assert [t.high_watermark for t in tablets] == [2] + [1] * (MANY - 2) + [2]
+        start, end = keys.TXN_PARTITION, keys.TXN_PARTITION + b"\xff"
+        assert list(env.engine.store.scan(start, end)) == []  # dropped with the commit
+
+    async def completed(env: Env) -> None:
+        assert env.txns.describe(TID).state is TxnState.COMPLETE_COMMIT
+        assert env.txns.describe(TID).partitions == {}
+        assert await env.log(("many", MANY - 1)) == [(0, False, 1), (1, True, 1)]
+
+    run(tmp_path, first, recovered, completed)
+
+
+def test_an_open_transaction_in_the_earlier_state_format_still_commits(tmp_path):
+    """State written before partitions had their own keys (listed in the state
+    record, without topic ids): they take the ids of the topics at load, and
+    their keys are written with the next change."""
+    ids: list[int] = []
+
+    async def earlier(env: Env) -> None:
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        ids.extend((pid, epoch))
+        await env.begin(pid, epoch, [("a", 0), ("b", 1)])
+        await env.produce(pid, epoch, ("a", 0), [b"x"])
+        meta = env.txns.describe(TID)
+        record = json.loads(meta.encode())
+        record["partitions"] = sorted(meta.partitions)
+        ops = Ops()
+        ops.put(keys.txn_state_key(TID), json.dumps(record).encode())
+        for key, _value in env.engine.store.scan(*partitions_range(meta)):
+            ops.delete(key)
+        await env.engine.writer.submit(ops)
+
+    async def loaded(env: Env) -> None:
+        pid, epoch = ids
+        meta = env.txns.describe(TID)
+        assert meta.partitions == {tp: env.engine.partition(*tp).topic_id
+                                   for tp in (("a", 0), ("b", 1))}
+        await env.begin(pid, epoch, [("b", 0)])  # writes every partition's key
+
+    async def migrated(env: Env) -> None:
+        pid, epoch = ids
+        meta = env.txns.describe(TID)
+        assert "partitions" not in json.loads(env.engine.store.get(keys.txn_state_key(TID)))
+        assert set(meta.partitions) == {("a", 0), ("b", 1), ("b", 0)}
+        await env.txns.end_txn(TID, pid, epoch, True, env.connect())
+        assert [await env.log(tp) for tp in (("a", 0), ("b", 1), ("b", 0))] == [
+            [(0, False, 1), (1, True, 1)], [(0, True, 1)], [(0, True, 1)]]
+
+    run(tmp_path, earlier, loaded, migrated)
 
 
 def test_log_append_time_topics_stamp_transactional_batches(tmp_path):

@@ -4,11 +4,22 @@ transition, and the persisted form of a transactional id's metadata."""
 from __future__ import annotations
 
 import itertools
+import json
+import uuid
 
 import pytest
 
+from tablets import keys
 from tablets.consumer_offsets import OffsetCommit
-from txn.state import TRANSITIONS, IllegalTransition, TxnMetadata, TxnState
+from txn.state import (
+    TRANSITIONS,
+    IllegalTransition,
+    TxnMetadata,
+    TxnState,
+    decode_partition_entry,
+    partition_entry,
+    partitions_range,
+)
 
 E, ON, CC, CA = TxnState.EMPTY, TxnState.ONGOING, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT
 DEAD = TxnState.DEAD
@@ -56,18 +67,55 @@ def test_only_ongoing_is_open():
     assert [s for s in TxnState if meta(s).is_open] == [ON]
 
 
-@pytest.mark.parametrize("state", list(TxnState), ids=lambda s: s.value)
-def test_metadata_round_trips(state: TxnState):
-    full = TxnMetadata(
-        "tx-é/1", producer_id=4242, epoch=32766, timeout_ms=900_000, state=state,
+TOPIC_A, TOPIC_B = uuid.uuid4(), uuid.uuid4()
+
+
+def full(state: TxnState) -> TxnMetadata:
+    return TxnMetadata(
+        "tx-é/1\x00x", producer_id=4242, epoch=32766, timeout_ms=900_000, state=state,
         last_producer_id=17, last_epoch=32765, instance=99, started_ms=1_700_000_000_001,
         updated_ms=1_700_000_000_500, begin_version=12345,
-        partitions={("a", 0), ("a", 1), ("b.c", 7)},
+        partitions={("a", 0): TOPIC_A, ("a", 1): TOPIC_A, ("b.c", 7): TOPIC_B},
         offsets={"g1": {("a", 0): OffsetCommit(10, 3, "meta"), ("b.c", 7): OffsetCommit(0)},
                  "g2": {("a", 1): OffsetCommit(2**40, -1, "ünïcode")}},
         groups={"g1", "g2"}, doomed="conflict: version moved")
-    decoded = TxnMetadata.decode("tx-é/1", full.encode())
-    assert decoded == full
+
+
+@pytest.mark.parametrize("state", list(TxnState), ids=lambda s: s.value)
+def test_metadata_round_trips(state: TxnState):
+    """The state record, and a key per partition (with its topic id)."""
+    meta = full(state)
+    decoded = TxnMetadata.decode(meta.transactional_id, meta.encode())
+    assert decoded.partitions == {}  # not in the record: each has its own key
+    entries = dict(partition_entry(meta, tp) for tp in meta.partitions)
+    start, end = partitions_range(meta)
+    assert all(start <= key < end for key in entries)
+    decoded.partitions = dict(decode_partition_entry(k, v) for k, v in entries.items())
+    assert decoded == meta
+
+
+def test_partition_keys_of_other_ids_and_instances_fall_outside_the_range():
+    meta = full(TxnState.ONGOING)
+    start, end = partitions_range(meta)
+    others = [keys.txn_partition_key(tid, instance, TOPIC_A, 0) for tid, instance in (
+        (meta.transactional_id, 98), (meta.transactional_id, 100),
+        (meta.transactional_id + "y", 99), (meta.transactional_id[:-1], 99), ("", 99))]
+    assert not [key for key in others if start <= key < end]
+    highest = keys.txn_partition_key(meta.transactional_id, 99, uuid.UUID(int=2**128 - 1),
+                                     2**31 - 1)
+    assert start <= highest < end
+
+
+def test_the_earlier_format_still_decodes():
+    """State written before partitions had their own keys: the partitions are
+    in the record, without topic ids (the coordinator resolves them at load)."""
+    meta = full(TxnState.ONGOING)
+    earlier = json.loads(meta.encode())
+    earlier["partitions"] = sorted(meta.partitions)
+    decoded = TxnMetadata.decode(meta.transactional_id, json.dumps(earlier).encode())
+    assert decoded.partitions == dict.fromkeys(meta.partitions)
+    decoded.partitions = meta.partitions
+    assert decoded == meta
 
 
 def test_fresh_metadata_round_trips():

@@ -33,8 +33,17 @@ Fences, in the order they are checked:
   after the retry was answered). A delayed Produce cannot either: its
   sequence number repeats or precedes the producer's (``tablets.producers``).
 
-State is persisted with every change (``keys.TXN_STATE``), so after ``kill
--9`` an open transaction is still open and a completed one is complete.
+State is persisted with every change (``keys.TXN_STATE``, and a key per
+partition of the open transaction: ``keys.TXN_PARTITION``), so after ``kill
+-9`` an open transaction is still open, with every partition it added, and a
+completed one is complete. Adding a partition writes its key only, so
+AddPartitionsToTxn costs the same with 3 partitions in the transaction or
+3,000.
+
+Each partition is remembered with the id of the topic it was added as
+(``partitions.py``): a topic deleted and recreated under the same name while
+the transaction is open is another topic, which the commit (or abort) never
+touches and a Produce of the transaction cannot write to.
 """
 
 from __future__ import annotations
@@ -62,6 +71,7 @@ from .errors import (
     TxnConflict,
     TxnError,
 )
+from .partitions import TxnPartitions
 from .pending import MemoryBudget, PartitionSink, PendingData
 from .producer_ids import ProducerIds
 from .state import TxnMetadata, TxnState
@@ -122,6 +132,7 @@ class TransactionCoordinator:
         self.txns: dict[str, TxnMetadata] = {}
         self._open: dict[str, _Open] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self.partitions = TxnPartitions(engine)
         raw = self.store.get(_INSTANCE_KEY)
         self._last_instance = int.from_bytes(raw, "big") if raw else 0
 
@@ -133,6 +144,7 @@ class TransactionCoordinator:
             meta = TxnMetadata.decode(key[1:].decode(), value)
             self._register(meta)
             self._last_instance = max(self._last_instance, meta.instance)
+            self.partitions.load(meta)
             if meta.is_open:
                 data = PendingData.recover(self.store, meta.instance, self.budget,
                                            self._prefixes(meta))
@@ -143,9 +155,9 @@ class TransactionCoordinator:
                  len(self._open))
 
     def _prefixes(self, meta: TxnMetadata) -> dict[TopicPartition, bytes]:
-        """The key prefixes of the transaction's partitions that still exist."""
-        return {tp: self.engine.partition(*tp).prefix for tp in meta.partitions
-                if self.engine.has_partition(*tp)}
+        """The key prefixes of the transaction's partitions that still exist (as
+        the topics they were added as)."""
+        return {tp: tablet.prefix for tp, tablet in self.partitions.current(meta).items()}
 
     def _register(self, meta: TxnMetadata) -> None:
         self.txns[meta.transactional_id] = meta
@@ -258,6 +270,7 @@ class TransactionCoordinator:
 
     def _put(self, meta: TxnMetadata, ops: Ops) -> None:
         ops.put(keys.txn_state_key(meta.transactional_id), meta.encode())
+        self.partitions.put_unsaved(meta, ops)
         if meta.instance == self._last_instance:
             ops.put(_INSTANCE_KEY, self._last_instance.to_bytes(8, "big"))
 
@@ -271,14 +284,17 @@ class TransactionCoordinator:
         """
         async with self._lock(transactional_id):
             meta = self._current(transactional_id, producer_id, epoch)
-            wanted = set(partitions)
-            if meta.is_open and wanted <= meta.partitions:
-                self._touch(meta, connection)
-                return
+            began = not meta.is_open
             self._touch(meta, connection)
-            meta.partitions |= wanted
             ops = Ops()
-            self._put(meta, ops)
+            # Only the partitions added are written (and the state record when
+            # the transaction begins): the cost does not grow with the
+            # transaction.
+            added = self.partitions.add(meta, partitions, ops)
+            if began or self.partitions.is_unsaved(meta):
+                self._put(meta, ops)
+            elif not added:
+                return
             await self.writer.submit(ops)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
@@ -401,10 +417,11 @@ class TransactionCoordinator:
         now = self.clock()
         marker = commit_marker(meta.producer_id, meta.epoch, now)
         publishers = []
-        for topic, index in sorted(meta.partitions):
-            if not self.engine.has_partition(topic, index):
-                continue  # deleted while the transaction was open
-            tablet = self.engine.partition(topic, index)
+        # Partitions deleted (and maybe recreated) while the transaction was
+        # open are not in it any more.
+        current = sorted(self.partitions.current(meta).items())
+        self.partitions.drop(meta, ops)
+        for (topic, index), tablet in current:
             # Blobs of a deleted topic were deleted with it, even when a topic
             # of the same name replaced it: the log must never name them.
             own = keys.TXN_BLOB + tablet.prefix
@@ -430,6 +447,7 @@ class TransactionCoordinator:
         opened = self._open.pop(meta.transactional_id)
         opened.data.end(error, message)
         opened.data.abort(self._prefixes(meta), ops)
+        self.partitions.drop(meta, ops)
         offsets = dict(meta.offsets)
 
         def publish() -> None:
@@ -470,6 +488,9 @@ class TransactionCoordinator:
         if not meta.is_open or (topic, partition) not in meta.partitions:
             raise InvalidTxnState(f"{topic}-{partition} is not part of an open transaction of "
                                   f"{meta.transactional_id} (AddPartitionsToTxn first)")
+        if not self.partitions.is_current(meta, (topic, partition)):
+            raise InvalidTxnState(f"topic {topic} was deleted and recreated after "
+                                  f"{meta.transactional_id} added {topic}-{partition}")
         opened = self._open[meta.transactional_id]
         opened.connections.add(connection)
         return opened.data.sink((topic, partition))

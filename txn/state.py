@@ -16,7 +16,9 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field
+from uuid import UUID
 
+from tablets import keys
 from tablets.consumer_offsets import OffsetCommit, TopicPartition
 
 
@@ -53,7 +55,15 @@ class IllegalTransition(RuntimeError):
 
 @dataclass(slots=True)
 class TxnMetadata:
-    """One transactional id, as persisted under ``keys.TXN_STATE``.
+    """One transactional id, as persisted under ``keys.TXN_STATE``; the open
+    transaction's partitions are persisted each under its own key
+    (``keys.TXN_PARTITION``, ``partition_entry``), so adding one writes one key
+    whatever the transaction holds already.
+
+    ``partitions`` maps each partition to the id of the topic it was added
+    as: a topic deleted and recreated under the same name has another id,
+    and the transaction must not touch it. (None: state written before the
+    ids were kept, resolved when the coordinator loads it.)
 
     ``instance`` numbers the current (or last) transaction node-wide: its
     blobs are stored under it, so nothing of an earlier transaction of the
@@ -73,7 +83,7 @@ class TxnMetadata:
     started_ms: int = -1  # when the current transaction began
     updated_ms: int = -1
     begin_version: int = 0
-    partitions: set[TopicPartition] = field(default_factory=set)
+    partitions: dict[TopicPartition, UUID | None] = field(default_factory=dict)
     # group -> partition -> offset, staged by TxnOffsetCommit, written at commit
     offsets: dict[str, dict[TopicPartition, OffsetCommit]] = field(default_factory=dict)
     groups: set[str] = field(default_factory=set)  # AddOffsetsToTxn
@@ -96,7 +106,6 @@ class TxnMetadata:
             "last_epoch": self.last_epoch, "instance": self.instance,
             "started": self.started_ms, "updated": self.updated_ms,
             "begin_version": self.begin_version,
-            "partitions": sorted(self.partitions),
             "groups": sorted(self.groups),
             "offsets": {g: [[t, p, c.offset, c.leader_epoch, c.metadata]
                             for (t, p), c in sorted(o.items())]
@@ -106,12 +115,33 @@ class TxnMetadata:
 
     @classmethod
     def decode(cls, transactional_id: str, value: bytes) -> TxnMetadata:
+        """The state without its partitions (``partition_entry`` keys), or, in
+        the earlier format, with them but without their topic ids (None)."""
         d = json.loads(value)
         return cls(
             transactional_id, d["pid"], d["epoch"], d["timeout"], TxnState(d["state"]),
             d["last_pid"], d["last_epoch"], d["instance"], d["started"], d["updated"],
-            d["begin_version"], {(t, p) for t, p in d["partitions"]},
+            d["begin_version"], {(t, p): None for t, p in d.get("partitions", ())},
             {g: {(t, p): OffsetCommit(o, e, m) for t, p, o, e, m in rows}
              for g, rows in d["offsets"].items()},
             set(d["groups"]), d["doomed"],
         )
+
+
+def partition_entry(meta: TxnMetadata, tp: TopicPartition) -> tuple[bytes, bytes]:
+    """(key, value) persisting one partition of ``meta``'s open transaction."""
+    topic_id = meta.partitions[tp]
+    assert topic_id is not None, f"{tp} has no topic id"
+    return (keys.txn_partition_key(meta.transactional_id, meta.instance, topic_id, tp[1]),
+            tp[0].encode())
+
+
+def partitions_range(meta: TxnMetadata) -> tuple[bytes, bytes]:
+    """[start, end) of every ``partition_entry`` key of ``meta``'s transaction."""
+    start = keys.txn_partitions_prefix(meta.transactional_id, meta.instance)
+    return start, start + b"\xff" * 21  # above any topic id (16) + partition (4)
+
+
+def decode_partition_entry(key: bytes, value: bytes) -> tuple[TopicPartition, UUID]:
+    topic_id, partition = keys.parse_txn_partition_key(key)
+    return (bytes(value).decode(), partition), topic_id

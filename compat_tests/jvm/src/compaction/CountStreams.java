@@ -11,6 +11,7 @@ import java.util.Properties;
 import java.util.TreeMap;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicLong;
 
 import javaclient.Kit;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -32,6 +33,10 @@ import org.apache.kafka.streams.kstream.Materialized;
 import org.apache.kafka.streams.kstream.Produced;
 import org.apache.kafka.streams.processor.StateRestoreListener;
 import org.apache.kafka.streams.state.KeyValueStore;
+import org.apache.log4j.AppenderSkeleton;
+import org.apache.log4j.Level;
+import org.apache.log4j.Logger;
+import org.apache.log4j.spi.LoggingEvent;
 
 /**
  * A stateful Kafka Streams 3.4.1 app with processing.guarantee=exactly_once_v2:
@@ -47,7 +52,10 @@ import org.apache.kafka.streams.state.KeyValueStore;
  *       nothing, so every count goes to the changelog, and the internal
  *       topics roll a segment every 200 ms of record time and are cleaned as
  *       soon as anything is dirty. Prints its state changes and, for each
- *       changelog partition it restores, how many records it read.
+ *       changelog partition it restores, how many records it read (each with
+ *       the time, "ms"); at the end, how many sends were answered without an
+ *       offset ("offset-warnings": RecordCollectorImpl's WARN "Received
+ *       offset=-1 ...", one per record on the gateway: counted, not printed).
  *   dump --bootstrap B --output O --partitions P
  *       each user's last count in the output, as a read_committed consumer sees it
  */
@@ -118,13 +126,15 @@ public final class CountStreams {
         Topology topology = topology(kit);
         emit("op", "topology", "description", topology.describe().toString());
         KafkaStreams streams = new KafkaStreams(topology, props);
+        AtomicLong offsetWarnings = countOffsetWarnings();
         streams.setStateListener((now, before) ->
-                emit("op", "state", "state", now.toString(), "before", before.toString()));
+                emit("op", "state", "state", now.toString(), "before", before.toString(),
+                        "ms", System.currentTimeMillis()));
         streams.setGlobalStateRestoreListener(new StateRestoreListener() {
             @Override
             public void onRestoreStart(TopicPartition tp, String store, long start, long end) {
                 emit("op", "restore-start", "topic", tp.topic(), "partition", tp.partition(),
-                        "start", start, "end", end);
+                        "start", start, "end", end, "ms", System.currentTimeMillis());
             }
 
             @Override
@@ -134,10 +144,41 @@ public final class CountStreams {
             @Override
             public void onRestoreEnd(TopicPartition tp, String store, long total) {
                 emit("op", "restored", "topic", tp.topic(), "partition", tp.partition(),
-                        "records", total);
+                        "records", total, "ms", System.currentTimeMillis());
             }
         });
         Kit.runStreams(streams);
+        emit("op", "offset-warnings", "count", offsetWarnings.get());
+    }
+
+    /** Counts RecordCollectorImpl's "Received offset=-1" warnings instead of
+     * printing them; its other lines go to the usual appenders. */
+    private static AtomicLong countOffsetWarnings() {
+        AtomicLong count = new AtomicLong();
+        Logger collector = Logger.getLogger(
+                "org.apache.kafka.streams.processor.internals.RecordCollectorImpl");
+        collector.setAdditivity(false);
+        collector.addAppender(new AppenderSkeleton() {
+            @Override
+            protected void append(LoggingEvent event) {
+                if (event.getLevel() == Level.WARN
+                        && String.valueOf(event.getMessage()).contains("offset=-1")) {
+                    count.incrementAndGet();
+                } else {
+                    Logger.getRootLogger().callAppenders(event);
+                }
+            }
+
+            @Override
+            public void close() {
+            }
+
+            @Override
+            public boolean requiresLayout() {
+                return false;
+            }
+        });
+        return count;
     }
 
     private static void dump(Kit kit) {
