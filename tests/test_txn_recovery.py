@@ -209,7 +209,7 @@ def test_a_topic_deleted_and_recreated_under_an_open_transaction(tmp_path):
         await env.engine.create_topic("a", 2, {})
         # The new topic "a" is not in the transaction: nothing of it goes there.
         with pytest.raises(InvalidTxnState, match="deleted and recreated"):
-            env.txns.sink_for(pid, epoch, "a", 0)
+            env.txns.sink_for(TID, pid, epoch, "a", 0)
         await env.txns.end_txn(TID, pid, epoch, True)
         assert_untouched(env, "a")  # no COMMIT marker in the new topic
         assert await env.record_values(("b", 0)) == [(0, b"kept")]
