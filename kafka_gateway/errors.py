@@ -48,6 +48,7 @@ _BY_TYPE: dict[type[BaseException], ErrorCode] = {
     txn.InvalidTransactionTimeout: ErrorCode.invalid_transaction_timeout,
     txn.ConcurrentTransactions: ErrorCode.concurrent_transactions,
     txn.TransactionalIdNotFound: ErrorCode.transactional_id_not_found,
+    txn.TxnDoomed: ErrorCode.policy_violation,  # abortable, never split and retried
     # Per API, the code each client treats as "abort and go on": see
     # txn_error_code and docs/transactions.md.
     txn.TxnConflict: ErrorCode.unknown_producer_id,

@@ -94,6 +94,9 @@ class PendingBlob:
 class BlobSink(Protocol):
     """An open transaction, receiving one partition's transactional batches."""
 
+    def admit(self, nbytes: int) -> None:
+        """Raise a TabletError to refuse a batch (nothing of it is stored)."""
+
     def next_key(self, partition_prefix: bytes) -> bytes: ...
 
     def added(self, key: bytes, batch: bytes) -> None: ...
@@ -319,6 +322,12 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
             data = rb.set_max_timestamp(data, max_timestamp)
         append_time = now_ms if settings.log_append_time else -1
         if sink is not None:
+            try:
+                sink.admit(len(data))  # a limit of the transaction: nothing is written
+            except TabletError as exc:
+                if not appended.done():
+                    appended.set_exception(exc)
+                return appended
             key = sink.next_key(self.prefix)
             ops.put(key, data)
             if cached is not None:
