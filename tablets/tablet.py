@@ -52,6 +52,7 @@ from . import keys, log_entry, validate
 from .compacted_log import CompactedLog
 from .compaction import CompactionConfig
 from .errors import (
+    BatchRefused,
     TabletError,
     UnknownPartition,
     UnsupportedRecordKind,
@@ -73,6 +74,7 @@ _META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
 
 LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
+REFUSED = -2  # the base offset cached for a batch its transaction refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,6 +305,12 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
                 if not appended.done():
                     appended.set_exception(exc)
                 return appended
+            if duplicate is not None and duplicate.base_offset == REFUSED:
+                appended.set_exception(BatchRefused(
+                    f"{self.name}: producer {header.producer_id} sequence "
+                    f"{duplicate.first_seq}..{duplicate.last_seq} was refused before; nothing "
+                    "of it is stored"))
+                return appended
             if duplicate is not None:
                 # The original may still be on its way to the WAL: an empty change
                 # lands after it (writes land in submission order), so the retry
@@ -323,11 +331,9 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
         append_time = now_ms if settings.log_append_time else -1
         if sink is not None:
             try:
-                sink.admit(len(data))  # a limit of the transaction: nothing is written
+                sink.admit(len(data))
             except TabletError as exc:
-                if not appended.done():
-                    appended.set_exception(exc)
-                return appended
+                return self._refuse(ops, appended, exc, header, cached, now_ms)
             key = sink.next_key(self.prefix)
             ops.put(key, data)
             if cached is not None:
@@ -352,6 +358,28 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
         ops.put(self.meta_key, self._meta())
         return self._write(ops, appended, AppendResult(base_offset, append_time,
                                                        self.log_start_offset), offset)
+
+    def _refuse(self, ops: Ops, appended: asyncio.Future[AppendResult], error: TabletError,
+                header: rb.BatchHeader, cached: CachedBatch | None,
+                now_ms: int) -> asyncio.Future[AppendResult]:
+        """Fail ``appended`` with ``error``, the batch's transaction refusing it
+        (a limit; doomed): nothing of the batch is stored, but it takes its
+        sequence numbers, as its producer counts them taken (librdkafka sends
+        its next batch after them even when the transaction is aborted). A
+        retry of it is refused again, never answered as a stored duplicate."""
+        if cached is None:
+            appended.set_exception(error)
+            return appended
+        self.producers.stage(header.producer_id, header.producer_epoch,
+                             CachedBatch(cached.first_seq, cached.last_seq, REFUSED), now_ms, ops)
+        done = self.writer.submit(ops)
+
+        def on_written(fut: asyncio.Future[None]) -> None:
+            if not appended.done():
+                appended.set_exception(fut.exception() or error)
+
+        done.add_done_callback(on_written)
+        return appended
 
     def _check_sequence(self, header: rb.BatchHeader) -> CachedBatch | None:
         """The batch an idempotent retry repeats, or None; raises on a gap or a

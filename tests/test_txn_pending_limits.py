@@ -13,6 +13,7 @@ import pytest
 
 from tablets import batch as rb
 from tablets import keys, validate
+from tablets.errors import BatchRefused
 from testkit.batches import GZIP, make_batch
 from testkit.txn import TID, TIMEOUT_MS, Env, run
 from txn import TxnSettings, TxnState
@@ -40,6 +41,7 @@ async def doomed_by(env: Env, limit: str, pid: int, epoch: int, tp: tuple[str, i
     doomed = dict(env.txns.stats.over_limit)
     with pytest.raises(TxnDoomed, match=re.escape(limit)):
         await env.produce(pid, epoch, tp, [VALUE])
+    env.seqs[(pid, *tp)] += 1  # it took its sequence number all the same
     assert env.blobs() == blobs and env.txns.pending_bytes == stored == stored_blob_bytes(env)
     doomed[{"gateway.txn.max.bytes": "transaction",
             "gateway.txn.pending.disk.bytes": "node"}[limit]] += 1
@@ -69,9 +71,13 @@ def test_a_transaction_past_its_limit_is_doomed_and_its_abort_gives_the_bytes_ba
         assert env.blobs() == [] and await env.log(("a", 0)) == []
         assert (env.txns.pending_bytes, env.txns.pending_memory_bytes) == (0, 0)
         assert env.txns.pending_of(TID) is None
-        # The next transaction works; the refused batch took no sequence number.
+        # The refused batch took its sequence number (librdkafka numbers its next
+        # batch after it); sent again, it is refused again, never taken for stored.
         await env.begin(pid, epoch, [("a", 0)])
-        await env.produce(pid, epoch, ("a", 0), [b"after"])
+        with pytest.raises(BatchRefused, match="refused before"):
+            await env.produce(pid, epoch, ("a", 0), [VALUE], seq=3)
+        # The next transaction works.
+        await env.produce(pid, epoch, ("a", 0), [b"after"], seq=4)
         await env.txns.end_txn(TID, pid, epoch, True)
         assert [count for _, control, count in await env.log(("a", 0)) if not control] == [1]
         assert env.txns.pending_bytes == 0
@@ -96,6 +102,7 @@ def test_the_node_limit_dooms_the_transaction_whose_batch_crosses_it(tmp_path):
         # room again, but the doomed transaction stays doomed until it aborts
         with pytest.raises(TxnDoomed):
             await env.produce(second, e2, ("b", 0), [VALUE])
+        env.seqs[(second, "b", 0)] += 1
         await env.txns.end_txn("second", second, e2, False)
         assert env.txns.pending_bytes == 0 == stored_blob_bytes(env)
         await env.begin(second, e2, [("b", 0)], tid="second")
@@ -167,8 +174,9 @@ def test_the_counts_and_the_doom_survive_a_restart(tmp_path):
         await doomed_by(env, "gateway.txn.pending.disk.bytes", pid, epoch, ("a", 0),
                         tid="open")
         pid, epoch = ids["doomed"]
+        env.seqs[(pid, "b", 0)] = 4
         with pytest.raises(TxnDoomed, match=r"gateway\.txn\.max\.bytes"):
-            env.txns.sink_for(pid, epoch, "b", 0)
+            await env.produce(pid, epoch, ("b", 0), [b"x"])
         with pytest.raises(TxnConflict):
             await env.txns.end_txn("doomed", pid, epoch, True, env.connect())
         await env.txns.end_txn("open", *ids["open"], False, env.connect())

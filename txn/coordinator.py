@@ -55,7 +55,6 @@ from .errors import (
     ProducerFenced,
     TransactionalIdNotFound,
     TxnConflict,
-    TxnDoomed,
 )
 from .pending import MemoryBudget, PartitionSink, PendingData, StoredBytes
 from .producer_ids import ProducerIds
@@ -143,6 +142,7 @@ class TransactionCoordinator:
                 data = PendingData.recover(self.store, meta.instance, self.budget,
                                            self._prefixes(meta), self.stored)
                 data.doom = self._doomer(meta, meta.instance)
+                data.refused = meta.doomed
                 self._open[meta.transactional_id] = _Open(data)
                 for group, commits in meta.offsets.items():
                     self.offsets.hold_pending(group, commits)
@@ -338,6 +338,7 @@ class TransactionCoordinator:
             log.warning("transaction %s (producer %d epoch %d) conflicts and can only abort: %s",
                         meta.transactional_id, meta.producer_id, meta.epoch, reason)
             meta.doomed = reason
+            self._open[meta.transactional_id].data.refused = reason  # its batches too
             ops = Ops()
             self._put(meta, ops)
             await self.writer.submit(ops)
@@ -478,9 +479,6 @@ class TransactionCoordinator:
         if not meta.is_open or (topic, partition) not in meta.partitions:
             raise InvalidTxnState(f"{topic}-{partition} is not part of an open transaction of "
                                   f"{meta.transactional_id} (AddPartitionsToTxn first)")
-        if meta.doomed is not None:
-            raise TxnDoomed(f"{topic}-{partition}: the transaction of "
-                            f"{meta.transactional_id} can only abort: {meta.doomed}")
         opened = self._open[meta.transactional_id]
         opened.connections.add(connection)
         return opened.data.sink((topic, partition))

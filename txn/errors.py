@@ -3,7 +3,7 @@ maps each to its error code; handlers pick version-specific codes there)."""
 
 from __future__ import annotations
 
-from tablets.errors import TabletError
+from tablets.errors import BatchRefused
 
 
 class TxnError(Exception):
@@ -41,13 +41,13 @@ class TxnConflict(TxnError):
     The transaction can only abort; nothing of it is ever published."""
 
 
-class TxnDoomed(TxnError, TabletError):
+class TxnDoomed(TxnError, BatchRefused):
     """A transactional batch refused, nothing of it stored: it would take its
     transaction past a pending-bytes limit (``gateway.txn.max.bytes``,
     ``gateway.txn.pending.disk.bytes``), or its transaction can only abort
-    already. POLICY_VIOLATION: non-retriable, and each client's transaction
-    becomes abortable (not fatal). A TabletError too, so the tablet, asked to
-    store the batch, fails the append with it."""
+    already. POLICY_VIOLATION (as every BatchRefused): non-retriable, and
+    each client's transaction becomes abortable (not fatal). A storage error
+    too, so the tablet, asked to store the batch, fails the append with it."""
 
 
 class TransactionalIdNotFound(TxnError):

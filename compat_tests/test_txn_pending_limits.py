@@ -1,0 +1,159 @@
+"""The limits on open transactions' stored batches with real clients
+(docs/transactions.md, "Limits on open transactions").
+
+A gateway with ``gateway.txn.max.bytes`` and ``gateway.txn.pending.disk.bytes``
+set low: the batch that would cross one is answered POLICY_VIOLATION and
+nothing of it is stored; the client's transaction becomes abortable (not
+fatal); after abort_transaction() the bytes are given back and the same
+producer's next transaction commits. librdkafka (confluent-kafka 2.16) here;
+the Java client 3.4.1 in ``test_java_client_aborts_and_goes_on``.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from compat_helpers import create_topic
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from txn_helpers import TXN_GATEWAY_ARGS, stored_log, wait_for
+
+from testkit import prom
+from testkit.gateway import GatewayProcess
+
+TIMEOUT = 30
+VALUE = b"v" * 10_000
+# Each open transaction may store 3 batches of one VALUE (about 10 KB each),
+# the node 5 of them.
+TXN_LIMIT = 35_000
+NODE_LIMIT = 55_000
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    data = tmp_path_factory.mktemp("txn-limits") / "data"
+    with GatewayProcess(data, *TXN_GATEWAY_ARGS, "--admin-listen", "127.0.0.1:0",
+                        "--txn-max-bytes", str(TXN_LIMIT),
+                        "--txn-pending-disk-bytes", str(NODE_LIMIT)) as gw:
+        yield gw
+
+
+def metric(gateway: GatewayProcess, name: str, **labels: str) -> float:
+    return prom.value(gateway.metrics(), f"kafka_gateway_{name}", **labels)
+
+
+def txn_producer(gateway: GatewayProcess, transactional_id: str) -> Producer:
+    # linger.ms=0 and a flush after each record: one record per batch.
+    producer = Producer({"bootstrap.servers": gateway.bootstrap,
+                         "transactional.id": transactional_id, "linger.ms": 0})
+    producer.init_transactions(TIMEOUT)
+    return producer
+
+
+def send(producer: Producer, topic: str, value: bytes) -> KafkaError | None:
+    """Produce one record and flush: the delivery report's error (None: delivered)."""
+    reports: list[KafkaError | None] = []
+    producer.produce(topic, value=value, partition=0,
+                     on_delivery=lambda err, _msg: reports.append(err))
+    assert producer.flush(TIMEOUT) == 0
+    [error] = reports
+    return error
+
+
+def committed_values(gateway: GatewayProcess, topic: str, count: int) -> list[bytes]:
+    """``count`` records of partition 0 at read_committed, then a second more
+    (so one too many is seen too)."""
+    reader = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": uuid.uuid4().hex,
+                       "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        reader.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        out: list[bytes] = []
+        deadline, extra = time.monotonic() + TIMEOUT, None
+        while time.monotonic() < (extra or deadline):
+            msg = reader.poll(0.2)
+            if msg is not None:
+                assert msg.error() is None, msg.error()
+                out.append(msg.value())
+            if len(out) >= count and extra is None:
+                extra = time.monotonic() + 1
+        return out
+    finally:
+        reader.close()
+
+
+def assert_abortable(producer: Producer) -> None:
+    """commit_transaction() fails with the refused batch's error, abortable,
+    not fatal (librdkafka does not show the broker's error message)."""
+    with pytest.raises(KafkaException) as failed:
+        producer.commit_transaction(TIMEOUT)
+    error = failed.value.args[0]
+    assert (error.code(), error.txn_requires_abort(), error.fatal(), error.retriable()) == \
+        (KafkaError.POLICY_VIOLATION, True, False, False), error
+
+
+def assert_logged(gateway: GatewayProcess, transactional_id: str, limit: str) -> None:
+    """The gateway logged why the transaction can only abort (its log is read
+    by a thread: wait for the line)."""
+    wait_for(lambda: any(f"transaction {transactional_id} " in line and limit in line
+                         and "can only abort" in line
+                         for line in gateway.output().splitlines()),
+             TIMEOUT, f"the log line dooming {transactional_id}")
+
+
+def test_a_transaction_past_its_limit_aborts_and_the_producer_goes_on(gateway, topic_name):
+    create_topic(gateway, topic_name)
+    doomed_before = metric(gateway, "txn_pending_limit_doomed_total", limit="transaction")
+    producer = txn_producer(gateway, f"big-{topic_name}")
+    producer.begin_transaction()
+    for _ in range(3):
+        assert send(producer, topic_name, VALUE) is None
+    assert 3 * len(VALUE) < metric(gateway, "txn_pending_stored_bytes") <= TXN_LIMIT
+    error = send(producer, topic_name, VALUE)  # the fourth would cross the limit
+    assert error is not None and error.code() == KafkaError.POLICY_VIOLATION, error
+    assert_logged(gateway, f"big-{topic_name}", "gateway.txn.max.bytes")
+    assert metric(gateway, "txn_pending_limit_doomed_total", limit="transaction") == \
+        doomed_before + 1
+    assert_abortable(producer)
+    producer.abort_transaction(TIMEOUT)
+    assert metric(gateway, "txn_pending_stored_bytes") == 0
+    assert metric(gateway, "txn_pending_memory_bytes") == 0
+    # The same producer's next transaction commits; nothing of the first is visible.
+    producer.begin_transaction()
+    assert send(producer, topic_name, b"next") is None
+    producer.commit_transaction(TIMEOUT)
+    assert committed_values(gateway, topic_name, 1) == [b"next"]
+    assert stored_log(gateway, topic_name, 0).high_watermark == 2  # the record, its marker
+
+
+def test_the_node_limit_dooms_the_transaction_that_crosses_it(gateway, topic_name):
+    create_topic(gateway, topic_name)
+    doomed_before = metric(gateway, "txn_pending_limit_doomed_total", limit="node")
+    holder = txn_producer(gateway, f"holder-{topic_name}")
+    crosser = txn_producer(gateway, f"crosser-{topic_name}")
+    holder.begin_transaction()
+    crosser.begin_transaction()
+    for _ in range(3):
+        assert send(holder, topic_name, VALUE) is None
+    for _ in range(2):
+        assert send(crosser, topic_name, VALUE) is None
+    error = send(crosser, topic_name, VALUE)  # the node's sixth batch
+    assert error is not None and error.code() == KafkaError.POLICY_VIOLATION, error
+    assert_logged(gateway, f"crosser-{topic_name}", "gateway.txn.pending.disk.bytes")
+    assert metric(gateway, "txn_pending_limit_doomed_total", limit="node") == doomed_before + 1
+    holder.commit_transaction(TIMEOUT)  # the other transaction is not affected
+    assert_abortable(crosser)
+    crosser.abort_transaction(TIMEOUT)
+    assert metric(gateway, "txn_pending_stored_bytes") == 0
+    crosser.begin_transaction()
+    assert send(crosser, topic_name, b"crosser-next") is None
+    crosser.commit_transaction(TIMEOUT)
+    assert committed_values(gateway, topic_name, 4) == [VALUE] * 3 + [b"crosser-next"]
+
