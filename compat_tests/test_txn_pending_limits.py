@@ -24,6 +24,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
+from java_helpers import by_op, run_java
 from txn_helpers import TXN_GATEWAY_ARGS, stored_log, wait_for
 
 from testkit import prom
@@ -157,3 +158,31 @@ def test_the_node_limit_dooms_the_transaction_that_crosses_it(gateway, topic_nam
     crosser.commit_transaction(TIMEOUT)
     assert committed_values(gateway, topic_name, 4) == [VALUE] * 3 + [b"crosser-next"]
 
+
+
+def test_java_client_aborts_and_goes_on(gateway, topic_name, java_classes):
+    """The Java client 3.4.1: the refused send fails with
+    PolicyViolationException and the gateway's message (not split and retried,
+    as MESSAGE_TOO_LARGE would be); commitTransaction() throws, caused by it
+    (an abortable error, not fatal); abortTransaction() bumps the epoch
+    (KIP-360: the client bumps after any failed send) and the next
+    transaction commits."""
+    lines = run_java(gateway, java_classes, "javatxn.TxnLimitCheck", "over-limit",
+                     "--topic", topic_name, "--txn-id", f"java-{topic_name}",
+                     "--size", str(len(VALUE)), "--sends", "4", timeout=120)
+    ops = by_op(lines)
+    [sent] = ops["sent"]
+    assert (sent["ok"], sent["error"]) == (3, "PolicyViolationException"), sent
+    assert "gateway.txn.max.bytes" in sent["message"], sent
+    [commit] = ops["commit"]
+    outcome = commit["outcome"]
+    assert outcome["error"] == "KafkaException", outcome
+    assert outcome["causes"][0].startswith("PolicyViolationException: "), outcome
+    [abort] = ops["abort"]
+    assert abort["outcome"] == "ok", abort
+    [after] = ops["after-abort"]
+    assert after["commit"] == "ok" and after["acks"] == [[topic_name, 0, -1]], after
+    assert after["epoch_after"] == after["epoch_before"] + 1, after
+    assert_logged(gateway, f"java-{topic_name}", "gateway.txn.max.bytes")
+    assert committed_values(gateway, topic_name, 1) == [b"next"]
+    assert metric(gateway, "txn_pending_stored_bytes") == 0
