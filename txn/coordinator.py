@@ -75,7 +75,7 @@ class TxnSettings:
     pending_memory_bytes: int = 64 << 20
     # Bytes of open transactions' batches stored (waiting for their commit),
     # node-wide and per transaction; a batch past either is refused and its
-    # transaction doomed (NO_LIMIT: none).
+    # transaction doomed (-1: no limit).
     pending_disk_bytes: int = 4 << 30  # gateway.txn.pending.disk.bytes
     max_txn_bytes: int = 1 << 30  # gateway.txn.max.bytes
 

@@ -91,7 +91,8 @@ class PendingData:
     next_ordinal: int = 0
     nbytes: int = 0  # bytes stored as blobs (on disk), counted in ``stored``
     held: int = 0  # bytes of them held in memory (from the budget)
-    # Why the transaction can only abort, once a batch was refused for a limit.
+    # Why the transaction can only abort (a batch refused for a limit, an
+    # offset-range conflict): every batch for it is refused from then on.
     refused: str | None = None
 
     def sink(self, tp: TopicPartition) -> PartitionSink:
