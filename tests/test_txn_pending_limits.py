@@ -13,9 +13,10 @@ import pytest
 
 from tablets import batch as rb
 from tablets import keys, validate
+from tablets.consumer_offsets import OffsetCommit
 from tablets.errors import BatchRefused
 from testkit.batches import GZIP, make_batch
-from testkit.txn import TID, TIMEOUT_MS, Env, run
+from testkit.txn import GROUP, TID, TIMEOUT_MS, Env, run
 from txn import TxnSettings, TxnState
 from txn.errors import TxnConflict, TxnDoomed
 
@@ -183,3 +184,23 @@ def test_the_counts_and_the_doom_survive_a_restart(tmp_path):
         assert env.txns.pending_bytes == 0 == stored_blob_bytes(env)
 
     run(tmp_path, before, after, settings=settings)
+
+
+def test_a_transaction_doomed_by_a_conflict_refuses_its_batches_too(tmp_path):
+    async def phase(env: Env) -> None:
+        await env.offsets.commit(GROUP, {("a", 0): OffsetCommit(5)}, env.clock())
+        pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
+        await env.begin(pid, epoch, [("a", 0)], group=GROUP)
+        await env.produce(pid, epoch, ("a", 0), [VALUE])
+        with pytest.raises(TxnConflict):  # offset 5 is not past the committed 5
+            await env.txns.txn_offset_commit(TID, pid, epoch, GROUP,
+                                             {("a", 0): OffsetCommit(5)})
+        with pytest.raises(TxnDoomed, match="can only abort"):
+            await env.produce(pid, epoch, ("a", 0), [VALUE])
+        assert env.txns.pending_bytes == BATCH == stored_blob_bytes(env)
+        assert env.txns.stats.over_limit == {"transaction": 0, "node": 0}
+        assert env.txns.stats.conflicts == 1
+        await env.txns.end_txn(TID, pid, epoch, False)
+        assert env.txns.pending_bytes == 0
+
+    run(tmp_path, phase)
