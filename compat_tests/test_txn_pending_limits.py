@@ -160,6 +160,35 @@ def test_the_node_limit_dooms_the_transaction_that_crosses_it(gateway, topic_nam
 
 
 
+def test_the_counts_are_right_after_kill_9(tmp_path, topic_name):
+    """After a kill -9 the gateway counts an open transaction's stored batches
+    again from the store (none held in memory), and the limit applies to
+    them: the producer's batch that crosses it after the restart is refused."""
+    with GatewayProcess(tmp_path / "data", *TXN_GATEWAY_ARGS, "--admin-listen", "127.0.0.1:0",
+                        "--txn-max-bytes", str(TXN_LIMIT)) as gw:
+        create_topic(gw, topic_name)
+        producer = txn_producer(gw, f"k9-{topic_name}")
+        producer.begin_transaction()
+        for _ in range(2):
+            assert send(producer, topic_name, VALUE) is None
+        stored = metric(gw, "txn_pending_stored_bytes")
+        assert stored == metric(gw, "txn_pending_memory_bytes") > 2 * len(VALUE)
+        gw.restart(hard=True)
+        assert metric(gw, "txn_pending_stored_bytes") == stored
+        assert metric(gw, "txn_pending_memory_bytes") == 0
+        assert send(producer, topic_name, VALUE) is None  # the third fits
+        error = send(producer, topic_name, VALUE)  # the fourth crosses
+        assert error is not None and error.code() == KafkaError.POLICY_VIOLATION, error
+        assert metric(gw, "txn_pending_limit_doomed_total", limit="transaction") == 1
+        assert_abortable(producer)
+        producer.abort_transaction(TIMEOUT)
+        assert metric(gw, "txn_pending_stored_bytes") == 0
+        producer.begin_transaction()
+        assert send(producer, topic_name, b"after") is None
+        producer.commit_transaction(TIMEOUT)
+        assert committed_values(gw, topic_name, 1) == [b"after"]
+
+
 def test_java_client_aborts_and_goes_on(gateway, topic_name, java_classes):
     """The Java client 3.4.1: the refused send fails with
     PolicyViolationException and the gateway's message (not split and retried,
