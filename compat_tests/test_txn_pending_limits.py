@@ -5,16 +5,29 @@ A gateway with ``gateway.txn.max.bytes`` and ``gateway.txn.pending.disk.bytes``
 set low: the batch that would cross one is answered POLICY_VIOLATION and
 nothing of it is stored; the client's transaction becomes abortable (not
 fatal); after abort_transaction() the bytes are given back and the same
-producer's next transaction commits. librdkafka (confluent-kafka 2.16) here;
-the Java client 3.4.1 in ``test_java_client_aborts_and_goes_on``.
+producer's next transaction commits. librdkafka (confluent-kafka 2.16), the
+Java client 3.4.1, kafka-python 3, aiokafka 0.14 and kafkajs 2.2 (js/txn.js,
+scenario overLimit).
+
+aiokafka and kafkajs do not stop a commit after a failed send: an
+EndTxn(commit) then aborts the doomed transaction (UNKNOWN_PRODUCER_ID, fatal
+for both), so a transaction missing a refused batch never commits.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import shutil
+import subprocess
 import time
 import uuid
+from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaError as AIOKafkaError
+from aiokafka.errors import PolicyViolationError as AIOPolicyViolation
 from compat_helpers import create_topic
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -25,12 +38,16 @@ from confluent_kafka import (
     TopicPartition,
 )
 from java_helpers import by_op, run_java
-from txn_helpers import TXN_GATEWAY_ARGS, stored_log, wait_for
+from kafka import KafkaProducer
+from kafka.errors import KafkaError as KPKafkaError
+from kafka.errors import PolicyViolationError
+from txn_helpers import TXN_GATEWAY_ARGS, stored_log, wait_for, within
 
 from testkit import prom
 from testkit.gateway import GatewayProcess
 
 TIMEOUT = 30
+JS_DIR = Path(__file__).resolve().parent / "js"
 VALUE = b"v" * 10_000
 # Each open transaction may store 3 batches of one VALUE (about 10 KB each),
 # the node 5 of them.
@@ -213,5 +230,89 @@ def test_java_client_aborts_and_goes_on(gateway, topic_name, java_classes):
     assert after["commit"] == "ok" and after["acks"] == [[topic_name, 0, -1]], after
     assert after["epoch_after"] == after["epoch_before"] + 1, after
     assert_logged(gateway, f"java-{topic_name}", "gateway.txn.max.bytes")
+    assert committed_values(gateway, topic_name, 1) == [b"next"]
+    assert metric(gateway, "txn_pending_stored_bytes") == 0
+
+
+def test_kafka_python_aborts_and_goes_on(gateway, topic_name):
+    create_topic(gateway, topic_name)
+    producer = KafkaProducer(bootstrap_servers=gateway.bootstrap,
+                             transactional_id=f"kp-{topic_name}", linger_ms=0)
+    try:
+        within(TIMEOUT, producer.init_transactions)
+        producer.begin_transaction()
+        for _ in range(3):
+            producer.send(topic_name, VALUE, partition=0).get(timeout=TIMEOUT)
+        with pytest.raises(PolicyViolationError, match=r"gateway\.txn\.max\.bytes"):
+            producer.send(topic_name, VALUE, partition=0).get(timeout=TIMEOUT)
+        with pytest.raises(KPKafkaError, match=r"error state: .*PolicyViolationError"):
+            within(TIMEOUT, producer.commit_transaction)  # abortable: refused by the client
+        within(TIMEOUT, producer.abort_transaction)
+        producer.begin_transaction()
+        producer.send(topic_name, b"next", partition=0).get(timeout=TIMEOUT)
+        within(TIMEOUT, producer.commit_transaction)
+    finally:
+        producer.close(timeout=TIMEOUT)
+    assert committed_values(gateway, topic_name, 1) == [b"next"]
+    assert metric(gateway, "txn_pending_stored_bytes") == 0
+
+
+def test_aiokafka_aborts_and_goes_on_and_never_commits_a_refused_batch(gateway, topic_name):
+    """An application that aborts after the failed send goes on with the same
+    producer; one that commits anyway (aiokafka sends EndTxn(commit)) gets a
+    fatal error, nothing of that transaction lands, and a new producer goes on."""
+    create_topic(gateway, topic_name)
+    txn_id = f"aio-{topic_name}"
+
+    async def fill_and_fail(producer: AIOKafkaProducer) -> None:
+        await producer.begin_transaction()
+        for _ in range(3):
+            await producer.send_and_wait(topic_name, VALUE, partition=0)
+        with pytest.raises(AIOPolicyViolation):
+            await producer.send_and_wait(topic_name, VALUE, partition=0)
+
+    async def scenario() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=gateway.bootstrap,
+                                    transactional_id=txn_id, linger_ms=0)
+        await producer.start()
+        try:
+            await fill_and_fail(producer)
+            await producer.abort_transaction()
+            async with producer.transaction():
+                await producer.send_and_wait(topic_name, b"next", partition=0)
+            await fill_and_fail(producer)
+            with pytest.raises(AIOKafkaError):
+                await producer.commit_transaction()
+        finally:
+            await producer.stop()
+        successor = AIOKafkaProducer(bootstrap_servers=gateway.bootstrap,
+                                     transactional_id=txn_id)
+        await successor.start()
+        try:
+            async with successor.transaction():
+                await successor.send_and_wait(topic_name, b"successor", partition=0)
+        finally:
+            await successor.stop()
+
+    asyncio.run(asyncio.wait_for(scenario(), 120))
+    assert committed_values(gateway, topic_name, 2) == [b"next", b"successor"]
+    assert metric(gateway, "txn_pending_stored_bytes") == 0
+
+
+def test_kafkajs_aborts_and_goes_on(gateway, topic_name):
+    """kafkajs takes a failed send's sequence numbers back and sends them again
+    in the next transaction: the gateway takes them (nothing of the refused
+    batch was stored)."""
+    node = shutil.which("node")
+    assert node, "Node.js is not installed (Debian: apt-get install -y nodejs npm)"
+    assert (JS_DIR / "node_modules" / "kafkajs").is_dir(), "run `npm ci` in compat_tests/js"
+    done = subprocess.run([node, "txn.js", gateway.bootstrap, topic_name, "overLimit",
+                           str(len(VALUE)), "4"], cwd=JS_DIR, capture_output=True,
+                          text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["sent"][:3] == ["ok"] * 3, result
+    assert result["sent"][3]["type"] == "POLICY_VIOLATION", result
+    assert result["abort"] == {"ok": True} and result["next"] == {"ok": True}, result
     assert committed_values(gateway, topic_name, 1) == [b"next"]
     assert metric(gateway, "txn_pending_stored_bytes") == 0

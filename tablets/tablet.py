@@ -59,7 +59,7 @@ from .errors import (
 )
 from .log_reads import LogReads
 from .memory_run import MemoryRun
-from .producers import CachedBatch, ProducerStates, next_seq
+from .producers import REFUSED, CachedBatch, ProducerStates, next_seq
 from .segments import NO_TIMESTAMP, Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 from .truncation import TruncatedLog
@@ -74,7 +74,6 @@ _META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
 
 LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
-REFUSED = -2  # the base offset cached for a batch its transaction refused
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,10 +362,10 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog):
                 header: rb.BatchHeader, cached: CachedBatch | None,
                 now_ms: int) -> asyncio.Future[AppendResult]:
         """Fail ``appended`` with ``error``, the batch's transaction refusing it
-        (a limit; doomed): nothing of the batch is stored, but it takes its
-        sequence numbers, as its producer counts them taken (librdkafka sends
-        its next batch after them even when the transaction is aborted). A
-        retry of it is refused again, never answered as a stored duplicate."""
+        (a limit; doomed): nothing of the batch is stored, but its sequence
+        numbers are kept (``producers.REFUSED``), so the producer's next batch
+        may follow them or use them again; a retry of it is never answered as
+        a stored duplicate."""
         if cached is None:
             appended.set_exception(error)
             return appended
