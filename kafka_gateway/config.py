@@ -103,6 +103,13 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gateway.txn.pending.memory.bytes", "txn_pending_memory_bytes", int,
             "memory for open transactions' batches (node-wide), so a commit serves them "
             "from the in-memory tails; beyond it they are read from the store"),
+    Setting("gateway.txn.pending.disk.bytes", "txn_pending_disk_bytes", int,
+            "bytes of open transactions' batches stored until their commit, node-wide; a "
+            "batch past it is refused (POLICY_VIOLATION) and its transaction can only abort "
+            "(-1: no limit)"),
+    Setting("gateway.txn.max.bytes", "txn_max_bytes", int,
+            "bytes of batches one open transaction may store; a batch past it is refused "
+            "(POLICY_VIOLATION) and the transaction can only abort (-1: no limit)"),
     # Security (docs/security.md). listeners and advertised.listeners in Kafka's
     # syntax; --listen/--advertise remain the one-PLAINTEXT-listener shorthand.
     Setting("listeners", "listeners", str,
@@ -186,6 +193,8 @@ class GatewayConfig:
     producer_id_expiration_ms: int = 86_400_000
     max_producers_per_partition: int = 10_000
     txn_pending_memory_bytes: int = 64 << 20
+    txn_pending_disk_bytes: int = 4 << 30
+    txn_max_bytes: int = 1 << 30
     listeners: str = ""
     advertised_listeners: str = ""
     listener_security_protocol_map: str = ""
@@ -331,6 +340,10 @@ def from_arguments(args: argparse.Namespace) -> GatewayConfig:
     known = {f.name for f in fields(GatewayConfig)}
     config = GatewayConfig(**{k: v for k, v in values.items() if k in known})
     config.listener_list()  # a listener setting that cannot work stops the start here
+    for limit in ("gateway.txn.pending.disk.bytes", "gateway.txn.max.bytes"):
+        value = getattr(config, next(s.attr for s in SETTINGS if s.prop == limit))
+        if value < -1:
+            raise ValueError(f"{limit} must be -1 (no limit) or at least 0, got {value}")
     if config.authorizer_class_name and config.authorizer_class_name not in _AUTHORIZERS:
         raise ValueError(f"authorizer.class.name: {config.authorizer_class_name!r} is not "
                          f"one of {', '.join(_AUTHORIZERS)}")

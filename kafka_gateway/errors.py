@@ -38,6 +38,9 @@ _BY_TYPE: dict[type[BaseException], ErrorCode] = {
     storage.InvalidRecord: ErrorCode.invalid_record,
     storage.UnsupportedRecordKind: ErrorCode.invalid_txn_state,
     storage.PolicyViolation: ErrorCode.policy_violation,
+    # Transactional batches refused (txn.TxnDoomed: a pending-bytes limit):
+    # abortable in every client, never split and retried (docs/transactions.md).
+    storage.BatchRefused: ErrorCode.policy_violation,
     storage.StorageError: ErrorCode.kafka_storage_error,
     storage.InvalidProducerEpoch: ErrorCode.invalid_producer_epoch,
     storage.OutOfOrderSequence: ErrorCode.out_of_order_sequence_number,

@@ -229,8 +229,21 @@ class GatewayCollector(Collector):
         yield _counter("txn_stale_end_txn", "EndTxn of a finished transaction refused",
                        stats.stale_end_txn)
         yield _gauge("txn_open", "Open transactions", txns.open_count)
-        yield _gauge("txn_pending_bytes", "Batches of open transactions held in memory",
+        yield _gauge("txn_pending_stored_bytes",
+                     "Batches of open transactions stored until their commit (limits: "
+                     "gateway.txn.pending.disk.bytes, gateway.txn.max.bytes)",
                      txns.pending_bytes)
+        yield _gauge("txn_pending_memory_bytes",
+                     "Batches of open transactions also held in memory "
+                     "(gateway.txn.pending.memory.bytes)", txns.pending_memory_bytes)
+        over = CounterMetricFamily(
+            PREFIX + "txn_pending_limit_doomed",
+            "Transactions doomed (abort only) because a batch would have crossed a "
+            "pending-bytes limit, per limit (transaction: gateway.txn.max.bytes, node: "
+            "gateway.txn.pending.disk.bytes)", labels=["limit"])
+        for limit, count in sorted(stats.over_limit.items()):
+            over.add_metric([limit], count)
+        yield over
         kept, evicted = self.broker.engine.producer_stats()
         yield _gauge("producer_ids", "Producer ids whose sequences partitions keep", kept)
         yield _counter("producer_ids_evicted", "Producer ids forgotten to stay within "

@@ -78,7 +78,8 @@ class GatewayServer:
             self.engine,
             TxnSettings(self.config.transaction_max_timeout_ms,
                         self.config.transactional_id_expiration_ms,
-                        self.config.txn_pending_memory_bytes),
+                        self.config.txn_pending_memory_bytes,
+                        self.config.txn_pending_disk_bytes, self.config.txn_max_bytes),
             newest_connection=lambda: self.broker.newest_connection)
         self.broker.txns.load()
         self._txn_expiry = loop.create_task(self._txn_expiry_loop())

@@ -76,6 +76,11 @@ class PolicyViolation(TabletError):
     without "delete")."""
 
 
+class BatchRefused(TabletError):
+    """A transactional batch its transaction refused (a limit; the transaction
+    can only abort), or a retry of one: nothing of it is stored."""
+
+
 class UnsupportedRecordKind(TabletError):
     """Transactional or control batches where this node does not take them."""
 

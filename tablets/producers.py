@@ -48,6 +48,13 @@ class CachedBatch:
     base_offset: int  # -1 for a transactional batch: it has no offset until its commit
 
 
+# The base offset kept for a transactional batch its transaction refused (a
+# limit): nothing of it is stored. Producers disagree on whether it used its
+# sequence numbers: librdkafka numbers its next batch after it, kafkajs sends
+# the same numbers again. Either is taken, so both go on.
+REFUSED = -2
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
@@ -129,6 +136,10 @@ class ProducerStates:
                     f"producer {producer_id}: a new epoch {epoch} must start at sequence 0, "
                     f"not {first_seq}")
             return None
+        newest = entry.batches[-1] if entry.batches else None
+        if newest is not None and newest.base_offset == REFUSED and \
+                first_seq == newest.first_seq:
+            return None  # sent again after its refusal: a new batch (``stage`` replaces it)
         for cached in entry.batches:
             if cached.first_seq == first_seq and cached.last_seq == last_seq:
                 return cached
@@ -150,6 +161,9 @@ class ProducerStates:
         if entry is None or entry.epoch != epoch:
             entry = ProducerEntry(epoch, now_ms)
         entry.last_timestamp = now_ms
+        if entry.batches and entry.batches[-1].base_offset == REFUSED and \
+                entry.batches[-1].first_seq == batch.first_seq:
+            entry.batches.pop()  # a refused batch's numbers, sent again
         entry.batches.append(batch)
         self._entries[producer_id] = entry
         ops.put(self.key(producer_id), entry.encode())

@@ -53,6 +53,7 @@ from . import keys, validate
 from .compacted_log import CompactedLog
 from .compaction import CompactionConfig
 from .errors import (
+    BatchRefused,
     TabletError,
     UnknownPartition,
     UnsupportedRecordKind,
@@ -60,7 +61,7 @@ from .errors import (
 from .log_entry import LEADER_EPOCH
 from .log_reads import LogReads
 from .memory_run import MemoryRun
-from .producers import CachedBatch, ProducerStates, next_seq
+from .producers import REFUSED, CachedBatch, ProducerStates, next_seq
 from .segments import NO_TIMESTAMP, Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 from .truncation import TruncatedLog
@@ -323,6 +324,12 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
                 if not appended.done():
                     appended.set_exception(exc)
                 return appended
+            if duplicate is not None and duplicate.base_offset == REFUSED:
+                appended.set_exception(BatchRefused(
+                    f"{self.name}: producer {header.producer_id} sequence "
+                    f"{duplicate.first_seq}..{duplicate.last_seq} was refused before; nothing "
+                    "of it is stored"))
+                return appended
             if duplicate is not None:
                 # The original may still be on its way to the WAL: an empty change
                 # lands after it (writes land in submission order), so the retry
@@ -342,6 +349,10 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
             data = rb.set_max_timestamp(data, max_timestamp)
         append_time = now_ms if settings.log_append_time else -1
         if sink is not None:
+            try:
+                sink.admit(len(data))
+            except TabletError as exc:
+                return self._refuse(ops, appended, exc, header, cached, now_ms)
             ops.put(key, data)
             if cached is not None:
                 self.producers.stage(header.producer_id, header.producer_epoch, cached, now_ms,
@@ -365,6 +376,28 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         ops.put(self.meta_key, self._meta())
         return self._write(ops, appended, AppendResult(base_offset, append_time,
                                                        self.log_start_offset), offset)
+
+    def _refuse(self, ops: Ops, appended: asyncio.Future[AppendResult], error: TabletError,
+                header: rb.BatchHeader, cached: CachedBatch | None,
+                now_ms: int) -> asyncio.Future[AppendResult]:
+        """Fail ``appended`` with ``error``, the batch's transaction refusing it
+        (a limit; doomed): nothing of the batch is stored, but its sequence
+        numbers are kept (``producers.REFUSED``), so the producer's next batch
+        may follow them or use them again; a retry of it is never answered as
+        a stored duplicate."""
+        if cached is None:
+            appended.set_exception(error)
+            return appended
+        self.producers.stage(header.producer_id, header.producer_epoch,
+                             CachedBatch(cached.first_seq, cached.last_seq, REFUSED), now_ms, ops)
+        done = self.writer.submit(ops)
+
+        def on_written(fut: asyncio.Future[None]) -> None:
+            if not appended.done():
+                appended.set_exception(fut.exception() or error)
+
+        done.add_done_callback(on_written)
+        return appended
 
     def _check_sequence(self, header: rb.BatchHeader) -> CachedBatch | None:
         """The batch an idempotent retry repeats, or None; raises on a gap or a

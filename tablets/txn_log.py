@@ -43,6 +43,9 @@ class BlobSink(Protocol):
 
     def expect(self) -> None: ...
 
+    def admit(self, nbytes: int) -> None:
+        """Raise a TabletError to refuse a batch (nothing of it is stored)."""
+
     def next_key(self, partition_prefix: bytes) -> bytes: ...
 
     def added(self, key: bytes, batch: bytes) -> None: ...

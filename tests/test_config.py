@@ -63,3 +63,18 @@ def test_valid_topic_configs():
     for name, value in [("retention.ms", "-1"), ("cleanup.policy", "delete"),
                         ("message.timestamp.type", "LogAppendTime"), ("retention.bytes", "-1")]:
         validate(name, value)
+
+
+def test_open_transaction_limits(tmp_path):
+    """gateway.txn.max.bytes and gateway.txn.pending.disk.bytes: defaults, the
+    flag and the property, -1 for no limit, anything below refused."""
+    cfg = parse()
+    assert (cfg.txn_max_bytes, cfg.txn_pending_disk_bytes) == (1 << 30, 4 << 30)
+    props = tmp_path / "gateway.properties"
+    props.write_text("gateway.txn.max.bytes=-1\ngateway.txn.pending.disk.bytes=5000\n")
+    cfg = parse("--config", str(props), "--txn-pending-disk-bytes", "7000")
+    assert (cfg.txn_max_bytes, cfg.txn_pending_disk_bytes) == (-1, 7000)
+    assert cfg.properties()["gateway.txn.max.bytes"] == "-1"
+    assert cfg.properties()["gateway.txn.pending.disk.bytes"] == "7000"
+    with pytest.raises(ValueError, match=r"gateway\.txn\.max\.bytes must be -1"):
+        parse("--txn-max-bytes", "-2")

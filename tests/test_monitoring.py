@@ -104,6 +104,11 @@ def test_metrics_after_traffic(traffic):
     assert value("kafka_gateway_event_loop_lag_seconds_count") >= 1
     assert value("kafka_gateway_txn_commits_total") == 1
     assert value("kafka_gateway_txn_conflicts_total") == 0
+    # the one transaction committed: nothing of open transactions is stored or held
+    assert value("kafka_gateway_txn_pending_stored_bytes") == 0
+    assert value("kafka_gateway_txn_pending_memory_bytes") == 0
+    for limit in ("transaction", "node"):
+        assert value("kafka_gateway_txn_pending_limit_doomed_total", limit=limit) == 0
     assert value("kafka_gateway_producer_ids") >= 1
 
 

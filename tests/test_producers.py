@@ -13,6 +13,7 @@ from tablets.errors import InvalidProducerEpoch, OutOfOrderSequence, UnknownProd
 from tablets.producers import (
     CACHED_BATCHES,
     INT32_MAX,
+    REFUSED,
     CachedBatch,
     ProducerEntry,
     ProducerStates,
@@ -71,6 +72,26 @@ def test_a_duplicate_of_any_of_the_last_five_batches_returns_the_original():
     for n in range(8 - CACHED_BATCHES):
         with pytest.raises(OutOfOrderSequence):
             s.check(PID, 0, 2 * n, 2 * n + 1)
+
+
+def test_a_refused_batch_may_be_followed_or_sent_again():
+    """A batch its transaction refused (nothing stored) is noted as REFUSED:
+    the next batch may follow it (librdkafka) or start where it started
+    (kafkajs), and replaces it then; a retry of it after a later batch is
+    out of reach of both and found as the refused one, never a stored one."""
+    follows = states()
+    write(follows, PID, 0, 0, 2, -1)
+    write(follows, PID, 0, 2, 3, REFUSED)  # sequences 2..4 refused
+    write(follows, PID, 0, 5, 1, -1)
+    assert follows.check(PID, 0, 2, 4) == CachedBatch(2, 4, REFUSED)
+    again = states()
+    write(again, PID, 0, 0, 2, -1)
+    write(again, PID, 0, 2, 3, REFUSED)
+    write(again, PID, 0, 2, 1, -1)  # the same first sequence, fewer records
+    assert [b.base_offset for b in again.get(PID).batches] == [-1, -1]
+    assert again.check(PID, 0, 2, 2) == CachedBatch(2, 2, -1)  # now a stored duplicate
+    with pytest.raises(OutOfOrderSequence):
+        again.check(PID, 0, 5, 5)
 
 
 def test_an_older_epoch_is_fenced_and_a_newer_one_starts_at_zero():

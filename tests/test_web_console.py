@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from testkit import prom
 from testkit.cli import run_cli
 from testkit.gateway import GatewayProcess
 
@@ -203,6 +204,15 @@ def test_every_page_in_chromium(gateway_with_data, tmp_path, capsys):
     assert txns["ledger-writer"][3] == "CompleteCommit"
     assert txns["stuck-writer"][3] == "Ongoing" and txns["stuck-writer"][6] == "orders-1"
     assert report["transactions"]["facts"]["Open"] == "1"
+    # the open transaction's one batch: stored, and held in memory as well
+    metrics = prom.samples(prom.scrape(admin))
+    stored = int(prom.value(metrics, "kafka_gateway_txn_pending_stored_bytes"))
+    assert 0 < stored == prom.value(metrics, "kafka_gateway_txn_pending_memory_bytes")
+    assert txns["stuck-writer"][8:] == [f"{stored} B", f"{stored} B"]
+    assert txns["ledger-writer"][8:] == ["-", "-"]
+    assert report["transactions"]["facts"]["Pending stored"] == f"{stored} B"
+    assert report["transactions"]["facts"]["Pending in memory"] == f"{stored} B"
+    assert report["transactions"]["facts"]["Over a pending limit"] == "0"
     assert report["transactions"]["facts"]["Committed"] == "1"
 
     assert report["missing-topic"]["status"] == 404

@@ -72,7 +72,7 @@ from .errors import (
     TxnError,
 )
 from .partitions import TxnPartitions
-from .pending import MemoryBudget, PartitionSink, PendingData
+from .pending import MemoryBudget, PartitionSink, PendingData, StoredBytes
 from .producer_ids import ProducerIds
 from .state import TxnMetadata, TxnState
 
@@ -89,6 +89,11 @@ class TxnSettings:
     # Node-wide bytes of open transactions' batches kept in memory, so a
     # commit can serve them from the partitions' in-memory tails.
     pending_memory_bytes: int = 64 << 20
+    # Bytes of open transactions' batches stored (waiting for their commit),
+    # node-wide and per transaction; a batch past either is refused and its
+    # transaction doomed (-1: no limit).
+    pending_disk_bytes: int = 4 << 30  # gateway.txn.pending.disk.bytes
+    max_txn_bytes: int = 1 << 30  # gateway.txn.max.bytes
 
 
 @dataclass(slots=True)
@@ -101,6 +106,10 @@ class TxnStats:
     conflicts: int = 0
     fenced: int = 0
     stale_end_txn: int = 0
+    # Transactions doomed because a batch would have crossed a pending-bytes
+    # limit, per limit ("transaction", "node").
+    over_limit: dict[str, int] = field(
+        default_factory=lambda: {"transaction": 0, "node": 0})
 
 
 @dataclass(slots=True)
@@ -128,6 +137,7 @@ class TransactionCoordinator:
         self.newest_connection = newest_connection
         self.ids = ProducerIds(self.store)
         self.budget = MemoryBudget(self.settings.pending_memory_bytes)
+        self.stored = StoredBytes(self.settings.pending_disk_bytes, self.settings.max_txn_bytes)
         self.stats = TxnStats()
         self.txns: dict[str, TxnMetadata] = {}
         self._open: dict[str, _Open] = {}
@@ -147,7 +157,9 @@ class TransactionCoordinator:
             self.partitions.load(meta)
             if meta.is_open:
                 data = PendingData.recover(self.store, meta.instance, self.budget,
-                                           self._prefixes(meta))
+                                           self._prefixes(meta), self.stored)
+                data.doom = self._doomer(meta, meta.instance)
+                data.refused = meta.doomed
                 self._open[meta.transactional_id] = _Open(data)
                 for group, commits in meta.offsets.items():
                     self.offsets.hold_pending(group, commits)
@@ -261,7 +273,9 @@ class TransactionCoordinator:
             meta.groups.clear()
             meta.offsets.clear()
             meta.doomed = None
-            self._open[meta.transactional_id] = _Open(PendingData(meta.instance, self.budget),
+            data = PendingData(meta.instance, self.budget, self.stored,
+                               self._doomer(meta, meta.instance))
+            self._open[meta.transactional_id] = _Open(data,
                                                       newest_connection=self.newest_connection())
         meta.updated_ms = now
         opened = self._open[meta.transactional_id]
@@ -344,9 +358,31 @@ class TransactionCoordinator:
             log.warning("transaction %s (producer %d epoch %d) conflicts and can only abort: %s",
                         meta.transactional_id, meta.producer_id, meta.epoch, reason)
             meta.doomed = reason
+            self._open[meta.transactional_id].data.refused = reason  # its batches too
             ops = Ops()
             self._put(meta, ops)
             await self.writer.submit(ops)
+
+    def _doomer(self, meta: TxnMetadata, instance: int) -> Callable[[str, str], None]:
+        """What dooms this transaction when one of its batches is refused for a
+        pending-bytes limit. Called from the tablet's append (not under the
+        id's lock): the doom is set at once and its write queued, and writes
+        land in order, so every later change of the id keeps it."""
+
+        def doom(limit: str, reason: str) -> None:
+            if not meta.is_open or meta.instance != instance or meta.doomed is not None:
+                return
+            self.stats.over_limit[limit] += 1
+            log.warning("transaction %s (producer %d epoch %d) can only abort: %s",
+                        meta.transactional_id, meta.producer_id, meta.epoch, reason)
+            meta.doomed = reason
+            ops = Ops()
+            self._put(meta, ops)
+            # A failed write fails the store, and every later request with it.
+            self.writer.submit(ops).add_done_callback(
+                lambda done: done.cancelled() or done.exception())
+
+        return doom
 
     # --------------------------------------------------------------- EndTxn
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int,
@@ -556,4 +592,16 @@ class TransactionCoordinator:
 
     @property
     def pending_bytes(self) -> int:
-        return sum(opened.data.nbytes for opened in self._open.values())
+        """Bytes of open transactions' batches stored, node-wide."""
+        return self.stored.used
+
+    @property
+    def pending_memory_bytes(self) -> int:
+        """Bytes of them also held in memory."""
+        return self.budget.used
+
+    def pending_of(self, transactional_id: str) -> tuple[int, int] | None:
+        """(bytes stored, bytes of them held in memory) of an id's open
+        transaction; None when it has none."""
+        opened = self._open.get(transactional_id)
+        return None if opened is None else (opened.data.nbytes, opened.data.held)

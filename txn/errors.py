@@ -3,6 +3,8 @@ maps each to its error code; handlers pick version-specific codes there)."""
 
 from __future__ import annotations
 
+from tablets.errors import BatchRefused
+
 
 class TxnError(Exception):
     """Base class: a transactional request that cannot proceed."""
@@ -37,6 +39,15 @@ class TxnConflict(TxnError):
     """The optimistic offset-range check failed: another commit claimed the
     consumed range (the version moved), or the range was already processed.
     The transaction can only abort; nothing of it is ever published."""
+
+
+class TxnDoomed(TxnError, BatchRefused):
+    """A transactional batch refused, nothing of it stored: it would take its
+    transaction past a pending-bytes limit (``gateway.txn.max.bytes``,
+    ``gateway.txn.pending.disk.bytes``), or its transaction can only abort
+    already. POLICY_VIOLATION (as every BatchRefused): non-retriable, and
+    each client's transaction becomes abortable (not fatal). A storage error
+    too, so the tablet, asked to store the batch, fails the append with it."""
 
 
 class TransactionalIdNotFound(TxnError):

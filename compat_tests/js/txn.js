@@ -293,6 +293,32 @@ const SCENARIOS = {
       await p.disconnect()
     }
   },
+
+  // A transaction past the gateway's gateway.txn.max.bytes: SENDS sends of one
+  // SIZE-byte record each (awaited one by one) until one fails; then, as an
+  // application does, abort (kafkajs would send EndTxn(commit) if told to
+  // commit), and a next transaction of one record "next".
+  async overLimit(client, topic, size, sends) {
+    await createTopics(client, { [topic]: 1 })
+    const p = await connected(client, { transactionalId: `limit-${topic}` })
+    try {
+      const txn = await p.transaction()
+      const sent = []
+      for (let i = 0; i < Number(sends) && sent.every(r => r.ok); i++) {
+        sent.push(await attempt(() =>
+          txn.send({ topic, messages: [{ partition: 0, value: 'v'.repeat(Number(size)) }] })))
+      }
+      const abort = await attempt(() => txn.abort())
+      const next = await attempt(async () => {
+        const again = await p.transaction()
+        await again.send({ topic, messages: [{ partition: 0, value: 'next' }] })
+        await again.commit()
+      })
+      return { sent: sent.map(r => (r.ok ? 'ok' : r.error)), abort, next }
+    } finally {
+      await p.disconnect()
+    }
+  },
 }
 
 main(async ({ bootstrap, topic, args }) => {

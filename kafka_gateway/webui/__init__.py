@@ -6,7 +6,8 @@
                               and its source, the groups reading it, live charts
 - ``/ui/groups``              every group: state, members, lag
 - ``/ui/groups/{id}``         members and their assignment, lag per partition
-- ``/ui/transactions``        transactional ids, their state and partitions
+- ``/ui/transactions``        transactional ids, their state and partitions, the
+                              bytes their open transactions store and hold in memory
 - ``/ui/api/rates``           the counters the charts poll (JSON)
 
 Server-rendered HTML (webui/html.py escapes every value) with one script,

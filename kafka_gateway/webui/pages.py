@@ -148,21 +148,33 @@ class Console:
     async def transactions(self, _request: web.Request) -> web.Response:
         txns = self.broker.txns
         listed = [] if txns is None else sorted(txns.list(), key=lambda m: m.transactional_id)
-        rows = [(m.transactional_id, m.producer_id, m.epoch, m.state.value, m.timeout_ms,
-                 _when(m.started_ms), _partitions(sorted(m.partitions)),
-                 ", ".join(sorted(m.groups)) or "-") for m in listed]
+        rows = []
+        for m in listed:
+            # An open transaction's batches: stored until the commit, and the
+            # part of them also held in memory.
+            pending = None if txns is None else txns.pending_of(m.transactional_id)
+            rows.append((m.transactional_id, m.producer_id, m.epoch, m.state.value,
+                         m.timeout_ms, _when(m.started_ms), _partitions(sorted(m.partitions)),
+                         ", ".join(sorted(m.groups)) or "-",
+                         "-" if pending is None else size(pending[0]),
+                         "-" if pending is None else size(pending[1])))
         stats = None if txns is None else txns.stats
         body = [
             facts([("Open", 0 if txns is None else txns.open_count),
-                   ("Pending", size(0 if txns is None else txns.pending_bytes)),
+                   ("Pending stored", size(0 if txns is None else txns.pending_bytes)),
+                   ("Pending in memory",
+                    size(0 if txns is None else txns.pending_memory_bytes)),
                    ("Committed", 0 if stats is None else stats.commits),
                    ("Aborted", 0 if stats is None else stats.aborts),
                    ("Timed out", 0 if stats is None else stats.timeouts),
-                   ("Conflicts", 0 if stats is None else stats.conflicts)],
+                   ("Conflicts", 0 if stats is None else stats.conflicts),
+                   ("Over a pending limit",
+                    0 if stats is None else sum(stats.over_limit.values()))],
                   id="txn-facts"),
             table(("Transactional id", "Producer id", "Epoch", "State", "Timeout (ms)",
-                   "Started", "Partitions", "Groups"), rows, id="transactions",
-                  empty="no transactional producers yet", numeric=(1, 2, 4)),
+                   "Started", "Partitions", "Groups", "Stored", "In memory"),
+                  rows, id="transactions", empty="no transactional producers yet",
+                  numeric=(1, 2, 4, 8, 9)),
         ]
         return _response(page("Transactions", "Transactions", *body))
 
