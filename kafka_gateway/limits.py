@@ -18,7 +18,9 @@ served. Each connection may also always read into a small fresh buffer
 
 ``BadInputLog`` rate-limits the warnings about bad input per client address:
 a client that keeps sending garbage (or reconnects to do it again) gets a few
-lines a minute, and the rest are counted in ``/metrics``.
+lines a minute, and the rest are counted in ``/metrics``. ``client_text``
+makes a string a client chose (a user name, client id, group, transactional
+id, topic) safe to log: one bounded line, whatever it contains.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ FIRST_READ_BYTES = 16 << 10
 BAD_INPUT_LINES_PER_WINDOW = 10
 BAD_INPUT_WINDOW_SECONDS = 60.0
 _MAX_TRACKED_PEERS = 4096
+# Characters of one client-supplied string kept in a log line.
+LOGGED_TEXT_CHARS = 200
 FULL_COLLECT_INTERVAL_SECONDS = 1.0
 
 
@@ -208,6 +212,38 @@ class RequestMemory:
                 gc.collect()
             elif self._loop is not None:
                 self._loop.call_later(FULL_COLLECT_INTERVAL_SECONDS, self._schedule_wake)
+
+
+def client_text(value: str | bytes | bytearray | memoryview | None,
+                limit: int = LOGGED_TEXT_CHARS) -> str:
+    """``value``, chosen by a client, as it may appear in a log line.
+
+    Only the first ``limit`` characters are kept (cut before anything else, so
+    a 16 MiB name costs no more than a short one) and the rest counted; a
+    backslash and every character that is not printable (a newline would
+    start a forged log line, an escape sequence would drive the terminal) are
+    written as Python escapes; undecodable bytes as ``\\xNN``.
+    """
+    if value is None:
+        return "null"
+    if isinstance(value, str):
+        text, size, unit = value[:limit], len(value), "chars"
+    else:
+        head = bytes(value[: 4 * limit])  # a character is at most 4 bytes of UTF-8
+        text, size, unit = head.decode("utf-8", "surrogateescape")[:limit], len(value), "bytes"
+    escaped = "".join(map(_escape_char, text))
+    kept = len(text.encode("utf-8", "surrogateescape")) if unit == "bytes" else len(text)
+    if kept < size:
+        escaped += f"... ({size} {unit} in all)"
+    return escaped
+
+
+def _escape_char(c: str) -> str:
+    if c.isprintable() and c != "\\":
+        return c
+    if "\udc80" <= c <= "\udcff":  # an undecodable byte (surrogateescape)
+        return f"\\x{ord(c) - 0xDC00:02x}"
+    return repr(c)[1:-1]
 
 
 class BadInputLog:
