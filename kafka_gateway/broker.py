@@ -12,6 +12,7 @@ from txn import TransactionCoordinator
 
 from .config import GatewayConfig
 from .groups import GroupCoordinator, GroupOffsets
+from .limits import client_text
 from .metrics import Metrics
 from .security.authorizer import Authorizer
 from .security.scram import Credentials
@@ -56,7 +57,7 @@ class Broker:
         existing = self.engine.topics.get(name)
         if existing is not None:
             return existing
-        log.info("auto-creating topic %s", name)
+        log.info("auto-creating topic %s", client_text(name))
         try:
             return await self.engine.create_topic(name, self.config.num_partitions, {})
         except TopicAlreadyExists:  # a concurrent request created it first

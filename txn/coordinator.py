@@ -40,6 +40,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from kafka_gateway.limits import client_text  # one way to log what clients name
 from tablets import keys
 from tablets.consumer_offsets import OffsetCommit, TopicPartition
 from tablets.control import commit_marker
@@ -322,7 +323,7 @@ class TransactionCoordinator:
         if meta.doomed is None:
             self.stats.conflicts += 1
             log.warning("transaction %s (producer %d epoch %d) conflicts and can only abort: %s",
-                        meta.transactional_id, meta.producer_id, meta.epoch, reason)
+                        client_text(meta.transactional_id), meta.producer_id, meta.epoch, reason)
             meta.doomed = reason
             ops = Ops()
             self._put(meta, ops)
@@ -352,7 +353,8 @@ class TransactionCoordinator:
                 self.stats.stale_end_txn += 1
                 log.warning("%s: EndTxn from connection %d, which carried none of the open "
                             "transaction's requests and is older than it: a delayed request "
-                            "of an earlier transaction, refused", transactional_id, connection)
+                            "of an earlier transaction, refused", client_text(transactional_id),
+                            connection)
                 raise InvalidTxnState(f"{transactional_id}: a delayed EndTxn of an earlier "
                                       "transaction cannot end this one")
             reason = meta.doomed if commit else None
@@ -365,7 +367,7 @@ class TransactionCoordinator:
                 if reason is not None and meta.doomed is None:
                     self.stats.conflicts += 1
                     log.warning("transaction %s conflicts at commit and is aborted: %s",
-                                transactional_id, reason)
+                                client_text(transactional_id), reason)
             ops = Ops()
             if commit and reason is None:
                 publish = self._stage_commit(meta, ops)
@@ -475,7 +477,8 @@ class TransactionCoordinator:
             if not meta.is_open or self.clock() - meta.started_ms <= meta.timeout_ms:
                 return
             log.info("transaction %s (producer %d epoch %d) timed out after %d ms: aborted",
-                     meta.transactional_id, meta.producer_id, meta.epoch, meta.timeout_ms)
+                     client_text(meta.transactional_id), meta.producer_id, meta.epoch,
+                     meta.timeout_ms)
             ops = Ops()
             publish = self._stage_abort(meta, ops)
             self._bump_epoch(meta, ops, asked_by_current=False)

@@ -19,6 +19,7 @@ from tablets.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCom
 from tablets.tablet import now_ms
 
 from ..config import GatewayConfig
+from ..limits import client_text
 from .consumer_protocol import PROTOCOL_TYPE
 from .coordinator import GroupCoordinator, is_valid_group_id
 from .group import GroupState
@@ -94,7 +95,7 @@ class GroupOffsets:
         elif not self.offsets.has_offsets(group_id):
             return ErrorCode.group_id_not_found
         await self.offsets.delete(group_id)
-        log.info("group %s deleted", group_id)
+        log.info("group %s deleted", client_text(group_id))
         return ErrorCode.none
 
     def check_offset_delete(self, group_id: str) -> tuple[ErrorCode, set[str] | None]:
@@ -146,7 +147,8 @@ class GroupOffsets:
             expired = [tp for tp in expired if not self.offsets.is_pending(group_id, *tp)]
             if expired:
                 deleted += await self.offsets.delete(group_id, expired)
-                log.info("group %s: %d committed offsets expired", group_id, len(expired))
+                log.info("group %s: %d committed offsets expired", client_text(group_id),
+                         len(expired))
             group = groups.get(group_id)  # the await may have let it change
             if (group is not None and group.is_(EMPTY) and not group.pending_members
                     and not self.offsets.has_offsets(group_id)):
