@@ -10,13 +10,23 @@ unanswered (the worker then closes that connection). Meanwhile, every
 connection and reads it back; at the end every acknowledged batch must be in
 the log, at its offset, byte for byte. Used by tests/test_fuzz.py (bounded)
 and bench/fuzz.py (long runs).
+
+The gateway also has a SASL_PLAINTEXT listener, and one random frame in
+``1 / SASL_SHARE`` is a login message before authentication instead
+(testkit.fuzz.sasl_case): on a fresh connection to that listener, after the
+valid frames its stage needs (a handshake, a SCRAM client-first of a real
+user), each answered without error. The outcome of the fuzzed frame counts
+like any other's (a bare token after a v0 handshake is answered by a bare
+token, or not at all), by stage in ``Totals.sasl``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import hashlib
 import itertools
+import os
 import re
 import struct
 import time
@@ -27,15 +37,20 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
 
-from kafka_gateway.client import KafkaClient
+from kafka_gateway.client import ClientSecurity, KafkaClient
 from kafka_gateway.codec import request_schema
+from kafka_gateway.security.scram import DEFAULT_ITERATIONS, MECHANISMS
 from testkit.batches import make_batch
-from testkit.fuzz import Names, Seed, boundaries, frame, frame_rng, seeds
+from testkit.fuzz import Names, SaslCase, Seed, boundaries, frame, frame_rng, sasl_case, seeds
 from testkit.gateway import GatewayProcess
 
 # Flags for a gateway under fuzzing: a new group forms at once (JoinGroup
 # answers instead of waiting out the initial delay), and /metrics is served.
-GATEWAY_FLAGS = ("--group-initial-rebalance-delay-ms", "0", "--admin-listen", "127.0.0.1:0")
+GATEWAY_FLAGS = ("--group-initial-rebalance-delay-ms", "0", "--admin-listen", "127.0.0.1:0",
+                 "--listeners", "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0")
+SASL_LISTENER = "SASL_PLAINTEXT"
+SASL_USER, SASL_PASSWORD = "fuzz-sasl-user", "fuzz-sasl-secret"  # no seed names this user
+SASL_SHARE = 0.05
 CANARY_TOPIC = "canary-topic-that-no-seed-names"
 CANARY_EVERY = 50
 _ADMIN = re.compile(r"admin http ([\d.]+:\d+)")
@@ -58,18 +73,22 @@ class Totals:
     peak_rss_mib: float = 0.0
     seconds: float = 0.0
     by_api: Counter[str] = field(default_factory=Counter)
+    sasl: Counter[str] = field(default_factory=Counter)  # "stage outcome" of SASL cases
+    sasl_setup_failures: int = 0  # a valid setup frame not answered without error: must stay 0
 
     @property
     def ok(self) -> bool:
         return not (self.crashes or self.mismatched or self.canary_lost or self.handler_errors
-                    or self.canary_failure) and self.canary_batches > 0
+                    or self.canary_failure or self.sasl_setup_failures) and self.canary_batches > 0
 
     def line(self) -> str:
         canary = self.canary_failure or f"batches {self.canary_batches}, lost {self.canary_lost}"
         return (f"frames sent {self.sent}, answered {self.answered}, closed by the server "
                 f"{self.closed}, unanswered {self.unanswered}, mismatched {self.mismatched}, "
                 f"crashes {self.crashes}; handler errors {self.handler_errors}; canary "
-                f"{canary}; peak RSS {self.peak_rss_mib:.0f} MiB; {self.seconds:.1f} s")
+                f"{canary}; SASL cases {sum(self.sasl.values())}, setup failures "
+                f"{self.sasl_setup_failures}; peak RSS {self.peak_rss_mib:.0f} MiB; "
+                f"{self.seconds:.1f} s")
 
 
 def run(gateway: GatewayProcess, frames: int, run_seed: int, workers: int = 8,
@@ -84,7 +103,10 @@ async def _run(gateway: GatewayProcess, frames: int, run_seed: int, workers: int
     started = time.monotonic()
     host, port = gateway.host_port
     names = Names(topic_id=await _create_topics(host, port))
-    source = _Frames(seeds(names), run_seed)
+    sasl_port = gateway.listener_ports.get(SASL_LISTENER)
+    if sasl_port is not None:
+        await _create_sasl_user(host, port)
+    source = _Frames(seeds(names), run_seed, sasl=sasl_port is not None)
     canary = await Canary.start(host, port)
     numbers = itertools.count()
     due = asyncio.Event()  # set every CANARY_EVERY frames
@@ -99,7 +121,7 @@ async def _run(gateway: GatewayProcess, frames: int, run_seed: int, workers: int
     canary_task = asyncio.create_task(canary_loop())
     try:
         await asyncio.gather(*(
-            _worker(host, port, gateway, source, numbers, frames, wait, totals, due)
+            _worker(host, port, sasl_port, gateway, source, numbers, frames, wait, totals, due)
             for _ in range(workers)))
     finally:
         stop.set()
@@ -132,27 +154,63 @@ async def _create_topics(host: str, port: int):
         await client.close()
 
 
-class _Frames:
-    """Frame ``n`` of a run: the boundary sweep first, then random mutations."""
+async def _create_sasl_user(host: str, port: int) -> None:
+    """SASL_USER, with credentials of both SCRAM mechanisms (PLAIN checks either)."""
+    client = await KafkaClient.connect(host, port)
+    try:
+        schema = request_schema(51, 0)  # AlterUserScramCredentials
+        upsertions = []
+        for digest, code in MECHANISMS.values():
+            salt = os.urandom(32)
+            upsertions.append(schema.ScramCredentialUpsertion(
+                name=SASL_USER, mechanism=code, iterations=DEFAULT_ITERATIONS, salt=salt,
+                salted_password=hashlib.pbkdf2_hmac(digest().name, SASL_PASSWORD.encode(), salt,
+                                                    DEFAULT_ITERATIONS)))
+        answer = await client.request(schema.AlterUserScramCredentialsRequest(
+            deletions=(), upsertions=tuple(upsertions)))
+        assert all(r.error_code is ErrorCode.none for r in answer.results), answer
+    finally:
+        await client.close()
 
-    def __init__(self, all_seeds: list[Seed], run_seed: int) -> None:
+
+async def sasl_login_works(gateway: GatewayProcess) -> bool:
+    """Does a real SCRAM login on the SASL listener succeed, and a request after it?"""
+    client = await KafkaClient.connect("127.0.0.1", gateway.listener_ports[SASL_LISTENER],
+                                       security=ClientSecurity(
+                                           mechanism="SCRAM-SHA-256", username=SASL_USER,
+                                           password=SASL_PASSWORD))
+    try:
+        answer = await client.request(request_schema(18, 0).ApiVersionsRequest())
+        return answer.error_code is ErrorCode.none
+    finally:
+        await client.close()
+
+
+class _Frames:
+    """Frame ``n`` of a run: the boundary sweep first, then random mutations, and
+    (``sasl``) now and then a login message before authentication."""
+
+    def __init__(self, all_seeds: list[Seed], run_seed: int, sasl: bool = False) -> None:
         self.seeds = all_seeds
         self.sweep = boundaries(all_seeds)
         self.run_seed = run_seed
+        self.sasl = sasl
 
-    def __call__(self, number: int) -> tuple[Seed, bytes]:
+    def __call__(self, number: int) -> tuple[Seed, bytes] | SaslCase:
         correlation_id = number & 0x7FFFFFFF
         if number < len(self.sweep):
             seed, body = self.sweep[number]
             return seed, frame(seed, correlation_id, body=body)
         rng = frame_rng(self.run_seed, number)
+        if self.sasl and rng.random() < SASL_SHARE:
+            return sasl_case(self.seeds, SASL_USER, rng, correlation_id)
         seed = self.seeds[rng.randrange(len(self.seeds))]
         return seed, frame(seed, correlation_id, rng)
 
 
-async def _worker(host: str, port: int, gateway: GatewayProcess, source: _Frames,
-                  numbers: itertools.count, frames: int, wait: float, totals: Totals,
-                  canary_due: asyncio.Event) -> None:
+async def _worker(host: str, port: int, sasl_port: int | None, gateway: GatewayProcess,
+                  source: _Frames, numbers: itertools.count, frames: int, wait: float,
+                  totals: Totals, canary_due: asyncio.Event) -> None:
     reader = writer = None
     try:
         for number in numbers:
@@ -160,8 +218,17 @@ async def _worker(host: str, port: int, gateway: GatewayProcess, source: _Frames
                 return
             if number % CANARY_EVERY == 0:
                 canary_due.set()
-            seed, data = source(number)
+            item = source(number)
             correlation_id = number & 0x7FFFFFFF
+            if isinstance(item, SaslCase):
+                assert sasl_port is not None
+                totals.sent += 1
+                outcome = await _sasl_exchange(host, sasl_port, gateway, item, correlation_id,
+                                               wait, totals)
+                setattr(totals, outcome, getattr(totals, outcome) + 1)
+                totals.sasl[f"{item.stage} {outcome}"] += 1
+                continue
+            seed, data = item
             if writer is None:
                 try:
                     reader, writer = await asyncio.open_connection(host, port)
@@ -197,6 +264,51 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
         return "closed"
     (answered_id,) = _SIZE.unpack_from(answer, 0)
     return "answered" if answered_id == correlation_id else "mismatched"
+
+
+async def _sasl_exchange(host: str, port: int, gateway: GatewayProcess, case: SaslCase,
+                         correlation_id: int, wait: float, totals: Totals) -> str:
+    """One SASL case on a fresh connection: its setup, then the fuzzed frame's outcome."""
+    try:
+        reader, writer = await asyncio.open_connection(host, port)
+    except OSError:
+        if gateway.process is None or gateway.process.poll() is not None:
+            totals.crashes = 1
+            return "closed"
+        raise
+    try:
+        for data in case.setup:
+            answer = await _setup_answer(reader, writer, data, wait)
+            if answer is None or answer[4:6] != b"\x00\x00":  # error code NONE
+                totals.sasl_setup_failures += 1
+                return "closed"
+        if not case.raw:
+            return await _exchange(reader, writer, case.frame, correlation_id, wait)
+        try:  # after a v0 handshake: a bare token back, or nothing (a failure)
+            writer.write(case.frame)
+            await writer.drain()
+            async with asyncio.timeout(wait):
+                (size,) = _SIZE.unpack(await reader.readexactly(4))
+                await reader.readexactly(size)
+            return "answered"
+        except TimeoutError:
+            return "unanswered"
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return "closed"
+    finally:
+        writer.close()
+
+
+async def _setup_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        data: bytes, wait: float) -> bytes | None:
+    try:
+        writer.write(data)
+        await writer.drain()
+        async with asyncio.timeout(wait):
+            (size,) = _SIZE.unpack(await reader.readexactly(4))
+            return await reader.readexactly(size)
+    except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+        return None
 
 
 def _admin_address(gateway: GatewayProcess) -> str:
