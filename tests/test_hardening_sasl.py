@@ -444,6 +444,14 @@ def test_the_caps_leave_login_messages_cheap():
     assert max(worst.values()) < 0.05, worst
 
 
+def test_a_scram_user_name_is_unescaped_once():
+    """RFC 5802: "=3D" on the wire is "="; the user "a=2Cb" is not "a,b"."""
+    server = ScramServer("SCRAM-SHA-256", Credentials(_NoUsers()))  # type: ignore[arg-type]
+    with pytest.raises(AuthenticationFailed) as failed:
+        server.step(b"n,,n=a=3D2Cb,r=abcdefgh")
+    assert failed.value.user == "a=2Cb"
+
+
 def _fill(char: str, size: int) -> bytes:
     return (char * (size // len(char.encode()))).encode()
 

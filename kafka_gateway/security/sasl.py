@@ -140,7 +140,7 @@ class ScramServer:
         self.done_first = False
 
     def _auth_info(self, saslname: str) -> tuple[bytes, bytes, bytes, int]:
-        self.user = saslname.replace("=2C", ",").replace("=3D", "=")  # RFC 5802 saslname
+        self.user = saslname  # scramp has undone the saslname escapes (=2C, =3D) already
         credential = self.credentials.get(self.user, self.mechanism)
         if credential is None:
             raise ScramException("unknown user")
