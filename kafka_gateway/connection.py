@@ -41,8 +41,8 @@ frame until the client has authenticated (ApiVersions, SaslHandshake,
 SaslAuthenticate only, one request at a time, as Kafka serves them; frames no
 larger than ``sasl.server.max.receive.size``; a failed authentication mutes
 the connection and ends it ``connection.failed.authentication.delay.ms``
-later, by a timer), then steps aside: afterwards, and on PLAINTEXT listeners always, the frame path
-is the same as without security. Handlers find the listener and principal in
+later, by a timer), then steps aside: afterwards, and on PLAINTEXT listeners
+always, the frame path is the same as without security. Handlers find the listener and principal in
 ``request.session``.
 """
 

@@ -14,7 +14,6 @@ however its frames are spread over connections.
 
 from __future__ import annotations
 
-import base64
 import datetime
 import random
 import struct
@@ -35,7 +34,6 @@ from kio.static.primitive import Records
 
 from kafka_gateway.apis import APIS
 from kafka_gateway.codec import (
-    API_VERSIONS_KEY,
     ChunkWriter,
     _request_class,
     encode_uvarint,
@@ -410,123 +408,3 @@ def frame(seed: Seed, correlation_id: int, rng: random.Random | None = None,
 def frame_rng(run_seed: int, number: int) -> random.Random:
     """The generator of frame ``number`` of a run: frames do not depend on scheduling."""
     return random.Random(run_seed * 1_000_003 + number)
-
-
-# ------------------------------------------------- SASL before authentication
-SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
-SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
-SASL_MAX_RECEIVE = 524_288  # the gateway's sasl.server.max.receive.size (Kafka's default)
-SASL_STAGES = ("first", "token", "raw-token", "scram-final")
-
-
-@dataclass(frozen=True, slots=True)
-class SaslCase:
-    """What a fresh connection to a SASL listener sends: ``setup`` (valid frames,
-    each answered), then ``frame``, the fuzzed one, whose outcome counts.
-
-    Stages: ``first``, the fuzzed frame opens the connection (a mutated
-    SaslHandshake or ApiVersions, another API, or a size prefix over the
-    pre-authentication cap); ``token``, a SaslAuthenticate after a valid v1
-    handshake; ``raw-token``, a bare token after a v0 handshake (its answer,
-    if any, is a bare token too: ``raw``); ``scram-final``, a SCRAM client-final
-    after a valid client-first of ``user``.
-    """
-
-    stage: str
-    setup: tuple[bytes, ...]
-    frame: bytes
-    raw: bool = False
-
-
-def sasl_case(all_seeds: list[Seed], user: str, rng: random.Random,
-              correlation_id: int) -> SaslCase:
-    """One SASL case, a function of ``rng`` only (see SaslCase)."""
-    stage = rng.choice(SASL_STAGES)
-    mechanism = rng.choice(SASL_MECHANISMS)
-    if stage == "first":
-        roll = rng.random()
-        if roll < 0.15:  # a size prefix over the cap, and a few bytes of it
-            size = rng.choice((SASL_MAX_RECEIVE + 1, 1 << 20, 0x7FFFFFFF, -1))
-            return SaslCase(stage, (), struct.pack(">i", size) + bytes(rng.randint(0, 64)))
-        keys = (SASL_HANDSHAKE, SASL_HANDSHAKE, API_VERSIONS_KEY, rng.choice(list(APIS)))
-        key = rng.choice(keys)
-        candidates = [s for s in all_seeds if s.api_key == key]
-        seed = rng.choice(candidates)
-        if key == SASL_HANDSHAKE and rng.random() < 0.5:
-            name = _mutated_text(mechanism.encode(), rng).decode("utf-8", "replace")
-            seed = _with_body(SASL_HANDSHAKE, seed.version, mechanism=name[:8000])  # int16
-            return SaslCase(stage, (), frame(seed, correlation_id))
-        return SaslCase(stage, (), frame(seed, correlation_id, rng))
-    if stage == "raw-token":
-        token = _mutated_text(_first_token(mechanism, user, rng), rng)
-        return SaslCase(stage, (_handshake(0, mechanism),),
-                        struct.pack(">i", len(token)) + token, raw=True)
-    setup = [_handshake(1, mechanism)]
-    if stage == "scram-final":
-        mechanism = rng.choice(SASL_MECHANISMS[1:])
-        setup = [_handshake(1, mechanism),
-                 _authenticate(2, b"n,,n=" + user.encode() + b",r=fuzznonce", 2)]
-        proof = bytes(rng.randrange(256) for _ in range(64 if mechanism[-3:] == "512" else 32))
-        token = (b"c=biws,r=fuzznonce" + bytes(rng.choice(b"abcdefgh") for _ in range(24))
-                 + b",p=" + base64.b64encode(proof))
-    else:
-        token = _first_token(mechanism, user, rng)
-    version = rng.randint(0, 2)
-    seed = _with_body(SASL_AUTHENTICATE, version, auth_bytes=_mutated_text(token, rng))
-    fuzzed = frame(seed, correlation_id, rng if rng.random() < 0.3 else None)
-    return SaslCase(stage, tuple(setup), fuzzed)
-
-
-def _first_token(mechanism: str, user: str, rng: random.Random) -> bytes:
-    """A plausible first token: PLAIN's three fields, or SCRAM's client-first."""
-    name = user.encode() if rng.random() < 0.5 else b"fz-nobody"
-    if mechanism == "PLAIN":
-        return b"\x00" + name + b"\x00" + b"fz-wrong-password"
-    return b"n,,n=" + name + b",r=" + bytes(rng.choice(b"ABCDEFGH0123") for _ in range(24))
-
-
-def _mutated_text(text: bytes, rng: random.Random) -> bytes:
-    """``text`` as a hostile client might send it: bytes changed, separators
-    inserted, cut, grown past the user name, password or frame caps, or left as is."""
-    choice = rng.randrange(8)
-    if choice == 0:
-        return text
-    if choice == 1:
-        mutated = bytearray(text)
-        for _ in range(rng.randint(1, 4)):
-            if mutated:
-                mutated[rng.randrange(len(mutated))] = rng.choice(b"\x00,=\xff\xc3\x80 ")
-        return bytes(mutated)
-    if choice == 2:
-        return text[: rng.randrange(len(text) + 1)]
-    if choice == 3:  # a field grown: past the caps, now and then past the frame cap
-        size = rng.choice((513, 1025, 4097, 64 << 10, SASL_MAX_RECEIVE - 64,
-                           SASL_MAX_RECEIVE + 64))
-        at = rng.randrange(len(text) + 1)
-        return text[:at] + rng.choice(("é", "a", "\u00ad", "\ufb03")).encode() * (
-            size // 2) + text[at:]
-    if choice == 4:
-        return bytes(rng.randrange(256) for _ in range(rng.randint(0, 64)))
-    if choice == 5:
-        return b""
-    if choice == 6:
-        return text + b"," + text  # repeated attributes
-    return text.replace(b"=", b"=3D=2C=", 1)
-
-
-def _with_body(api_key: int, version: int, **values: Any) -> Seed:
-    """A seed of ``api_key`` v``version`` with these field values."""
-    cls = _request_class(api_key, version)
-    assert cls is not None
-    body = _encode(cls(**values))
-    spans: list[Span] = []
-    _trace(cls, body, 0, spans, nullable=False)
-    return Seed(api_key, version, bool(cls.__flexible__), body, tuple(spans))
-
-
-def _handshake(version: int, mechanism: str) -> bytes:
-    return frame(_with_body(SASL_HANDSHAKE, version, mechanism=mechanism), 1)
-
-
-def _authenticate(version: int, token: bytes, correlation_id: int) -> bytes:
-    return frame(_with_body(SASL_AUTHENTICATE, version, auth_bytes=token), correlation_id)

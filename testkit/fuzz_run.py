@@ -13,20 +13,17 @@ and bench/fuzz.py (long runs).
 
 The gateway also has a SASL_PLAINTEXT listener, and one random frame in
 ``1 / SASL_SHARE`` is a login message before authentication instead
-(testkit.fuzz.sasl_case): on a fresh connection to that listener, after the
-valid frames its stage needs (a handshake, a SCRAM client-first of a real
-user), each answered without error. The outcome of the fuzzed frame counts
-like any other's (a bare token after a v0 handshake is answered by a bare
-token, or not at all), by stage in ``Totals.sasl``.
+(testkit/fuzz_sasl.py): on a fresh connection to that listener, after the
+valid frames its stage needs, each answered without error. The outcome of the
+fuzzed frame counts like any other's (a bare token after a v0 handshake is
+answered by a bare token, or not at all), by stage in ``Totals.sasl``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import hashlib
 import itertools
-import os
 import re
 import struct
 import time
@@ -37,20 +34,19 @@ from dataclasses import dataclass, field
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
 
-from kafka_gateway.client import ClientSecurity, KafkaClient
+from kafka_gateway.client import KafkaClient
 from kafka_gateway.codec import request_schema
-from kafka_gateway.security.scram import DEFAULT_ITERATIONS, MECHANISMS
+from testkit import fuzz_sasl
 from testkit.batches import make_batch
-from testkit.fuzz import Names, SaslCase, Seed, boundaries, frame, frame_rng, sasl_case, seeds
+from testkit.fuzz import Names, Seed, boundaries, frame, frame_rng, seeds
+from testkit.fuzz_sasl import SaslCase
 from testkit.gateway import GatewayProcess
 
 # Flags for a gateway under fuzzing: a new group forms at once (JoinGroup
 # answers instead of waiting out the initial delay), and /metrics is served.
 GATEWAY_FLAGS = ("--group-initial-rebalance-delay-ms", "0", "--admin-listen", "127.0.0.1:0",
                  "--listeners", "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0")
-SASL_LISTENER = "SASL_PLAINTEXT"
-SASL_USER, SASL_PASSWORD = "fuzz-sasl-user", "fuzz-sasl-secret"  # no seed names this user
-SASL_SHARE = 0.05
+SASL_SHARE = 0.05  # of the random frames, login messages (testkit/fuzz_sasl.py)
 CANARY_TOPIC = "canary-topic-that-no-seed-names"
 CANARY_EVERY = 50
 _ADMIN = re.compile(r"admin http ([\d.]+:\d+)")
@@ -103,9 +99,9 @@ async def _run(gateway: GatewayProcess, frames: int, run_seed: int, workers: int
     started = time.monotonic()
     host, port = gateway.host_port
     names = Names(topic_id=await _create_topics(host, port))
-    sasl_port = gateway.listener_ports.get(SASL_LISTENER)
+    sasl_port = gateway.listener_ports.get(fuzz_sasl.SASL_LISTENER)
     if sasl_port is not None:
-        await _create_sasl_user(host, port)
+        await fuzz_sasl.create_user(host, port)
     source = _Frames(seeds(names), run_seed, sasl=sasl_port is not None)
     canary = await Canary.start(host, port)
     numbers = itertools.count()
@@ -154,38 +150,6 @@ async def _create_topics(host: str, port: int):
         await client.close()
 
 
-async def _create_sasl_user(host: str, port: int) -> None:
-    """SASL_USER, with credentials of both SCRAM mechanisms (PLAIN checks either)."""
-    client = await KafkaClient.connect(host, port)
-    try:
-        schema = request_schema(51, 0)  # AlterUserScramCredentials
-        upsertions = []
-        for digest, code in MECHANISMS.values():
-            salt = os.urandom(32)
-            upsertions.append(schema.ScramCredentialUpsertion(
-                name=SASL_USER, mechanism=code, iterations=DEFAULT_ITERATIONS, salt=salt,
-                salted_password=hashlib.pbkdf2_hmac(digest().name, SASL_PASSWORD.encode(), salt,
-                                                    DEFAULT_ITERATIONS)))
-        answer = await client.request(schema.AlterUserScramCredentialsRequest(
-            deletions=(), upsertions=tuple(upsertions)))
-        assert all(r.error_code is ErrorCode.none for r in answer.results), answer
-    finally:
-        await client.close()
-
-
-async def sasl_login_works(gateway: GatewayProcess) -> bool:
-    """Does a real SCRAM login on the SASL listener succeed, and a request after it?"""
-    client = await KafkaClient.connect("127.0.0.1", gateway.listener_ports[SASL_LISTENER],
-                                       security=ClientSecurity(
-                                           mechanism="SCRAM-SHA-256", username=SASL_USER,
-                                           password=SASL_PASSWORD))
-    try:
-        answer = await client.request(request_schema(18, 0).ApiVersionsRequest())
-        return answer.error_code is ErrorCode.none
-    finally:
-        await client.close()
-
-
 class _Frames:
     """Frame ``n`` of a run: the boundary sweep first, then random mutations, and
     (``sasl``) now and then a login message before authentication."""
@@ -203,7 +167,7 @@ class _Frames:
             return seed, frame(seed, correlation_id, body=body)
         rng = frame_rng(self.run_seed, number)
         if self.sasl and rng.random() < SASL_SHARE:
-            return sasl_case(self.seeds, SASL_USER, rng, correlation_id)
+            return fuzz_sasl.sasl_case(self.seeds, rng, correlation_id)
         seed = self.seeds[rng.randrange(len(self.seeds))]
         return seed, frame(seed, correlation_id, rng)
 
@@ -270,45 +234,22 @@ async def _sasl_exchange(host: str, port: int, gateway: GatewayProcess, case: Sa
                          correlation_id: int, wait: float, totals: Totals) -> str:
     """One SASL case on a fresh connection: its setup, then the fuzzed frame's outcome."""
     try:
-        reader, writer = await asyncio.open_connection(host, port)
+        opened = await fuzz_sasl.open_case(host, port, case, wait)
     except OSError:
         if gateway.process is None or gateway.process.poll() is not None:
-            totals.crashes = 1
+            totals.crashes = 1  # the process is gone
             return "closed"
         raise
+    if opened is None:
+        totals.sasl_setup_failures += 1
+        return "closed"
+    reader, writer = opened
     try:
-        for data in case.setup:
-            answer = await _setup_answer(reader, writer, data, wait)
-            if answer is None or answer[4:6] != b"\x00\x00":  # error code NONE
-                totals.sasl_setup_failures += 1
-                return "closed"
-        if not case.raw:
-            return await _exchange(reader, writer, case.frame, correlation_id, wait)
-        try:  # after a v0 handshake: a bare token back, or nothing (a failure)
-            writer.write(case.frame)
-            await writer.drain()
-            async with asyncio.timeout(wait):
-                (size,) = _SIZE.unpack(await reader.readexactly(4))
-                await reader.readexactly(size)
-            return "answered"
-        except TimeoutError:
-            return "unanswered"
-        except (asyncio.IncompleteReadError, ConnectionError):
-            return "closed"
+        if case.raw:
+            return await fuzz_sasl.raw_exchange(reader, writer, case.frame, wait)
+        return await _exchange(reader, writer, case.frame, correlation_id, wait)
     finally:
         writer.close()
-
-
-async def _setup_answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        data: bytes, wait: float) -> bytes | None:
-    try:
-        writer.write(data)
-        await writer.drain()
-        async with asyncio.timeout(wait):
-            (size,) = _SIZE.unpack(await reader.readexactly(4))
-            return await reader.readexactly(size)
-    except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-        return None
 
 
 def _admin_address(gateway: GatewayProcess) -> str:

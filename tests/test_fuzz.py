@@ -4,7 +4,7 @@ Bounded: 20,000 frames from a fixed seed (the boundary sweep of every field
 of every seed, then random mutations: testkit/fuzz.py), eight connections at
 once, while a canary produces with acks=-1 and reads back on its own
 connection. One random frame in 20 is a login message before authentication
-on the gateway's SASL listener (testkit.fuzz.sasl_case); a real login still
+on the gateway's SASL listener (testkit/fuzz_sasl.py); a real login still
 works at the end. ``python -m bench.fuzz`` runs the same for as long as asked.
 """
 
@@ -15,8 +15,9 @@ import asyncio
 import pytest
 
 from kafka_gateway.apis import APIS
-from testkit.fuzz import SASL_STAGES, boundaries, seeds
-from testkit.fuzz_run import CANARY_EVERY, GATEWAY_FLAGS, SASL_SHARE, run, sasl_login_works
+from testkit.fuzz import boundaries, seeds
+from testkit.fuzz_run import CANARY_EVERY, GATEWAY_FLAGS, SASL_SHARE, run
+from testkit.fuzz_sasl import SASL_STAGES, login_works
 from testkit.gateway import GatewayProcess
 
 FRAMES = 20_000
@@ -31,7 +32,7 @@ def test_fuzzing_leaves_the_gateway_serving_and_the_canary_whole(tmp_path):
         print(f"\nfuzz: {totals.line()}")
         print(f"SASL: {dict(sorted(totals.sasl.items()))}")
         assert gateway.process is not None and gateway.process.poll() is None
-        assert asyncio.run(sasl_login_works(gateway))
+        assert asyncio.run(login_works(gateway))
     output = gateway.output()
 
     assert totals.crashes == 0
