@@ -339,6 +339,10 @@ def from_arguments(args: argparse.Namespace) -> GatewayConfig:
     known = {f.name for f in fields(GatewayConfig)}
     config = GatewayConfig(**{k: v for k, v in values.items() if k in known})
     config.listener_list()  # a listener setting that cannot work stops the start here
+    if config.sasl_server_max_receive_size <= 0:
+        raise ValueError("sasl.server.max.receive.size must be positive")
+    if config.failed_authentication_delay_ms < 0:  # Kafka: at least 0
+        raise ValueError("connection.failed.authentication.delay.ms must be at least 0")
     if config.authorizer_class_name and config.authorizer_class_name not in _AUTHORIZERS:
         raise ValueError(f"authorizer.class.name: {config.authorizer_class_name!r} is not "
                          f"one of {', '.join(_AUTHORIZERS)}")

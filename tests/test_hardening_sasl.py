@@ -15,6 +15,7 @@ Client strings reach the log escaped and bounded.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import socket
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from kafka_gateway import config
 from kafka_gateway.config import GatewayConfig
 from kafka_gateway.limits import LOGGED_TEXT_CHARS, client_text
 from kafka_gateway.security.sasl import (
@@ -361,9 +363,24 @@ def test_a_connection_is_muted_while_its_failure_is_delayed(gateway):
         sock.close()
 
 
-def test_the_delay_defaults_to_kafkas():
-    assert GatewayConfig().failed_authentication_delay_ms == 100
-    assert GatewayConfig().sasl_server_max_receive_size == MAX_RECEIVE
+def test_the_settings_default_to_kafkas_and_refuse_nonsense(tmp_path):
+    def parse(*argv: str) -> GatewayConfig:
+        parser = argparse.ArgumentParser()
+        config.add_arguments(parser)
+        return config.from_arguments(parser.parse_args(argv))
+
+    assert parse().failed_authentication_delay_ms == 100
+    assert parse().sasl_server_max_receive_size == MAX_RECEIVE
+    properties = tmp_path / "gateway.properties"
+    properties.write_text("sasl.server.max.receive.size=1024\n"
+                          "connection.failed.authentication.delay.ms=0\n")
+    read = parse("--config", str(properties))
+    assert (read.sasl_server_max_receive_size, read.failed_authentication_delay_ms) == (1024, 0)
+    assert read.properties()["connection.failed.authentication.delay.ms"] == "0"
+    with pytest.raises(ValueError, match=r"sasl\.server\.max\.receive\.size must"):
+        parse("--sasl-server-max-receive-size", "0")
+    with pytest.raises(ValueError, match=r"connection\.failed\.authentication\.delay\.ms must"):
+        parse("--connection-failed-authentication-delay-ms", "-1")
 
 
 # ---------------------------------------------------------------------- logs
