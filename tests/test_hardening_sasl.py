@@ -16,6 +16,7 @@ Client strings reach the log escaped and bounded.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import functools
 import socket
@@ -30,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from kafka_gateway import config
+from kafka_gateway.client import AuthenticationError, ClientSecurity, KafkaClient
 from kafka_gateway.config import GatewayConfig
 from kafka_gateway.limits import LOGGED_TEXT_CHARS, client_text
 from kafka_gateway.security.sasl import (
@@ -43,6 +45,7 @@ from kafka_gateway.security.sasl import (
 from kafka_gateway.security.scram import Credentials
 from testkit import prom
 from testkit.gateway import GatewayProcess
+from testkit.inprocess import port_of, running
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 30
@@ -483,3 +486,22 @@ def _timed(function: Callable[[], object]) -> float:
     started = time.perf_counter()
     function()
     return time.perf_counter() - started
+
+
+def test_no_delay_when_set_to_zero(tmp_path):
+    """connection.failed.authentication.delay.ms=0: answered and closed at once (the
+    path without a timer), in process."""
+
+    async def main() -> None:
+        async with running(tmp_path, listeners="SASL_PLAINTEXT://127.0.0.1:0",
+                           failed_authentication_delay_ms=0) as server:
+            port = port_of(server, "SASL_PLAINTEXT")
+            client = await KafkaClient.connect("127.0.0.1", port)
+            with pytest.raises(AuthenticationError, match="SASL_AUTHENTICATION_FAILED"):
+                await client.authenticate(ClientSecurity(mechanism="PLAIN", username="x",
+                                                         password="y"))
+            assert await asyncio.wait_for(client._reader.read(1), TIMEOUT) == b""
+            await client.close()
+            assert server.broker.metrics.authentication_failures == 1
+
+    asyncio.run(main())
