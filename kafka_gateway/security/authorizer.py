@@ -32,7 +32,7 @@ from kio.schema.errors import ErrorCode
 
 from tablets.node_records import NodeRecords
 
-from ..limits import BadInputLog
+from ..limits import BadInputLog, client_text
 from ..metrics import Metrics
 from .acls import (
     CLUSTER_NAME,
@@ -140,8 +140,8 @@ class Authorizer:
                name: str) -> None:
         self.metrics.authorization_failures += 1
         self.log.log(address, logging.WARNING,
-                     "authorization failed: %s from %s may not %s %s %r", principal, address,
-                     operation.name, rtype.name, name)
+                     "authorization failed: %s from %s may not %s %s %s", client_text(principal),
+                     address, operation.name, rtype.name, client_text(name))
 
     # --------------------------------------------------------------- changes
     async def create(self, bindings: Iterable[AclBinding]) -> None:
