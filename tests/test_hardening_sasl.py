@@ -421,6 +421,9 @@ def _log_user_names(gateway: GatewayProcess) -> None:
     assert len(long_name) == 1
     assert ("m" * LOGGED_TEXT_CHARS + f"... ({MAX_USERNAME_BYTES} chars in all)"
             in long_name[0])
+    huge = [line for line in lines if "failed authentication of" in line
+            and f"invalid receive size {len(plain_token(b'n' * 16 * MiB, b'x')) + 16}" in line]
+    assert len(huge) == 1, lines
     assert max(len(line) for line in lines) < 1000, max(lines, key=len)[:300]
 
 
