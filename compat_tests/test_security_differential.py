@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import struct
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -339,19 +340,38 @@ async def _scenario(address) -> dict[str, Any]:
     for client in (alice, bob):
         await client.close()
 
-    # Authentication: a wrong password, an unknown user, a mechanism not enabled.
+    # Authentication: a wrong password, an unknown user, a mechanism not enabled;
+    # the answer to a failure waits connection.failed.authentication.delay.ms (100).
     for user, password in (("alice", "wrong"), ("mallory", "x")):
+        started = time.monotonic()
         try:
             await KafkaClient.connect(*address, security=ClientSecurity(
                 mechanism="PLAIN", username=user, password=password))
             out[f"login {user}"] = "accepted"
         except AuthenticationError as exc:
             out[f"login {user}"] = str(exc)
+        out[f"login {user} answered after 100 ms"] = time.monotonic() - started >= 0.1
+    out["frame over sasl.server.max.receive.size before login"] = (
+        await _oversized_frame_before_login(address))
     raw = await KafkaClient.connect(*address)
     handshake = await raw.request(sasl_handshake.SaslHandshakeRequest(mechanism="SCRAM-SHA-256"))
     out["handshake, mechanism not enabled"] = (handshake.error_code, handshake.mechanisms)
     await raw.close()
     return out
+
+
+async def _oversized_frame_before_login(address) -> str:
+    """A size prefix of 512 KiB + 1 as the first frame, and a few bytes of it."""
+    reader, writer = await asyncio.open_connection(*address)
+    try:
+        writer.write(struct.pack(">i", 524_289) + bytes(1024))
+        await writer.drain()
+        data = await asyncio.wait_for(reader.read(1), 30)
+        return "answered" if data else "closed unanswered"
+    except ConnectionError:
+        return "closed unanswered"
+    finally:
+        writer.close()
 
 
 def test_same_answers_as_kafka(servers):
@@ -367,3 +387,5 @@ def test_same_answers_as_kafka(servers):
     assert kafka["end txn denied"] is ErrorCode.transactional_id_authorization_failed
     assert kafka["create acls denied"] is ErrorCode.cluster_authorization_failed
     assert kafka["login alice"].startswith("SASL_AUTHENTICATION_FAILED")
+    assert kafka["login alice answered after 100 ms"] is True
+    assert kafka["frame over sasl.server.max.receive.size before login"] == "closed unanswered"

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from tablets import StorageEngine, Topic
 from tablets.errors import TopicAlreadyExists
+from tablets.logtext import client_text
 from txn import TransactionCoordinator
 
 from .config import GatewayConfig
@@ -56,7 +57,7 @@ class Broker:
         existing = self.engine.topics.get(name)
         if existing is not None:
             return existing
-        log.info("auto-creating topic %s", name)
+        log.info("auto-creating topic %s", client_text(name))
         try:
             return await self.engine.create_topic(name, self.config.num_partitions, {})
         except TopicAlreadyExists:  # a concurrent request created it first

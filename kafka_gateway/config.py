@@ -140,6 +140,12 @@ SETTINGS: tuple[Setting, ...] = (
             "OpenSSL cipher list for TLS 1.2 (empty: OpenSSL's defaults)"),
     Setting("sasl.enabled.mechanisms", "sasl_enabled_mechanisms", str,
             "SASL mechanisms of SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512"),
+    Setting("sasl.server.max.receive.size", "sasl_server_max_receive_size", int,
+            "largest frame a SASL listener reads before the client has authenticated; a "
+            "larger size prefix fails the authentication (the connection closes unanswered)"),
+    Setting("connection.failed.authentication.delay.ms", "failed_authentication_delay_ms",
+            int, "a failed SASL authentication is answered and its connection closed this "
+            "long after the failure, the connection muted meanwhile (0: at once)"),
     Setting("authorizer.class.name", "authorizer_class_name", str,
             "set (to kafka.security.authorizer.AclAuthorizer, "
             "org.apache.kafka.metadata.authorizer.StandardAuthorizer or 'acl') to check "
@@ -207,6 +213,8 @@ class GatewayConfig:
     ssl_enabled_protocols: str = "TLSv1.2,TLSv1.3"
     ssl_cipher_suites: str = ""
     sasl_enabled_mechanisms: str = "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512"
+    sasl_server_max_receive_size: int = 524_288
+    failed_authentication_delay_ms: int = 100
     authorizer_class_name: str = ""
     super_users: str = ""
     allow_everyone_if_no_acl_found: bool = False
@@ -344,6 +352,10 @@ def from_arguments(args: argparse.Namespace) -> GatewayConfig:
         value = getattr(config, next(s.attr for s in SETTINGS if s.prop == limit))
         if value < -1:
             raise ValueError(f"{limit} must be -1 (no limit) or at least 0, got {value}")
+    if config.sasl_server_max_receive_size <= 0:
+        raise ValueError("sasl.server.max.receive.size must be positive")
+    if config.failed_authentication_delay_ms < 0:  # Kafka: at least 0
+        raise ValueError("connection.failed.authentication.delay.ms must be at least 0")
     if config.authorizer_class_name and config.authorizer_class_name not in _AUTHORIZERS:
         raise ValueError(f"authorizer.class.name: {config.authorizer_class_name!r} is not "
                          f"one of {', '.join(_AUTHORIZERS)}")

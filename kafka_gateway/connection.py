@@ -38,9 +38,11 @@ Security (security/): each connection belongs to a listener. On a TLS
 listener the transport is TLS (set up by the server) and a client
 certificate names the principal; on a SASL listener a ``SaslGate`` sees every
 frame until the client has authenticated (ApiVersions, SaslHandshake,
-SaslAuthenticate only, one request at a time, as Kafka serves them), then
-steps aside: afterwards, and on PLAINTEXT listeners always, the frame path
-is the same as without security. Handlers find the listener and principal in
+SaslAuthenticate only, one request at a time, as Kafka serves them; frames no
+larger than ``sasl.server.max.receive.size``; a failed authentication mutes
+the connection and ends it ``connection.failed.authentication.delay.ms``
+later, by a timer), then steps aside: afterwards, and on PLAINTEXT listeners
+always, the frame path is the same as without security. Handlers find the listener and principal in
 ``request.session``.
 """
 
@@ -121,6 +123,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._loop = asyncio.get_running_loop()
         self._last_active = self._last_read = self._loop.time()
         self._timer: asyncio.TimerHandle | None = None
+        self._failed_authentication: asyncio.TimerHandle | None = None
 
     # ------------------------------------------------------------ transport
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -147,6 +150,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._closing = True
         if self._timer is not None:
             self._timer.cancel()
+        if self._failed_authentication is not None:
+            self._failed_authentication.cancel()
         memory = self.limits.memory
         memory.forget(self)
         for task, _size, buffer in self._pending:
@@ -198,6 +203,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         limit = self.broker.config.max_frame_bytes
         while end - pos >= 4 and not self._closing and not self._saturated:
             (size,) = _SIZE.unpack_from(view, pos)
+            if self._gate is not None and not 0 <= size <= self._gate.max_receive_size:
+                # Before authentication only small frames (sasl.server.max.receive.size),
+                # refused from the size prefix alone, as Kafka does.
+                self._gate.oversized(size)
+                return
             if size < 0 or size > limit:
                 self._reject(f"frame of {size} bytes (limit {limit})")
                 return
@@ -340,6 +350,20 @@ class KafkaConnection(asyncio.BufferedProtocol):
             self._last_active = self._loop.time()
         if close:
             self._close()
+
+    def fail_authentication(self, chunks: list[bytes] | None) -> None:
+        """End a failed SASL authentication as Kafka does: the connection is muted at
+        once (nothing more read or served), and ``connection.failed.authentication.delay.ms``
+        later its answer, if any, is written and it is closed. A timer: the delay holds
+        up nothing but this connection, and slows down guessing passwords."""
+        self._max_in_flight = 0  # saturated: no frame is taken, reading pauses
+        self._update_reading()
+        delay = self.broker.config.failed_authentication_delay_ms / 1000
+        if delay <= 0:
+            self.gate_answer(chunks or [], close=True)
+        else:
+            self._failed_authentication = self._loop.call_later(
+                delay, self.gate_answer, chunks or [], True)
 
     def _queue_ready(self, chunks: list[bytes]) -> None:
         future: asyncio.Future[list[bytes] | None] = self._loop.create_future()

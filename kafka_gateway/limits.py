@@ -18,7 +18,9 @@ served. Each connection may also always read into a small fresh buffer
 
 ``BadInputLog`` rate-limits the warnings about bad input per client address:
 a client that keeps sending garbage (or reconnects to do it again) gets a few
-lines a minute, and the rest are counted in ``/metrics``.
+lines a minute, and the rest are counted in ``/metrics``. What a client
+chose (a user name, client id, group, transactional id, topic) is logged
+through ``tablets.logtext.client_text``: one bounded line, whatever it holds.
 """
 
 from __future__ import annotations

@@ -10,6 +10,13 @@ unanswered (the worker then closes that connection). Meanwhile, every
 connection and reads it back; at the end every acknowledged batch must be in
 the log, at its offset, byte for byte. Used by tests/test_fuzz.py (bounded)
 and bench/fuzz.py (long runs).
+
+The gateway also has a SASL_PLAINTEXT listener, and one random frame in
+``1 / SASL_SHARE`` is a login message before authentication instead
+(testkit/fuzz_sasl.py): on a fresh connection to that listener, after the
+valid frames its stage needs, each answered without error. The outcome of the
+fuzzed frame counts like any other's (a bare token after a v0 handshake is
+answered by a bare token, or not at all), by stage in ``Totals.sasl``.
 """
 
 from __future__ import annotations
@@ -29,14 +36,17 @@ from kio.static.primitive import Records
 from kafka_gateway.client import KafkaClient
 from kafka_gateway.codec import request_schema
 from kafka_gateway.prometheus import API_NAMES
-from testkit import prom
+from testkit import fuzz_sasl, prom
 from testkit.batches import make_batch
 from testkit.fuzz import Names, Seed, boundaries, frame, frame_rng, seeds
+from testkit.fuzz_sasl import SaslCase
 from testkit.gateway import GatewayProcess
 
 # Flags for a gateway under fuzzing: a new group forms at once (JoinGroup
 # answers instead of waiting out the initial delay), and /metrics is served.
-GATEWAY_FLAGS = ("--group-initial-rebalance-delay-ms", "0", "--admin-listen", "127.0.0.1:0")
+GATEWAY_FLAGS = ("--group-initial-rebalance-delay-ms", "0", "--admin-listen", "127.0.0.1:0",
+                 "--listeners", "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0")
+SASL_SHARE = 0.05  # of the random frames, login messages (testkit/fuzz_sasl.py)
 CANARY_TOPIC = "canary-topic-that-no-seed-names"
 CANARY_EVERY = 50
 _ADMIN = re.compile(r"admin http ([\d.]+:\d+)")
@@ -59,18 +69,22 @@ class Totals:
     peak_rss_mib: float = 0.0
     seconds: float = 0.0
     by_api: Counter[str] = field(default_factory=Counter)
+    sasl: Counter[str] = field(default_factory=Counter)  # "stage outcome" of SASL cases
+    sasl_setup_failures: int = 0  # a valid setup frame not answered without error: must stay 0
 
     @property
     def ok(self) -> bool:
         return not (self.crashes or self.mismatched or self.canary_lost or self.handler_errors
-                    or self.canary_failure) and self.canary_batches > 0
+                    or self.canary_failure or self.sasl_setup_failures) and self.canary_batches > 0
 
     def line(self) -> str:
         canary = self.canary_failure or f"batches {self.canary_batches}, lost {self.canary_lost}"
         return (f"frames sent {self.sent}, answered {self.answered}, closed by the server "
                 f"{self.closed}, unanswered {self.unanswered}, mismatched {self.mismatched}, "
                 f"crashes {self.crashes}; handler errors {self.handler_errors}; canary "
-                f"{canary}; peak RSS {self.peak_rss_mib:.0f} MiB; {self.seconds:.1f} s")
+                f"{canary}; SASL cases {sum(self.sasl.values())}, setup failures "
+                f"{self.sasl_setup_failures}; peak RSS {self.peak_rss_mib:.0f} MiB; "
+                f"{self.seconds:.1f} s")
 
 
 def run(gateway: GatewayProcess, frames: int, run_seed: int, workers: int = 8,
@@ -85,7 +99,10 @@ async def _run(gateway: GatewayProcess, frames: int, run_seed: int, workers: int
     started = time.monotonic()
     host, port = gateway.host_port
     names = Names(topic_id=await _create_topics(host, port))
-    source = _Frames(seeds(names), run_seed)
+    sasl_port = gateway.listener_ports.get(fuzz_sasl.SASL_LISTENER)
+    if sasl_port is not None:
+        await fuzz_sasl.create_user(host, port)
+    source = _Frames(seeds(names), run_seed, sasl=sasl_port is not None)
     canary = await Canary.start(host, port)
     numbers = itertools.count()
     due = asyncio.Event()  # set every CANARY_EVERY frames
@@ -100,7 +117,7 @@ async def _run(gateway: GatewayProcess, frames: int, run_seed: int, workers: int
     canary_task = asyncio.create_task(canary_loop())
     try:
         await asyncio.gather(*(
-            _worker(host, port, gateway, source, numbers, frames, wait, totals, due)
+            _worker(host, port, sasl_port, gateway, source, numbers, frames, wait, totals, due)
             for _ in range(workers)))
     finally:
         stop.set()
@@ -134,26 +151,30 @@ async def _create_topics(host: str, port: int):
 
 
 class _Frames:
-    """Frame ``n`` of a run: the boundary sweep first, then random mutations."""
+    """Frame ``n`` of a run: the boundary sweep first, then random mutations, and
+    (``sasl``) now and then a login message before authentication."""
 
-    def __init__(self, all_seeds: list[Seed], run_seed: int) -> None:
+    def __init__(self, all_seeds: list[Seed], run_seed: int, sasl: bool = False) -> None:
         self.seeds = all_seeds
         self.sweep = boundaries(all_seeds)
         self.run_seed = run_seed
+        self.sasl = sasl
 
-    def __call__(self, number: int) -> tuple[Seed, bytes]:
+    def __call__(self, number: int) -> tuple[Seed, bytes] | SaslCase:
         correlation_id = number & 0x7FFFFFFF
         if number < len(self.sweep):
             seed, body = self.sweep[number]
             return seed, frame(seed, correlation_id, body=body)
         rng = frame_rng(self.run_seed, number)
+        if self.sasl and rng.random() < SASL_SHARE:
+            return fuzz_sasl.sasl_case(self.seeds, rng, correlation_id)
         seed = self.seeds[rng.randrange(len(self.seeds))]
         return seed, frame(seed, correlation_id, rng)
 
 
-async def _worker(host: str, port: int, gateway: GatewayProcess, source: _Frames,
-                  numbers: itertools.count, frames: int, wait: float, totals: Totals,
-                  canary_due: asyncio.Event) -> None:
+async def _worker(host: str, port: int, sasl_port: int | None, gateway: GatewayProcess,
+                  source: _Frames, numbers: itertools.count, frames: int, wait: float,
+                  totals: Totals, canary_due: asyncio.Event) -> None:
     reader = writer = None
     try:
         for number in numbers:
@@ -161,8 +182,17 @@ async def _worker(host: str, port: int, gateway: GatewayProcess, source: _Frames
                 return
             if number % CANARY_EVERY == 0:
                 canary_due.set()
-            seed, data = source(number)
+            item = source(number)
             correlation_id = number & 0x7FFFFFFF
+            if isinstance(item, SaslCase):
+                assert sasl_port is not None
+                totals.sent += 1
+                outcome = await _sasl_exchange(host, sasl_port, gateway, item, correlation_id,
+                                               wait, totals)
+                setattr(totals, outcome, getattr(totals, outcome) + 1)
+                totals.sasl[f"{item.stage} {outcome}"] += 1
+                continue
+            seed, data = item
             if writer is None:
                 try:
                     reader, writer = await asyncio.open_connection(host, port)
@@ -198,6 +228,28 @@ async def _exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
         return "closed"
     (answered_id,) = _SIZE.unpack_from(answer, 0)
     return "answered" if answered_id == correlation_id else "mismatched"
+
+
+async def _sasl_exchange(host: str, port: int, gateway: GatewayProcess, case: SaslCase,
+                         correlation_id: int, wait: float, totals: Totals) -> str:
+    """One SASL case on a fresh connection: its setup, then the fuzzed frame's outcome."""
+    try:
+        opened = await fuzz_sasl.open_case(host, port, case, wait)
+    except OSError:
+        if gateway.process is None or gateway.process.poll() is not None:
+            totals.crashes = 1  # the process is gone
+            return "closed"
+        raise
+    if opened is None:
+        totals.sasl_setup_failures += 1
+        return "closed"
+    reader, writer = opened
+    try:
+        if case.raw:
+            return await fuzz_sasl.raw_exchange(reader, writer, case.frame, wait)
+        return await _exchange(reader, writer, case.frame, correlation_id, wait)
+    finally:
+        writer.close()
 
 
 def _admin_address(gateway: GatewayProcess) -> str:

@@ -388,3 +388,24 @@ def test_offsets_expire_after_retention(tmp_path, members):
             assert coordinator.list_groups() == []
 
     run(tmp_path, test, offsets_retention_minutes=1)
+
+
+def test_client_chosen_names_reach_the_log_escaped_and_bounded(tmp_path, caplog):
+    """A client id with a newline (member ids start with it) and a long reason make
+    one bounded line each: no forged line."""
+    caplog.set_level("INFO", logger="kafka_gateway.groups")
+    client = "evil\nINFO kafka_gateway.groups: forged" + "x" * 100_000
+
+    async def test(coordinator):
+        (result,) = await stable_group(coordinator, 1, client=client)
+        assert result.member_id.startswith(client)
+        error, _each = coordinator.leave_group(GROUP, [(result.member_id, None)])
+        assert error is ErrorCode.none
+
+    run(tmp_path, test)
+    messages = [record.getMessage() for record in caplog.records]
+    mentions = [m for m in messages if "evil" in m]
+    assert len(mentions) >= 3, messages  # joins, generation, leaves
+    for message in mentions:
+        assert "\n" not in message and "evil\\nINFO kafka_gateway.groups: forged" in message
+        assert len(message) < 1000, message[:300]

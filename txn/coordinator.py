@@ -57,6 +57,7 @@ from tablets import keys
 from tablets.consumer_offsets import OffsetCommit, TopicPartition
 from tablets.control import commit_marker
 from tablets.engine import StorageEngine
+from tablets.logtext import client_text
 from tablets.store import Ops
 from tablets.tablet import now_ms
 
@@ -356,7 +357,7 @@ class TransactionCoordinator:
         if meta.doomed is None:
             self.stats.conflicts += 1
             log.warning("transaction %s (producer %d epoch %d) conflicts and can only abort: %s",
-                        meta.transactional_id, meta.producer_id, meta.epoch, reason)
+                        client_text(meta.transactional_id), meta.producer_id, meta.epoch, reason)
             meta.doomed = reason
             self._open[meta.transactional_id].data.refused = reason  # its batches too
             ops = Ops()
@@ -408,7 +409,8 @@ class TransactionCoordinator:
                 self.stats.stale_end_txn += 1
                 log.warning("%s: EndTxn from connection %d, which carried none of the open "
                             "transaction's requests and is older than it: a delayed request "
-                            "of an earlier transaction, refused", transactional_id, connection)
+                            "of an earlier transaction, refused", client_text(transactional_id),
+                            connection)
                 raise InvalidTxnState(f"{transactional_id}: a delayed EndTxn of an earlier "
                                       "transaction cannot end this one")
             if commit and meta.doomed is None:
@@ -425,7 +427,7 @@ class TransactionCoordinator:
                 if reason is not None and meta.doomed is None:
                     self.stats.conflicts += 1
                     log.warning("transaction %s conflicts at commit and is aborted: %s",
-                                transactional_id, reason)
+                                client_text(transactional_id), reason)
             ops = Ops()
             if commit and reason is None:
                 publish = self._stage_commit(meta, ops)
@@ -558,7 +560,8 @@ class TransactionCoordinator:
             if not meta.is_open or self.clock() - meta.started_ms <= meta.timeout_ms:
                 return
             log.info("transaction %s (producer %d epoch %d) timed out after %d ms: aborted",
-                     meta.transactional_id, meta.producer_id, meta.epoch, meta.timeout_ms)
+                     client_text(meta.transactional_id), meta.producer_id, meta.epoch,
+                     meta.timeout_ms)
             ops = Ops()
             publish = self._stage_abort(
                 meta, ops, ProducerFenced,

@@ -39,6 +39,7 @@ from typing import TypeVar
 from kio.schema.errors import ErrorCode
 
 from tablets.consumer_offsets import ConsumerOffsets
+from tablets.logtext import client_text
 from tablets.tablet import now_ms
 
 from ..config import GatewayConfig
@@ -188,7 +189,8 @@ class GroupCoordinator(Rebalancer):
 
     def _expire_pending_member(self, group: Group, member_id: str) -> None:
         if group.pending_members.pop(member_id, None) is not None:
-            log.info("group %s: pending member %s never joined", group.group_id, member_id)
+            log.info("group %s: pending member %s never joined", client_text(group.group_id),
+                     client_text(member_id))
             self._try_complete_join(group)
 
     def _add_member_and_rebalance(self, group: Group, member_id: str,
@@ -205,8 +207,8 @@ class GroupCoordinator(Rebalancer):
             group.new_member_added = True
         group.add(member)
         self._schedule_session_expiry(group, member)
-        log.info("group %s: member %s joins (%s)", group.group_id, member_id,
-                 req.reason or "new member")
+        log.info("group %s: member %s joins (%s)", client_text(group.group_id),
+                 client_text(member_id), client_text(req.reason or "new member"))
         self._maybe_prepare_rebalance(group)
         self._try_complete_join(group)
         return future
@@ -242,8 +244,8 @@ class GroupCoordinator(Rebalancer):
         self._update_member(member, req)
         future = member.join_future = asyncio.get_running_loop().create_future()
         self._schedule_session_expiry(group, member)
-        log.info("group %s: static member %s rejoins as %s (was %s)", group.group_id,
-                 req.group_instance_id, new_id, old_id)
+        log.info("group %s: static member %s rejoins as %s (was %s)", client_text(group.group_id),
+                 client_text(req.group_instance_id), client_text(new_id), client_text(old_id))
         if group.is_(STABLE):
             if group.select_protocol() == group.protocol_name:
                 is_leader = group.leader_id == new_id
@@ -361,7 +363,8 @@ class GroupCoordinator(Rebalancer):
             for each in group.members.values():
                 each.assignment = assignments.get(each.member_id, b"")
             self._transition(group, STABLE)
-            log.info("group %s: generation %d is stable", group.group_id, group.generation_id)
+            log.info("group %s: generation %d is stable", client_text(group.group_id),
+                     group.generation_id)
             for each in group.members.values():
                 each.complete_sync(self._sync_result(group, each))
         return future
@@ -414,7 +417,7 @@ class GroupCoordinator(Rebalancer):
         error = group.validate_member(member_id, instance_id)
         if error is not ErrorCode.none:
             return error
-        log.info("group %s: member %s leaves", group.group_id, member_id)
+        log.info("group %s: member %s leaves", client_text(group.group_id), client_text(member_id))
         self._remove_member(group, group.members[member_id])
         return ErrorCode.none
 

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from kio.schema.errors import ErrorCode
 
 from tablets.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCommit, TopicPartition
+from tablets.logtext import client_text
 from tablets.tablet import now_ms
 
 from ..config import GatewayConfig
@@ -94,7 +95,7 @@ class GroupOffsets:
         elif not self.offsets.has_offsets(group_id):
             return ErrorCode.group_id_not_found
         await self.offsets.delete(group_id)
-        log.info("group %s deleted", group_id)
+        log.info("group %s deleted", client_text(group_id))
         return ErrorCode.none
 
     def check_offset_delete(self, group_id: str) -> tuple[ErrorCode, set[str] | None]:
@@ -146,7 +147,8 @@ class GroupOffsets:
             expired = [tp for tp in expired if not self.offsets.is_pending(group_id, *tp)]
             if expired:
                 deleted += await self.offsets.delete(group_id, expired)
-                log.info("group %s: %d committed offsets expired", group_id, len(expired))
+                log.info("group %s: %d committed offsets expired", client_text(group_id),
+                         len(expired))
             group = groups.get(group_id)  # the await may have let it change
             if (group is not None and group.is_(EMPTY) and not group.pending_members
                     and not self.offsets.has_offsets(group_id)):

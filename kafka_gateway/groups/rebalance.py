@@ -14,6 +14,8 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
+from tablets.logtext import client_text
+
 from ..config import GatewayConfig
 from .group import Group, GroupState, JoinedMember, JoinResult, Member, SyncResult
 
@@ -73,7 +75,7 @@ class Rebalancer:
             group.join_timer = loop.call_later(rebalance_timeout / 1000, self._complete_join, group)
         self._transition(group, PREPARING)
         log.info("group %s: preparing rebalance of generation %d (%d members)",
-                 group.group_id, group.generation_id, len(group.members))
+                 client_text(group.group_id), group.generation_id, len(group.members))
         self._try_complete_join(group)
 
     def _initial_delay_expired(self, group: Group) -> None:
@@ -101,8 +103,8 @@ class Rebalancer:
         group.join_timer_is_initial_delay = False
         group.new_member_added = False
         for member in [m for m in group.members.values() if not m.awaiting_join]:
-            log.info("group %s: member %s did not rejoin in time", group.group_id,
-                     member.member_id)
+            log.info("group %s: member %s did not rejoin in time", client_text(group.group_id),
+                     client_text(member.member_id))
             group.remove(member.member_id)
         group.generation_id += 1
         self.rebalances += 1
@@ -110,14 +112,15 @@ class Rebalancer:
             group.protocol_name = None
             group.leader_id = None
             self._transition(group, EMPTY)
-            log.info("group %s: generation %d is empty", group.group_id, group.generation_id)
+            log.info("group %s: generation %d is empty", client_text(group.group_id),
+                     group.generation_id)
             return
         group.protocol_name = group.select_protocol()
         self._transition(group, COMPLETING)
         group.pending_sync = set(group.members)
         log.info("group %s: generation %d with %d members, protocol %s, leader %s",
-                 group.group_id, group.generation_id, len(group.members),
-                 group.protocol_name, group.leader_id)
+                 client_text(group.group_id), group.generation_id, len(group.members),
+                 client_text(group.protocol_name), client_text(group.leader_id))
         for member in list(group.members.values()):
             member.complete_join(self._join_result(group, member))
             self._schedule_session_expiry(group, member)
@@ -132,8 +135,8 @@ class Rebalancer:
         missing = list(group.pending_sync)
         if not missing:
             return
-        log.info("group %s: members %s sent no SyncGroup for generation %d", group.group_id,
-                 missing, generation_id)
+        log.info("group %s: members %s sent no SyncGroup for generation %d",
+                 client_text(group.group_id), ", ".join(map(client_text, missing)), generation_id)
         for member_id in missing:
             member = group.members.get(member_id)
             if member is not None:
@@ -166,8 +169,9 @@ class Rebalancer:
         if member.awaiting_join or member.awaiting_sync:
             self._schedule_session_expiry(group, member)  # its request is still waiting
             return
-        log.info("group %s: member %s session timed out after %d ms", group.group_id,
-                 member.member_id, member.session_timeout_ms)
+        log.info("group %s: member %s session timed out after %d ms",
+                 client_text(group.group_id), client_text(member.member_id),
+                 member.session_timeout_ms)
         self._remove_member(group, member)
 
     def _remove_member(self, group: Group, member: Member) -> None:

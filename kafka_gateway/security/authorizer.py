@@ -30,6 +30,7 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 
+from tablets.logtext import client_text
 from tablets.node_records import NodeRecords
 
 from ..limits import BadInputLog
@@ -140,8 +141,8 @@ class Authorizer:
                name: str) -> None:
         self.metrics.authorization_failures += 1
         self.log.log(address, logging.WARNING,
-                     "authorization failed: %s from %s may not %s %s %r", principal, address,
-                     operation.name, rtype.name, name)
+                     "authorization failed: %s from %s may not %s %s %s", client_text(principal),
+                     address, operation.name, rtype.name, client_text(name))
 
     # --------------------------------------------------------------- changes
     async def create(self, bindings: Iterable[AclBinding]) -> None:

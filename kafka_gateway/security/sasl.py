@@ -13,9 +13,19 @@ counted and logged with the user and address, a few lines a minute per
 address. An unsupported mechanism gets UNSUPPORTED_SASL_MECHANISM and the
 list of enabled ones, then the connection closes.
 
-Authentication runs on the event loop: SCRAM costs a few hashes; PLAIN one
-key derivation of the credential's iteration count (4096 rounds: about a
-millisecond).
+Authentication runs on the event loop, so what one login may cost is
+bounded before any work is done on it. Until a client has authenticated its
+frames are at most ``sasl.server.max.receive.size`` (512 KiB, Kafka's
+default; the connection refuses a larger size prefix before reading on, as
+Kafka does). Within that, user names of more than ``MAX_USERNAME_BYTES``,
+PLAIN passwords of more than ``MAX_PASSWORD_BYTES`` and SCRAM messages of
+more than ``MAX_SCRAM_MESSAGE_BYTES`` fail the authentication before they are
+normalised: SASLprep (RFC 4013, in scramp) costs about 1.4 ms per KiB, so a
+16 MiB password took 29 s, all other clients waiting. At those sizes it costs
+a millisecond or two, as much as the rest: SCRAM a few hashes, PLAIN one key
+derivation of the credential's iteration count (4096 rounds: about two
+milliseconds). A failed authentication is answered, and its connection
+closed, ``connection.failed.authentication.delay.ms`` after it failed.
 """
 
 from __future__ import annotations
@@ -27,6 +37,8 @@ from typing import TYPE_CHECKING
 from kio.schema.errors import ErrorCode
 from scramp import ScramException, ScramMechanism
 from scramp import core as scramp_core
+
+from tablets.logtext import client_text
 
 from ..codec import (
     API_VERSIONS_KEY,
@@ -46,6 +58,15 @@ if TYPE_CHECKING:
     from ..connection import KafkaConnection
     from .listeners import Listener
 
+# Kafka keeps SCRAM users in ZooKeeper znodes / KRaft records and names them in
+# ACL principals: no real name comes near this. The authorization id of PLAIN
+# is a user name too.
+MAX_USERNAME_BYTES = 512
+# Room for generated secrets (API keys, connection strings of a few hundred bytes).
+MAX_PASSWORD_BYTES = 1024
+# A SCRAM message is a user name or a channel binding (base64 of the GS2 header),
+# a nonce of a few dozen characters and a proof: a few hundred bytes.
+MAX_SCRAM_MESSAGE_BYTES = 4096
 SASL_HANDSHAKE_KEY = 17
 SASL_AUTHENTICATE_KEY = 36
 SUPPORTED = ("PLAIN", *SCRAM_MECHANISMS)
@@ -82,6 +103,14 @@ class PlainServer:
             raise AuthenticationFailed(
                 f"Invalid SASL/PLAIN response: expected 3 tokens, got {len(parts)}",
                 "malformed PLAIN message", None)
+        if max(len(parts[0]), len(parts[1])) > MAX_USERNAME_BYTES:
+            raise AuthenticationFailed(
+                "Authentication failed: Invalid username or password",
+                f"user name of more than {MAX_USERNAME_BYTES} bytes", None)
+        if len(parts[2]) > MAX_PASSWORD_BYTES:
+            raise AuthenticationFailed(
+                "Authentication failed: Invalid username or password",
+                f"password of more than {MAX_PASSWORD_BYTES} bytes", None)
         try:
             authzid, user, password = (part.decode() for part in parts)
         except UnicodeDecodeError:
@@ -112,7 +141,7 @@ class ScramServer:
         self.done_first = False
 
     def _auth_info(self, saslname: str) -> tuple[bytes, bytes, bytes, int]:
-        self.user = saslname.replace("=2C", ",").replace("=3D", "=")  # RFC 5802 saslname
+        self.user = saslname  # scramp has undone the saslname escapes (=2C, =3D) already
         credential = self.credentials.get(self.user, self.mechanism)
         if credential is None:
             raise ScramException("unknown user")
@@ -120,8 +149,11 @@ class ScramServer:
 
     def step(self, token: bytes) -> tuple[bytes, str | None]:
         try:
+            if len(token) > MAX_SCRAM_MESSAGE_BYTES:
+                raise ValueError(f"message of more than {MAX_SCRAM_MESSAGE_BYTES} bytes")
             message = token.decode()
             if not self.done_first:
+                _check_username_size(message)
                 self.server.set_client_first(message)
                 self.done_first = True
                 return self.server.get_server_first().encode(), None
@@ -156,6 +188,16 @@ class ScramServer:
         return scramp_core._get_server_final(signature, None).encode()
 
 
+def _check_username_size(client_first: str) -> None:
+    """Refuse a user name over the cap before scramp normalises it."""
+    # gs2-cbind-flag "," [authzid] "," "n=" saslname "," ... (RFC 5802)
+    fields = client_first.split(",", 3)
+    if len(fields) >= 3 and fields[2].startswith("n="):
+        name = fields[2][2:].replace("=2C", ",").replace("=3D", "=")
+        if len(name.encode()) > MAX_USERNAME_BYTES:
+            raise ValueError(f"user name of more than {MAX_USERNAME_BYTES} bytes")
+
+
 class SaslGate:
     """One connection's authentication, until it succeeds (see the module doc)."""
 
@@ -166,6 +208,7 @@ class SaslGate:
         self.mechanism = ""
         self.server: PlainServer | ScramServer | None = None
         self.raw = False  # after a v0 handshake the tokens come bare
+        self.max_receive_size = connection.broker.config.sasl_server_max_receive_size
 
     def intercept(self, frame: memoryview) -> bool:
         """True if the gate took the frame; False: serve it as usual (ApiVersions)."""
@@ -203,8 +246,10 @@ class SaslGate:
         body = build(schema.SaslHandshakeResponse, error_code=code, mechanisms=self.mechanisms)
         chunks = encode_response(SASL_HANDSHAKE_KEY, header.correlation_id, body)
         if not supported:
-            self._failed(AuthenticationFailed("", f"unsupported mechanism {mechanism!r}", None),
-                         chunks)
+            # As Kafka: the answer at once, the close after the delay.
+            self.connection.gate_answer(chunks)
+            self._failed(AuthenticationFailed(
+                "", f"unsupported mechanism {client_text(mechanism)}", None), None)
             return
         self.mechanism = mechanism
         self.server = (PlainServer(self.credentials) if mechanism == "PLAIN"
@@ -240,15 +285,22 @@ class SaslGate:
                      auth_bytes=auth_bytes)
         return encode_response(SASL_AUTHENTICATE_KEY, header.correlation_id, body)
 
+    def oversized(self, size: int) -> None:
+        """A frame's size prefix over ``sasl.server.max.receive.size``: Kafka fails the
+        authentication ("invalid receive size") without reading on or answering."""
+        self._failed(AuthenticationFailed(
+            "", f"invalid receive size {size} (sasl.server.max.receive.size is "
+                f"{self.max_receive_size})", None), None)
+
     def _failed(self, exc: AuthenticationFailed, chunks: list[bytes] | None) -> None:
+        """Count and log it; the connection answers ``chunks`` (if any) and closes
+        after the delay."""
         connection = self.connection
         connection.broker.metrics.authentication_failures += 1
-        user = f"User:{exc.user}" if exc.user else "an unnamed user"
+        user = f"User:{client_text(exc.user)}" if exc.user else "an unnamed user"
         connection.limits.bad_input.log(
             connection.address, logging.WARNING,
             "failed authentication of %s from %s on listener %s (%s): %s", user,
-            connection.peer, connection.listener.name, self.mechanism or "handshake", exc.reason)
-        if chunks is None:
-            connection._close()
-        else:
-            connection.gate_answer(chunks, close=True)
+            connection.peer, connection.listener.name, self.mechanism or "handshake",
+            client_text(exc.reason))
+        connection.fail_authentication(chunks)
