@@ -10,7 +10,7 @@ import pytest
 
 from kafka_gateway import config
 from kafka_gateway.cli import build_parser
-from kafka_gateway.cli_common import bootstrap_servers
+from kafka_gateway.cli.common import bootstrap_servers
 
 
 def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
-from .cli_common import DEFAULT_BOOTSTRAP, add_client_options, bootstrap_servers, client_properties
+from .common import DEFAULT_BOOTSTRAP, add_client_options, bootstrap_servers, client_properties
 
 PRODUCER_PROPERTIES = {
     "parse.key": "false", "key.separator": "\t", "parse.headers": "false",
