@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import sys
 
@@ -53,6 +54,10 @@ def main(argv: list[str] | None = None) -> None:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kafka-gateway", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    # As Kafka's tools (kafka-topics.sh --version prints "3.4.1 (Commit:...)"): the
+    # version of the installed distribution, so a wheel and its metadata agree.
+    parser.add_argument("--version", action="version", version=_version(),
+                        help="print the version of kafka-gateway and exit")
     add_client_options(parser)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -69,6 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
     add_console_parsers(commands)
     add_security_parsers(commands)
     return parser
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("kafka-gateway")
+    except importlib.metadata.PackageNotFoundError:  # a source tree run without pip install
+        from .. import __version__
+
+        return f"{__version__} (source tree, not installed)"
 
 
 def _serve(args: argparse.Namespace) -> None:
