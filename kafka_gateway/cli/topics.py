@@ -15,6 +15,8 @@ from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from kio.schema.metadata.v12 import request as metadata
 from kio.static.primitive import i32Timedelta
 
+from key_value import parse_pairs
+
 from ..client import KafkaClient
 from .common import (
     EARLIEST,
@@ -72,16 +74,6 @@ def _topic_name(parser: argparse.ArgumentParser, required: bool = True,
     parser.set_defaults(topic_required=required)
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"expected KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
-
-
 async def run_topics(args: argparse.Namespace) -> int:
     if args.name and args.topic_flag and args.name != args.topic_flag:
         raise SystemExit("kafka-gateway: two different topics named")
@@ -97,12 +89,13 @@ async def _run_topics(client: KafkaClient, args: argparse.Namespace) -> int:
         for name in sorted(await topic_partitions(client, [args.name] if args.name else None)):
             print(name)
     elif args.action == "create":
+        configs = parse_pairs(args.config, "kafka-gateway: --config")
         response = await client.request(create_topics.CreateTopicsRequest(
             topics=(create_topics.CreatableTopic(
                 name=args.name, num_partitions=args.partitions,
                 replication_factor=args.replication_factor, assignments=(),
                 configs=tuple(create_topics.CreatableTopicConfig(name=k, value=v)
-                              for k, v in _pairs(args.config).items())),),
+                              for k, v in configs.items())),),
             timeout=TIMEOUT, validate_only=False))
         result = response.topics[0]
         check(result.error_code, result.error_message, f"create {args.name}")
@@ -134,7 +127,7 @@ async def _alter(client: KafkaClient, args: argparse.Namespace) -> None:
         check(result.error_code, result.error_message, f"alter {args.name}")
         print(f"Topic {args.name} now has {args.partitions} partitions.")
     changes = [alter_configs.AlterableConfig(name=k, config_operation=0, value=v)
-               for k, v in _pairs(args.set).items()]
+               for k, v in parse_pairs(args.set, "kafka-gateway: --set").items()]
     changes += [alter_configs.AlterableConfig(name=k, config_operation=1, value=None)
                 for k in args.delete]
     if changes:
