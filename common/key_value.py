@@ -3,10 +3,10 @@
 ``--producer-property``, ``--consumer-property``) and of ``python -m spark_jobs``
 (``--conf``).
 
-A top-level module of its own, importing nothing, because its two users must not
-import each other: the Spark image holds ``spark_jobs`` without the gateway
-(spark.Dockerfile copies this file beside it), and the gateway's wheel does not
-ship ``spark_jobs``.
+In ``common``, importing nothing, because its two users must not import each
+other: the Spark image holds ``spark_jobs`` without the gateway (spark.Dockerfile
+copies ``common/`` beside it), and the gateway's wheel does not ship
+``spark_jobs``.
 """
 
 from __future__ import annotations

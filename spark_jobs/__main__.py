@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 
-from key_value import parse_pairs
+from common.key_value import parse_pairs
 from spark_jobs import aggregate, archive, feed, reshard, session
 
 JOBS = {"reshard": reshard, "archive": archive, "aggregate": aggregate}

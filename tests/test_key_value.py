@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from key_value import parse_pairs
+from common.key_value import parse_pairs
 
 
 def test_split_at_the_first_equals_sign_and_the_last_repeat_wins():

@@ -24,7 +24,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from key_value import parse_pairs
+from common.key_value import parse_pairs
 
 from .common import DEFAULT_BOOTSTRAP, add_client_options, bootstrap_servers, client_properties
 

@@ -15,7 +15,7 @@ from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from kio.schema.metadata.v12 import request as metadata
 from kio.static.primitive import i32Timedelta
 
-from key_value import parse_pairs
+from common.key_value import parse_pairs
 
 from ..client import KafkaClient
 from .common import (
