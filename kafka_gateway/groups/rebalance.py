@@ -3,7 +3,9 @@
 ``Rebalancer`` owns the groups and moves them through Kafka's states on its
 timers (``loop.call_later``); ``GroupCoordinator`` (coordinator.py) answers
 the requests on top of it. See coordinator.py for the timers and what each
-one bounds. Transitions are asserted by tests/test_group_coordinator.py.
+one bounds. Every move is checked against ``group.TRANSITIONS`` (Kafka's
+GroupMetadata states; tests/test_group_state.py); the behaviour is asserted by
+tests/test_group_coordinator.py.
 """
 
 from __future__ import annotations
@@ -143,8 +145,7 @@ class Rebalancer:
         self._maybe_prepare_rebalance(group)
 
     def _transition(self, group: Group, state: GroupState) -> None:
-        group.state = state
-        group.state_since_ms = self.clock()
+        group.move(state, self.clock())
 
     @staticmethod
     def _cancel_group_timers(group: Group) -> None:
@@ -188,3 +189,4 @@ class Rebalancer:
         group.pending_members.clear()
         self._transition(group, DEAD)
         del self.groups[group.group_id]
+
