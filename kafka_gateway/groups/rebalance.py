@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
@@ -20,6 +21,7 @@ from ..config import GatewayConfig
 from .group import Group, GroupState, JoinedMember, JoinResult, Member, SyncResult
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EMPTY = GroupState.EMPTY
 PREPARING = GroupState.PREPARING_REBALANCE
@@ -190,3 +192,9 @@ class Rebalancer:
         self._transition(group, DEAD)
         del self.groups[group.group_id]
 
+
+def done(value: T) -> asyncio.Future[T]:
+    """An already-answered future, for requests the group answers at once."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future
