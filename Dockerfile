@@ -9,6 +9,7 @@ COPY pyproject.toml README.md ./
 COPY kafka_gateway ./kafka_gateway
 COPY tablets ./tablets
 COPY txn ./txn
+COPY common ./common
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM python:3.11-slim

@@ -8,6 +8,8 @@ USER root
 # reshard's transactional producer runs in every task.
 RUN pip install --no-cache-dir "confluent-kafka>=2.6,<3"
 COPY spark_jobs /opt/kafka-gateway/spark_jobs
+# spark_jobs' KEY=VALUE parser, shared with the gateway's commands (common/key_value.py).
+COPY common /opt/kafka-gateway/common
 # Owned by spark, so the reshard job's checkpoint volume mounted here is too.
 RUN mkdir -p /checkpoints && chown spark:spark /checkpoints
 ENV PYTHONPATH=/opt/kafka-gateway

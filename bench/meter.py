@@ -8,10 +8,7 @@ import re
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from bench.servers import Server
+from typing import Protocol
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -74,6 +71,15 @@ def host_busy_cpu_s() -> float:
     return (user + nice + system) / _CLOCK_TICKS
 
 
+class Measured(Protocol):
+    """What a Meter reads of a server under test (bench.servers.Server is one). A
+    protocol, not an import of servers.py, which imports this module to sample itself."""
+
+    pid: int
+
+    def sample(self) -> ProcSample: ...
+
+
 class Meter:
     """CPU accounting around one measured section of a run.
 
@@ -82,7 +88,7 @@ class Meter:
     `other_cpu_util` instead of silently lowering the numbers.
     """
 
-    def __init__(self, server: Server) -> None:
+    def __init__(self, server: Measured) -> None:
         self._server = server
 
     def __enter__(self) -> Meter:

@@ -6,9 +6,9 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 
+from common.logtext import client_text
 from tablets import StorageEngine, Topic
 from tablets.errors import TopicAlreadyExists
-from tablets.logtext import client_text
 from txn import TransactionCoordinator
 
 from .config import GatewayConfig

@@ -20,7 +20,7 @@ served. Each connection may also always read into a small fresh buffer
 a client that keeps sending garbage (or reconnects to do it again) gets a few
 lines a minute, and the rest are counted in ``/metrics``. What a client
 chose (a user name, client id, group, transactional id, topic) is logged
-through ``tablets.logtext.client_text``: one bounded line, whatever it holds.
+through ``common.logtext.client_text``: one bounded line, whatever it holds.
 """
 
 from __future__ import annotations

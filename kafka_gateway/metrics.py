@@ -15,7 +15,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from tablets.histogram import Histogram
+from common.histogram import Histogram
 
 # How late the event loop runs a timer: sampled every this many seconds.
 LOOP_LAG_INTERVAL = 0.25

@@ -21,8 +21,8 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from common.histogram import Histogram
 from tablets import StorageEngine
-from tablets.histogram import Histogram
 from tablets.tablet import now_ms
 
 from .apis import APIS

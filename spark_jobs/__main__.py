@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 
+from common.key_value import parse_pairs
 from spark_jobs import aggregate, archive, feed, reshard, session
 
 JOBS = {"reshard": reshard, "archive": archive, "aggregate": aggregate}
@@ -50,16 +51,6 @@ def _summary(module: object) -> str:
     return (module.__doc__ or "").split("\n")[0].split(": ", 1)[-1]
 
 
-def _conf(pairs: list[str]) -> dict[str, str]:
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise SystemExit(f"--conf expects KEY=VALUE, got {pair!r}")
-        out[key] = value
-    return out
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
@@ -74,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         try:
             spark = session.start(f"kafka-gateway-{args.job}", args.master, args.packages,
-                                  _conf(args.conf))
+                                  parse_pairs(args.conf, "spark_jobs: --conf"))
         except session.ConnectorMissing as exc:
             print(f"spark_jobs: {exc}", file=sys.stderr)
             return 2

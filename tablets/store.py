@@ -30,7 +30,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from .histogram import Histogram
+from common.histogram import Histogram
 
 log = logging.getLogger(__name__)
 

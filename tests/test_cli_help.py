@@ -5,12 +5,18 @@ anywhere on the line."""
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import tomllib
+from pathlib import Path
 
 import pytest
 
 from kafka_gateway import config
 from kafka_gateway.cli import build_parser
-from kafka_gateway.cli_common import bootstrap_servers
+from kafka_gateway.cli.common import bootstrap_servers
+from testkit.cli import run_cli
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
@@ -80,3 +86,14 @@ def test_bootstrap_server_default_and_list():
     parsed = build_parser().parse_args(["--bootstrap-server", "a:1", "topics", "list",
                                         "--bootstrap-server", "b:2"])
     assert bootstrap_servers(parsed) == [("b", 2)]
+
+
+def test_version_prints_the_installed_version_and_exits_0():
+    """``kafka-gateway --version`` answers as Kafka's tools do (``kafka-topics.sh
+    --version``): the version alone, exit 0, no usage."""
+    installed = importlib.metadata.version("kafka-gateway")
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert installed == declared
+    result = run_cli(None, "--version")
+    assert result.stdout == f"{installed}\n"
+    assert "usage" not in result.stdout + result.stderr

@@ -79,6 +79,8 @@ def test_spark_services_share_one_image_of_the_pinned_spark():
     assert re.search(rf"^FROM apache/spark:{re.escape(version)}-java17-python3$", dockerfile,
                      re.M), "spark.Dockerfile's Spark must be the pinned pyspark's"
     assert "COPY spark_jobs /opt/kafka-gateway/spark_jobs" in dockerfile
+    # the package beside spark_jobs it imports (common.key_value), on PYTHONPATH
+    assert "COPY common /opt/kafka-gateway/common" in dockerfile
     assert "ENV PYTHONPATH=/opt/kafka-gateway" in dockerfile
     assert "confluent-kafka" in dockerfile
     pom = (ROOT / "compat_tests" / "jvm" / "spark" / "pom.xml").read_text()
@@ -127,6 +129,6 @@ def test_feeder_feeds_the_reshard_jobs_source():
 
 def test_dockerfile_installs_the_packages_and_serves():
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for package in ("kafka_gateway", "tablets", "txn"):
+    for package in ("kafka_gateway", "tablets", "txn", "common"):
         assert f"COPY {package} ./{package}" in dockerfile
     assert 'ENTRYPOINT ["kafka-gateway", "serve"]' in dockerfile

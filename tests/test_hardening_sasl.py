@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from common.logtext import LOGGED_TEXT_CHARS, client_text
 from kafka_gateway import config
 from kafka_gateway.client import AuthenticationError, ClientSecurity, KafkaClient
 from kafka_gateway.config import GatewayConfig
@@ -42,7 +43,6 @@ from kafka_gateway.security.sasl import (
     ScramServer,
 )
 from kafka_gateway.security.scram import Credentials
-from tablets.logtext import LOGGED_TEXT_CHARS, client_text
 from testkit import prom
 from testkit.gateway import GatewayProcess
 from testkit.inprocess import port_of, running

@@ -53,11 +53,11 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from common.logtext import client_text
 from tablets import keys
 from tablets.consumer_offsets import OffsetCommit, TopicPartition
 from tablets.control import commit_marker
 from tablets.engine import StorageEngine
-from tablets.logtext import client_text
 from tablets.store import Ops
 from tablets.tablet import now_ms
 

@@ -2,7 +2,9 @@
 
 - ``group.py``: one group and its members (state, protocols, static members);
 - ``rebalance.py``: the timed state machine (join phases, generations, expiry);
-- ``coordinator.py``: the membership requests and the commit fence;
+- ``coordinator.py``: the membership requests (SyncGroup, Heartbeat, LeaveGroup,
+  DescribeGroups, ListGroups) over ``join.py`` (JoinGroup) and ``fences.py``
+  (who may sync, heartbeat or commit; valid group ids);
 - ``offsets.py``: committed offsets (commit, fetch, delete, expiry), stored in
   the storage layer's ``ConsumerOffsets``.
 """

@@ -31,44 +31,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from common.logtext import client_text
 from tablets.consumer_offsets import ConsumerOffsets
-from tablets.logtext import client_text
 from tablets.tablet import now_ms
 
 from ..config import GatewayConfig
+from .fences import Fences
+from .fences import is_valid_group_id as is_valid_group_id  # the handlers' import
 from .group import Group, GroupState, JoinResult, Member, SyncResult
-from .rebalance import Rebalancer
+from .join import JoinPhase
+from .join import JoinRequest as JoinRequest  # re-exported, as the package does
+from .rebalance import done
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 EMPTY = GroupState.EMPTY
 PREPARING = GroupState.PREPARING_REBALANCE
-COMPLETING = GroupState.COMPLETING_REBALANCE
 STABLE = GroupState.STABLE
 DEAD = GroupState.DEAD
-
-
-@dataclass(frozen=True, slots=True)
-class JoinRequest:
-    group_id: str
-    member_id: str  # "" for a member without an id yet
-    group_instance_id: str | None
-    client_id: str
-    client_host: str
-    protocol_type: str
-    protocols: list[tuple[str, bytes]]
-    session_timeout_ms: int
-    rebalance_timeout_ms: int
-    require_known_member_id: bool  # JoinGroup v4+: answer MEMBER_ID_REQUIRED first
-    reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,12 +75,7 @@ class GroupDescription:
     members: list[MemberDescription]
 
 
-def is_valid_group_id(group_id: str, allow_empty: bool) -> bool:
-    # NUL separates the group from the topic in offset keys (tablets.keys).
-    return "\x00" not in group_id and (allow_empty or bool(group_id))
-
-
-class GroupCoordinator(Rebalancer):
+class GroupCoordinator(JoinPhase, Fences):
     """The group requests (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, the
     commit fence, DescribeGroups, ListGroups) over the rebalancer's groups.
 
@@ -121,215 +101,6 @@ class GroupCoordinator(Rebalancer):
                 member.complete_join(JoinResult(ErrorCode.not_coordinator, member.member_id))
                 member.complete_sync(SyncResult(ErrorCode.not_coordinator))
 
-    # ------------------------------------------------------------ JoinGroup
-    async def join_group(self, request: JoinRequest) -> JoinResult:
-        # Shielded: a client that disconnects mid-join must not cancel the
-        # group's future; the member stays joined and expires like Kafka's.
-        return await asyncio.shield(self._join(request))
-
-    def _join(self, req: JoinRequest) -> asyncio.Future[JoinResult]:
-        def fail(code: ErrorCode, member_id: str = req.member_id) -> asyncio.Future[JoinResult]:
-            return _done(JoinResult(code, member_id))
-
-        if not is_valid_group_id(req.group_id, allow_empty=False):
-            return fail(ErrorCode.invalid_group_id)
-        if not (self.config.group_min_session_timeout_ms <= req.session_timeout_ms
-                <= self.config.group_max_session_timeout_ms):
-            return fail(ErrorCode.invalid_session_timeout)
-        group = self.groups.get(req.group_id)
-        if group is None:
-            if req.member_id:
-                return fail(ErrorCode.unknown_member_id)
-            group = self.groups[req.group_id] = Group(req.group_id, state_since_ms=self.clock())
-        if group.is_(DEAD):
-            return fail(ErrorCode.coordinator_not_available)
-        if not group.supports(req.protocol_type, req.protocols):
-            return fail(ErrorCode.inconsistent_group_protocol)
-
-        if not req.member_id:
-            new_id = f"{req.group_instance_id or req.client_id}-{uuid.uuid4()}"
-            if req.group_instance_id is not None:
-                existing = group.static_members.get(req.group_instance_id)
-                if existing is not None:
-                    return self._rejoin_static_member(group, group.members[existing], new_id, req)
-            elif req.require_known_member_id:
-                # KIP-394: the client must come back with this id, so a member
-                # whose JoinGroup response is lost leaves no ghost behind.
-                self._add_pending_member(group, new_id, req.session_timeout_ms)
-                return fail(ErrorCode.member_id_required, new_id)
-            return self._add_member_and_rebalance(group, new_id, req)
-
-        pending = group.pending_members.pop(req.member_id, None)
-        if pending is not None:
-            pending.cancel()
-            return self._add_member_and_rebalance(group, req.member_id, req)
-        error = group.validate_member(req.member_id, req.group_instance_id)
-        if error is not ErrorCode.none:
-            return fail(error)
-        member = group.members[req.member_id]
-        if group.is_(PREPARING):
-            return self._update_member_and_rebalance(group, member, req)
-        if group.is_(COMPLETING):
-            if member.same_protocols(req.protocols):
-                # It lost its JoinGroup response: answer again for this generation.
-                return _done(self._join_result(group, member))
-            return self._update_member_and_rebalance(group, member, req)
-        if group.is_(STABLE):
-            if member.member_id == group.leader_id or not member.same_protocols(req.protocols):
-                # The leader rejoins when its metadata changed (e.g. new partitions).
-                return self._update_member_and_rebalance(group, member, req)
-            self._schedule_session_expiry(group, member)
-            return _done(self._join_result(group, member, with_members=False))
-        return fail(ErrorCode.unknown_member_id)  # Empty: no members to be
-
-    def _add_pending_member(self, group: Group, member_id: str, session_timeout_ms: int) -> None:
-        loop = asyncio.get_running_loop()
-        group.pending_members[member_id] = loop.call_later(
-            session_timeout_ms / 1000, self._expire_pending_member, group, member_id)
-
-    def _expire_pending_member(self, group: Group, member_id: str) -> None:
-        if group.pending_members.pop(member_id, None) is not None:
-            log.info("group %s: pending member %s never joined", client_text(group.group_id),
-                     client_text(member_id))
-            self._try_complete_join(group)
-
-    def _add_member_and_rebalance(self, group: Group, member_id: str,
-                                  req: JoinRequest) -> asyncio.Future[JoinResult]:
-        member = Member(
-            member_id=member_id, group_instance_id=req.group_instance_id,
-            client_id=req.client_id, client_host=req.client_host,
-            session_timeout_ms=req.session_timeout_ms,
-            rebalance_timeout_ms=req.rebalance_timeout_ms,
-            protocol_type=req.protocol_type, protocols=list(req.protocols),
-        )
-        future = member.join_future = asyncio.get_running_loop().create_future()
-        if group.is_(PREPARING) and group.generation_id == 0:
-            group.new_member_added = True
-        group.add(member)
-        self._schedule_session_expiry(group, member)
-        log.info("group %s: member %s joins (%s)", client_text(group.group_id),
-                 client_text(member_id), client_text(req.reason or "new member"))
-        self._maybe_prepare_rebalance(group)
-        self._try_complete_join(group)
-        return future
-
-    def _update_member_and_rebalance(self, group: Group, member: Member,
-                                     req: JoinRequest) -> asyncio.Future[JoinResult]:
-        # A JoinGroup still waiting for this member is superseded by this one.
-        member.complete_join(JoinResult(ErrorCode.rebalance_in_progress, member.member_id))
-        self._update_member(member, req)
-        future = member.join_future = asyncio.get_running_loop().create_future()
-        self._schedule_session_expiry(group, member)
-        self._maybe_prepare_rebalance(group)
-        self._try_complete_join(group)
-        return future
-
-    @staticmethod
-    def _update_member(member: Member, req: JoinRequest) -> None:
-        member.protocols = list(req.protocols)
-        member.session_timeout_ms = req.session_timeout_ms
-        member.rebalance_timeout_ms = req.rebalance_timeout_ms
-        member.client_id = req.client_id
-        member.client_host = req.client_host
-
-    def _rejoin_static_member(self, group: Group, member: Member, new_id: str,
-                              req: JoinRequest) -> asyncio.Future[JoinResult]:
-        """A known group.instance.id joins without a member id: a restarted
-        static member. It takes over its old slot (and assignment); the old
-        incarnation is fenced. No rebalance unless the protocol would change."""
-        old_id = member.member_id
-        member.complete_join(JoinResult(ErrorCode.fenced_instance_id, old_id))
-        member.complete_sync(SyncResult(ErrorCode.fenced_instance_id))
-        group.replace_static_member(member, new_id)
-        self._update_member(member, req)
-        future = member.join_future = asyncio.get_running_loop().create_future()
-        self._schedule_session_expiry(group, member)
-        log.info("group %s: static member %s rejoins as %s (was %s)", client_text(group.group_id),
-                 client_text(req.group_instance_id), client_text(new_id), client_text(old_id))
-        if group.is_(STABLE):
-            if group.select_protocol() == group.protocol_name:
-                is_leader = group.leader_id == new_id
-                # A returning leader gets the members (to know the group) but
-                # must not reassign: skip_assignment (KIP-814).
-                result = self._join_result(group, member, with_members=is_leader)
-                result.skip_assignment = is_leader
-                member.complete_join(result)
-                return future
-            self._maybe_prepare_rebalance(group)
-        elif group.is_(COMPLETING):
-            # The leader may be assigning with the old member id: start over.
-            self._prepare_rebalance(group)
-        self._try_complete_join(group)
-        return future
-
-    # ------------------------------------------------------------- fences
-    def _fence_member(self, group_id: str, generation_id: int, member_id: str,
-                      instance_id: str | None) -> tuple[Group | None, ErrorCode]:
-        """The fence of SyncGroup and Heartbeat: a live group, a known member
-        (and static instance), the current generation. Returns the group, or
-        None with the error to answer."""
-        group = self.groups.get(group_id)
-        if group is None:
-            return None, ErrorCode.unknown_member_id
-        if group.is_(DEAD):
-            return None, ErrorCode.coordinator_not_available
-        error = group.validate_member(member_id, instance_id)
-        if error is ErrorCode.none and generation_id != group.generation_id:
-            error = ErrorCode.illegal_generation
-        return (group, error) if error is ErrorCode.none else (None, error)
-
-    def fence_commit(self, group_id: str, generation_id: int, member_id: str,
-                     instance_id: str | None) -> ErrorCode:
-        """Whether an offset commit may proceed: Kafka's generation and member
-        fences (KIP-447), shared by OffsetCommit and TxnOffsetCommit.
-
-        Generation -1 with no member is a commit of a consumer that assigns
-        partitions itself (``assign()``): allowed while the group has no members.
-        """
-        if not is_valid_group_id(group_id, allow_empty=True):
-            return ErrorCode.invalid_group_id
-        group = self.groups.get(group_id)
-        if group is None:
-            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
-        if group.is_(DEAD):
-            return ErrorCode.coordinator_not_available
-        if group.static_member_fenced(member_id, instance_id):
-            return ErrorCode.fenced_instance_id
-        if generation_id < 0 and group.is_(EMPTY):
-            return ErrorCode.none
-        if member_id not in group.members:
-            return ErrorCode.unknown_member_id
-        if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
-        if group.is_(COMPLETING):
-            return ErrorCode.rebalance_in_progress
-        # Stable, or PreparingRebalance: the member learns of the rebalance
-        # from its next heartbeat; what it processed so far may be committed.
-        self._schedule_session_expiry(group, group.members[member_id])
-        return ErrorCode.none
-
-    def fence_txn_commit(self, group_id: str, generation_id: int, member_id: str,
-                         instance_id: str | None) -> ErrorCode:
-        """The group fences of a TxnOffsetCommit (KIP-447), as lenient as
-        Kafka's: a member and a generation are checked only when sent (v3+
-        clients with the consumer's group metadata). A group not known here
-        is checked as Kafka checks the empty group it creates then: no
-        members, generation 0."""
-        group = self.groups.get(group_id)
-        if group is None:
-            if member_id:
-                return ErrorCode.unknown_member_id
-            return ErrorCode.illegal_generation if generation_id > 0 else ErrorCode.none
-        if group.is_(DEAD):
-            return ErrorCode.coordinator_not_available
-        if group.static_member_fenced(member_id, instance_id):
-            return ErrorCode.fenced_instance_id
-        if member_id and member_id not in group.members:
-            return ErrorCode.unknown_member_id
-        if generation_id >= 0 and generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
-        return ErrorCode.none
-
     # ------------------------------------------------------------ SyncGroup
     async def sync_group(self, group_id: str, generation_id: int, member_id: str,
                          instance_id: str | None, protocol_type: str | None,
@@ -343,19 +114,19 @@ class GroupCoordinator(Rebalancer):
               assignments: Mapping[str, bytes]) -> asyncio.Future[SyncResult]:
         group, error = self._fence_member(group_id, generation_id, member_id, instance_id)
         if group is None:
-            return _done(SyncResult(error))
+            return done(SyncResult(error))
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name):
-            return _done(SyncResult(ErrorCode.inconsistent_group_protocol))
+            return done(SyncResult(ErrorCode.inconsistent_group_protocol))
         if group.is_(EMPTY):
-            return _done(SyncResult(ErrorCode.unknown_member_id))
+            return done(SyncResult(ErrorCode.unknown_member_id))
         if group.is_(PREPARING):
-            return _done(SyncResult(ErrorCode.rebalance_in_progress))
+            return done(SyncResult(ErrorCode.rebalance_in_progress))
         member = group.members[member_id]
         self._schedule_session_expiry(group, member)
         self._synced(group, member_id)
         if group.is_(STABLE):
-            return _done(self._sync_result(group, member))
+            return done(self._sync_result(group, member))
         # CompletingRebalance: wait for the leader's assignment.
         member.complete_sync(SyncResult(ErrorCode.rebalance_in_progress))
         future = member.sync_future = asyncio.get_running_loop().create_future()
@@ -449,10 +220,3 @@ class GroupCoordinator(Rebalancer):
                 continue
             out.append((group_id, (group.protocol_type or "") if group else "", state))
         return out
-
-
-def _done(value: T) -> asyncio.Future[T]:
-    """An already-answered future, for requests the group answers at once."""
-    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-    future.set_result(value)
-    return future

@@ -32,6 +32,27 @@ class GroupState(enum.Enum):
     DEAD = "Dead"
 
 
+# state -> the states it may move to: Kafka's GroupMetadata (validPreviousStates
+# of each state) read the other way round. A group is created Empty; the first
+# join prepares a rebalance; a join phase ends Completing (members) or Empty (none
+# rejoined); the leader's SyncGroup makes it Stable; any change of membership
+# prepares a rebalance again; removal (DeleteGroups, offset expiry) makes it Dead.
+TRANSITIONS: dict[GroupState, frozenset[GroupState]] = {
+    GroupState.EMPTY: frozenset({GroupState.PREPARING_REBALANCE, GroupState.DEAD}),
+    GroupState.PREPARING_REBALANCE: frozenset({GroupState.COMPLETING_REBALANCE,
+                                               GroupState.EMPTY, GroupState.DEAD}),
+    GroupState.COMPLETING_REBALANCE: frozenset({GroupState.STABLE,
+                                                GroupState.PREPARING_REBALANCE,
+                                                GroupState.DEAD}),
+    GroupState.STABLE: frozenset({GroupState.PREPARING_REBALANCE, GroupState.DEAD}),
+    GroupState.DEAD: frozenset({GroupState.DEAD}),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A bug: the coordinator tried a move the table does not allow."""
+
+
 @dataclass(frozen=True, slots=True)
 class JoinedMember:
     """A member as the leader sees it in its JoinGroup response."""
@@ -133,6 +154,13 @@ class Group:
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states
+
+    def move(self, state: GroupState, now_ms: int) -> None:
+        """Enter ``state`` at ``now_ms``, if TRANSITIONS allows it."""
+        if state not in TRANSITIONS[self.state]:
+            raise IllegalTransition(f"group {self.group_id}: {self.state.value} -> {state.value}")
+        self.state = state
+        self.state_since_ms = now_ms
 
     # ------------------------------------------------------------ members
     def add(self, member: Member) -> None:

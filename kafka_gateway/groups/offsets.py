@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
 
+from common.logtext import client_text
 from tablets.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCommit, TopicPartition
-from tablets.logtext import client_text
 from tablets.tablet import now_ms
 
 from ..config import GatewayConfig

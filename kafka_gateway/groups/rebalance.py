@@ -3,7 +3,9 @@
 ``Rebalancer`` owns the groups and moves them through Kafka's states on its
 timers (``loop.call_later``); ``GroupCoordinator`` (coordinator.py) answers
 the requests on top of it. See coordinator.py for the timers and what each
-one bounds. Transitions are asserted by tests/test_group_coordinator.py.
+one bounds. Every move is checked against ``group.TRANSITIONS`` (Kafka's
+GroupMetadata states; tests/test_group_state.py); the behaviour is asserted by
+tests/test_group_coordinator.py.
 """
 
 from __future__ import annotations
@@ -11,15 +13,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from tablets.logtext import client_text
+from common.logtext import client_text
 
 from ..config import GatewayConfig
 from .group import Group, GroupState, JoinedMember, JoinResult, Member, SyncResult
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 EMPTY = GroupState.EMPTY
 PREPARING = GroupState.PREPARING_REBALANCE
@@ -146,8 +150,7 @@ class Rebalancer:
         self._maybe_prepare_rebalance(group)
 
     def _transition(self, group: Group, state: GroupState) -> None:
-        group.state = state
-        group.state_since_ms = self.clock()
+        group.move(state, self.clock())
 
     @staticmethod
     def _cancel_group_timers(group: Group) -> None:
@@ -192,3 +195,10 @@ class Rebalancer:
         group.pending_members.clear()
         self._transition(group, DEAD)
         del self.groups[group.group_id]
+
+
+def done(value: T) -> asyncio.Future[T]:
+    """An already-answered future, for requests the group answers at once."""
+    future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+    future.set_result(value)
+    return future

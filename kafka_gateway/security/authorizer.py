@@ -30,7 +30,7 @@ from collections.abc import Iterable
 
 from kio.schema.errors import ErrorCode
 
-from tablets.logtext import client_text
+from common.logtext import client_text
 from tablets.node_records import NodeRecords
 
 from ..limits import BadInputLog

@@ -38,7 +38,7 @@ from kio.schema.errors import ErrorCode
 from scramp import ScramException, ScramMechanism
 from scramp import core as scramp_core
 
-from tablets.logtext import client_text
+from common.logtext import client_text
 
 from ..codec import (
     API_VERSIONS_KEY,

@@ -34,10 +34,10 @@ from kio.schema.describe_acls.v3 import request as describe_acls
 from kio.schema.describe_user_scram_credentials.v0 import request as describe_scram
 from kio.schema.errors import ErrorCode
 
-from .cli_common import client_command, connect
-from .client import KafkaClient
-from .security.acls import Operation, PatternType, Permission, ResourceType
-from .security.scram import BY_CODE, DEFAULT_ITERATIONS, MECHANISMS, Credentials, from_password
+from ..client import KafkaClient
+from ..security.acls import Operation, PatternType, Permission, ResourceType
+from ..security.scram import BY_CODE, DEFAULT_ITERATIONS, MECHANISMS, Credentials, from_password
+from .common import client_command, connect
 
 _OPERATIONS = {op.name.lower().replace("_", ""): op for op in Operation
                if op not in (Operation.UNKNOWN, Operation.ANY)}

@@ -1,26 +1,11 @@
-"""``kafka-gateway``: run the gateway, or manage a running one.
-
-    kafka-gateway serve [--listen HOST:PORT] [--data-dir DIR] [...]
-    kafka-gateway topics list|describe|create|delete|alter [...]
-    kafka-gateway groups list|describe|delete|delete-offsets|reset-offsets [...]
-    kafka-gateway transactions list|describe|producers|abort [...]
-    kafka-gateway produce|consume --topic TOPIC [...]
-    kafka-gateway users add|delete|list [...]
-    kafka-gateway acls list|add|remove [...]
-
-Every command but ``serve`` speaks the Kafka protocol to the gateway (or to any
-Kafka broker) named by --bootstrap-server, which may come anywhere on the line,
-like kafka-topics.sh, kafka-consumer-groups.sh, kafka-transactions.sh and the
-console producer and consumer. ``kafka-gateway COMMAND --help`` tells more.
-"""
+"""``kafka-gateway topics list|describe|create|delete|alter``: topics of a running
+gateway (or any Kafka broker), like ``kafka-topics.sh`` (and ``kafka-configs.sh``
+for topic configs)."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
-import logging
-import sys
 
 from kio.schema.create_partitions.v3 import request as create_partitions
 from kio.schema.create_topics.v7 import request as create_topics
@@ -30,11 +15,12 @@ from kio.schema.incremental_alter_configs.v1 import request as alter_configs
 from kio.schema.metadata.v12 import request as metadata
 from kio.static.primitive import i32Timedelta
 
-from . import config as settings
-from .cli_common import (
+from common.key_value import parse_pairs
+
+from ..client import KafkaClient
+from .common import (
     EARLIEST,
     LATEST,
-    add_client_options,
     check,
     client_action,
     client_command,
@@ -42,48 +28,11 @@ from .cli_common import (
     offsets_at,
     topic_partitions,
 )
-from .client import KafkaClient
-from .console import add_console_parsers, run_consume, run_produce
-from .groups_cli import add_groups_parser, run_groups
-from .security_cli import add_security_parsers, run_acls, run_users
-from .transactions_cli import add_transactions_parser, run_transactions
 
 TIMEOUT = i32Timedelta.parse(datetime.timedelta(seconds=30))
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        _serve(args)
-    elif args.command == "groups":
-        sys.exit(asyncio.run(run_groups(args)))
-    elif args.command == "transactions":
-        sys.exit(asyncio.run(run_transactions(args)))
-    elif args.command == "produce":
-        sys.exit(run_produce(args))
-    elif args.command == "consume":
-        sys.exit(run_consume(args))
-    elif args.command == "users":
-        sys.exit(asyncio.run(run_users(args)))
-    elif args.command == "acls":
-        sys.exit(asyncio.run(run_acls(args)))
-    else:
-        sys.exit(asyncio.run(_topics(args)))
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kafka-gateway", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_client_options(parser)
-    commands = parser.add_subparsers(dest="command", required=True)
-
-    serve = commands.add_parser("serve", help="run the gateway",
-                                description="Run the gateway until SIGTERM or SIGINT.")
-    settings.add_arguments(serve)
-    serve.add_argument("--log-level", default="INFO",
-                       choices=("DEBUG", "INFO", "WARNING", "ERROR"), type=str.upper,
-                       help="least severe log lines printed (default INFO)")
-
+def add_topics_parser(commands: argparse._SubParsersAction) -> None:
     topics = client_command(commands, "topics", help="manage topics on a running gateway")
     actions = topics.add_subparsers(dest="action", required=True)
     _topic_name(client_action(actions, "list", help="topic names"), required=False,
@@ -115,12 +64,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help="reset a topic config to the gateway's default (repeatable), as "
                             "kafka-configs.sh --delete-config")
 
-    add_groups_parser(commands)
-    add_transactions_parser(commands)
-    add_console_parsers(commands)
-    add_security_parsers(commands)
-    return parser
-
 
 def _topic_name(parser: argparse.ArgumentParser, required: bool = True,
                 help: str = "the topic") -> None:
@@ -131,31 +74,7 @@ def _topic_name(parser: argparse.ArgumentParser, required: bool = True,
     parser.set_defaults(topic_required=required)
 
 
-def _serve(args: argparse.Namespace) -> None:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    try:
-        config = settings.from_arguments(args)
-    except (ValueError, OSError) as exc:
-        sys.exit(f"kafka-gateway: {exc}")
-    import uvloop
-
-    from .server import serve
-
-    uvloop.run(serve(config))
-
-
-def _pairs(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"expected KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
-
-
-async def _topics(args: argparse.Namespace) -> int:
+async def run_topics(args: argparse.Namespace) -> int:
     if args.name and args.topic_flag and args.name != args.topic_flag:
         raise SystemExit("kafka-gateway: two different topics named")
     args.name = args.name or args.topic_flag
@@ -170,12 +89,13 @@ async def _run_topics(client: KafkaClient, args: argparse.Namespace) -> int:
         for name in sorted(await topic_partitions(client, [args.name] if args.name else None)):
             print(name)
     elif args.action == "create":
+        configs = parse_pairs(args.config, "kafka-gateway: --config")
         response = await client.request(create_topics.CreateTopicsRequest(
             topics=(create_topics.CreatableTopic(
                 name=args.name, num_partitions=args.partitions,
                 replication_factor=args.replication_factor, assignments=(),
                 configs=tuple(create_topics.CreatableTopicConfig(name=k, value=v)
-                              for k, v in _pairs(args.config).items())),),
+                              for k, v in configs.items())),),
             timeout=TIMEOUT, validate_only=False))
         result = response.topics[0]
         check(result.error_code, result.error_message, f"create {args.name}")
@@ -207,7 +127,7 @@ async def _alter(client: KafkaClient, args: argparse.Namespace) -> None:
         check(result.error_code, result.error_message, f"alter {args.name}")
         print(f"Topic {args.name} now has {args.partitions} partitions.")
     changes = [alter_configs.AlterableConfig(name=k, config_operation=0, value=v)
-               for k, v in _pairs(args.set).items()]
+               for k, v in parse_pairs(args.set, "kafka-gateway: --set").items()]
     changes += [alter_configs.AlterableConfig(name=k, config_operation=1, value=None)
                 for k in args.delete]
     if changes:

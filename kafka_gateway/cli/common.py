@@ -21,8 +21,8 @@ from kio.schema.list_offsets.v7 import request as list_offsets
 from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_fetch.v8 import request as offset_fetch
 
-from .client import ClientSecurity, KafkaClient
-from .config import read_properties
+from ..client import ClientSecurity, KafkaClient
+from ..config import read_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_CLIENT_ID = "kafka-gateway-cli"

@@ -23,9 +23,9 @@ from kio.schema.init_producer_id.v4 import request as init_producer_id
 from kio.schema.list_transactions.v0 import request as list_transactions
 from kio.static.primitive import i32Timedelta
 
-from .cli_common import client_action, client_command, connected, print_rows
-from .client import KafkaClient
-from .described_txns import DescribedTxn, decode_describe_transactions
+from ..client import KafkaClient
+from ..described_txns import DescribedTxn, decode_describe_transactions
+from .common import client_action, client_command, connected, print_rows
 
 ABORT_TIMEOUT = i32Timedelta.parse(datetime.timedelta(minutes=1))
 

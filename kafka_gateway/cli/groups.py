@@ -24,7 +24,9 @@ from kio.schema.errors import ErrorCode
 from kio.schema.list_groups.v4 import request as list_groups
 from kio.schema.offset_delete.v0 import request as offset_delete
 
-from .cli_common import (
+from ..client import KafkaClient
+from ..groups.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
+from .common import (
     LATEST,
     client_action,
     client_command,
@@ -35,8 +37,6 @@ from .cli_common import (
     print_rows,
     topic_partitions,
 )
-from .client import KafkaClient
-from .groups.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
 from .groups_reset import add_reset_arguments, parse_topic_partitions, reset_offsets
 
 

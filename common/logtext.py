@@ -1,7 +1,7 @@
 """Text a client chose (a user name, a group or transactional id, a topic
 name), made safe for a log line: cut to a bounded length before any other
 work, and escaped, so a newline cannot forge a line and a 16 MiB name costs
-what a short one does. In the lowest layer, so that the storage layer, the
+what a short one does. In ``common``, so that the storage layer, the
 transaction coordinator and the protocol layer all log client strings the
 same way.
 """

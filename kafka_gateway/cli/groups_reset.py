@@ -31,7 +31,8 @@ from collections.abc import Iterable
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit.v8 import request as offset_commit
 
-from .cli_common import (
+from ..client import KafkaClient
+from .common import (
     EARLIEST,
     LATEST,
     committed_offsets,
@@ -40,7 +41,6 @@ from .cli_common import (
     print_rows,
     topic_partitions,
 )
-from .client import KafkaClient
 
 TopicPartition = tuple[str, int]
 INACTIVE = ("Empty", "Dead")

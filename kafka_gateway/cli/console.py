@@ -22,9 +22,11 @@ import argparse
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
-from .cli_common import DEFAULT_BOOTSTRAP, add_client_options, bootstrap_servers, client_properties
+from common.key_value import parse_pairs
+
+from .common import DEFAULT_BOOTSTRAP, add_client_options, bootstrap_servers, client_properties
 
 PRODUCER_PROPERTIES = {
     "parse.key": "false", "key.separator": "\t", "parse.headers": "false",
@@ -100,18 +102,8 @@ def _listing(defaults: dict[str, str]) -> str:
     return ", ".join(f"{k} (default {v!r})" for k, v in defaults.items())
 
 
-def _pairs(items: Iterable[str], what: str) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"kafka-gateway: {what}: expected KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
-
-
 def _properties(items: list[str], defaults: dict[str, str]) -> dict[str, str]:
-    given = _pairs(items, "--property")
+    given = parse_pairs(items, "kafka-gateway: --property")
     unknown = sorted(set(given) - set(defaults))
     if unknown:
         raise SystemExit(f"kafka-gateway: unknown --property {', '.join(unknown)} "
@@ -185,7 +177,7 @@ def run_produce(args: argparse.Namespace) -> int:
         "partitioner": "murmur2_random",
         **client_properties(args),
         **{k: ("-1" if v == "all" else v) for k, v in given.items() if v is not None},
-        **_pairs(args.producer_property, "--producer-property"),
+        **parse_pairs(args.producer_property, "kafka-gateway: --producer-property"),
         "bootstrap.servers": _servers(args),
     }
     failures: list[str] = []
@@ -318,7 +310,7 @@ def run_consume(args: argparse.Namespace) -> int:
         "auto.offset.reset": "earliest" if args.from_beginning else "latest",
         "isolation.level": args.isolation_level,
         "enable.partition.eof": False,
-        **_pairs(args.consumer_property, "--consumer-property"),
+        **parse_pairs(args.consumer_property, "kafka-gateway: --consumer-property"),
     }
     start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
     if args.offset is not None:

@@ -1,0 +1,91 @@
+"""The fences of group requests: who may SyncGroup, Heartbeat or commit
+offsets for a group (a live group, a known member and static instance, the
+current generation; KIP-447 for commits), and which group ids are valid.
+"""
+
+from __future__ import annotations
+
+from kio.schema.errors import ErrorCode
+
+from .group import Group, GroupState
+from .rebalance import Rebalancer
+
+EMPTY = GroupState.EMPTY
+COMPLETING = GroupState.COMPLETING_REBALANCE
+DEAD = GroupState.DEAD
+
+
+def is_valid_group_id(group_id: str, allow_empty: bool) -> bool:
+    # NUL separates the group from the topic in offset keys (tablets.keys).
+    return "\x00" not in group_id and (allow_empty or bool(group_id))
+
+
+class Fences(Rebalancer):
+    """The member and generation checks, over the rebalancer's groups."""
+
+    def _fence_member(self, group_id: str, generation_id: int, member_id: str,
+                      instance_id: str | None) -> tuple[Group | None, ErrorCode]:
+        """The fence of SyncGroup and Heartbeat: a live group, a known member
+        (and static instance), the current generation. Returns the group, or
+        None with the error to answer."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return None, ErrorCode.unknown_member_id
+        if group.is_(DEAD):
+            return None, ErrorCode.coordinator_not_available
+        error = group.validate_member(member_id, instance_id)
+        if error is ErrorCode.none and generation_id != group.generation_id:
+            error = ErrorCode.illegal_generation
+        return (group, error) if error is ErrorCode.none else (None, error)
+
+    def fence_commit(self, group_id: str, generation_id: int, member_id: str,
+                     instance_id: str | None) -> ErrorCode:
+        """Whether an offset commit may proceed: Kafka's generation and member
+        fences (KIP-447), shared by OffsetCommit and TxnOffsetCommit.
+
+        Generation -1 with no member is a commit of a consumer that assigns
+        partitions itself (``assign()``): allowed while the group has no members.
+        """
+        if not is_valid_group_id(group_id, allow_empty=True):
+            return ErrorCode.invalid_group_id
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+        if group.is_(DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.static_member_fenced(member_id, instance_id):
+            return ErrorCode.fenced_instance_id
+        if generation_id < 0 and group.is_(EMPTY):
+            return ErrorCode.none
+        if member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        if group.is_(COMPLETING):
+            return ErrorCode.rebalance_in_progress
+        # Stable, or PreparingRebalance: the member learns of the rebalance
+        # from its next heartbeat; what it processed so far may be committed.
+        self._schedule_session_expiry(group, group.members[member_id])
+        return ErrorCode.none
+
+    def fence_txn_commit(self, group_id: str, generation_id: int, member_id: str,
+                         instance_id: str | None) -> ErrorCode:
+        """The group fences of a TxnOffsetCommit (KIP-447), as lenient as
+        Kafka's: a member and a generation are checked only when sent (v3+
+        clients with the consumer's group metadata). A group not known here
+        is checked as Kafka checks the empty group it creates then: no
+        members, generation 0."""
+        group = self.groups.get(group_id)
+        if group is None:
+            if member_id:
+                return ErrorCode.unknown_member_id
+            return ErrorCode.illegal_generation if generation_id > 0 else ErrorCode.none
+        if group.is_(DEAD):
+            return ErrorCode.coordinator_not_available
+        if group.static_member_fenced(member_id, instance_id):
+            return ErrorCode.fenced_instance_id
+        if member_id and member_id not in group.members:
+            return ErrorCode.unknown_member_id
+        if generation_id >= 0 and generation_id != group.generation_id:
+            return ErrorCode.illegal_generation
+        return ErrorCode.none
