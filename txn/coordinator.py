@@ -56,6 +56,7 @@ from .errors import (
     TransactionalIdNotFound,
     TxnConflict,
 )
+from .ordered import SortedIds
 from .pending import MemoryBudget, PartitionSink, PendingData
 from .producer_ids import ProducerIds
 from .state import TxnMetadata, TxnState
@@ -114,6 +115,7 @@ class TransactionCoordinator:
         self.budget = MemoryBudget(self.settings.pending_memory_bytes)
         self.stats = TxnStats()
         self.txns: dict[str, TxnMetadata] = {}
+        self.ordered = SortedIds()  # the keys of txns, in order (the console pages them)
         self._by_producer: dict[int, TxnMetadata] = {}
         self._open: dict[str, _Open] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -143,6 +145,8 @@ class TransactionCoordinator:
                 if self.engine.has_partition(*tp)}
 
     def _register(self, meta: TxnMetadata) -> None:
+        if meta.transactional_id not in self.txns:
+            self.ordered.add(meta.transactional_id)
         self.txns[meta.transactional_id] = meta
         self._by_producer[meta.producer_id] = meta
 
@@ -467,6 +471,7 @@ class TransactionCoordinator:
                         and meta.updated_ms == updated):
                     meta.move(TxnState.DEAD)
                     del self.txns[meta.transactional_id]
+                    self.ordered.discard(meta.transactional_id)
                     self._by_producer.pop(meta.producer_id, None)
                     self._locks.pop(meta.transactional_id, None)
 
