@@ -230,12 +230,12 @@ def _compact_bytes(nullable: bool, where: str, string: bool) -> Step:
                 raise codec.MalformedRequest(f"{where}: null where the schema has none")
             return pos
         size -= 1
+        if size > end - pos:
+            raise _refuse(where, "length", size, end - pos)
         if string and size > MAX_STRING_BYTES:
             # Kafka's generated parsers: "string field ... had invalid length".
             raise codec.MalformedRequest(f"{where}: string of {size} bytes (at most "
                                          f"{MAX_STRING_BYTES})")
-        if size > end - pos:
-            raise _refuse(where, "length", size, end - pos)
         return pos + size
     return walk
 
