@@ -9,6 +9,14 @@ holding its socket and TLS state for as long as it likes. Kafka has no such
 setting (a half-done handshake is idle and closes after
 ``connections.max.idle.ms``, 10 minutes); asyncio's own default is 60 s.
 
+Until the client's first TLS record (its ClientHello) has arrived whole, a
+TLS connection holds nothing but its socket: no TLS state is made for it
+(about 64 KiB: OpenSSL's and the event loop's TLS read buffer). The socket's
+receive low-water mark (SO_RCVLOWAT) makes the event loop wake it only once
+the record's header, then the whole record, is there; the bytes are peeked,
+not read, and the TLS layer reads them as usual. So a client that sends 4
+bytes of a ClientHello and waits costs a socket until the timeout.
+
 The accept loop is ours rather than ``loop.create_server``'s because the
 client's address must be known before the TLS handshake, which is when
 asyncio would first tell a protocol about it.
@@ -21,6 +29,7 @@ import contextlib
 import logging
 import socket
 import ssl
+import sys
 import time
 from collections.abc import Callable
 
@@ -32,6 +41,13 @@ log = logging.getLogger(__name__)
 BACKLOG = 1024
 # After an accept error (out of file descriptors, most often), as asyncio waits.
 ACCEPT_RETRY_SECONDS = 1.0
+# TLS records: a 5-byte header (type, version, length), a handshake record is
+# type 22, and a plaintext record (as a ClientHello is) holds at most 2^14 bytes.
+_RECORD_HEADER = 5
+_HANDSHAKE = 0x16
+_MAX_RECORD = _RECORD_HEADER + (1 << 14)
+# Linux wakes a reader only once SO_RCVLOWAT bytes are in (or the peer closed).
+_LOW_WATER = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVLOWAT")
 
 
 class Closable(asyncio.BaseProtocol):
@@ -145,9 +161,7 @@ class Acceptor:
         metrics.tls_handshakes_in_progress += 1
         started = time.monotonic()
         try:
-            await asyncio.wait_for(
-                loop.connect_accepted_socket(self._protocol(slot), sock, ssl=self.tls),
-                self.handshake_timeout)
+            await asyncio.wait_for(self._tls(loop, sock, slot), self.handshake_timeout)
         except TimeoutError:
             metrics.tls_handshake_timeouts += 1
             log.debug("closing a connection whose TLS handshake took over %g s",
@@ -165,6 +179,53 @@ class Acceptor:
             _abort(sock)
         finally:
             metrics.tls_handshakes_in_progress -= 1
+
+
+    async def _tls(self, loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                   slot: Slot) -> None:
+        if _LOW_WATER:
+            await _first_record(loop, sock)
+        await loop.connect_accepted_socket(self._protocol(slot), sock, ssl=self.tls)
+
+
+async def _first_record(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    """Return once the client's first TLS record is here whole (peeked, not read),
+    or once it is plain that it will not be (not a handshake record, the peer
+    closed): the TLS layer then takes over and finds out for itself."""
+    want = _RECORD_HEADER
+    try:
+        while True:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, want)
+            await _readable(loop, sock)
+            head = sock.recv(_RECORD_HEADER, socket.MSG_PEEK)
+            # Woken with fewer bytes than the low-water mark: the peer closed
+            # or failed; with more than a header that is no handshake: done.
+            if len(head) < _RECORD_HEADER or head[0] != _HANDSHAKE:
+                return
+            whole = min(_RECORD_HEADER + int.from_bytes(head[3:5], "big"), _MAX_RECORD)
+            if want >= whole or len(sock.recv(whole, socket.MSG_PEEK)) >= whole:
+                return
+            want = whole
+    except (BlockingIOError, InterruptedError):
+        return  # not expected after a wake-up; the TLS layer reads as usual
+    finally:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, 1)
+
+
+async def _readable(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:
+    ready: asyncio.Future[None] = loop.create_future()
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    fd = sock.fileno()
+    loop.add_reader(fd, wake)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(fd)
 
 
 def _abort(sock: socket.socket) -> None:
