@@ -32,6 +32,7 @@ import ssl
 import sys
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 from .metrics import Metrics
 from .quotas import ConnectionQuotas, Slot
@@ -50,8 +51,8 @@ _MAX_RECORD = _RECORD_HEADER + (1 << 14)
 _LOW_WATER = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVLOWAT")
 
 
-class Closable(asyncio.BaseProtocol):
-    """What the acceptor builds: told, once, how to hand back its slot."""
+class Closable(Protocol):
+    """What the acceptor builds (a connection protocol): told how to hand back its slot."""
 
     on_close: Callable[[], None] | None
 
@@ -67,7 +68,10 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
             if (family, address) in seen:
                 continue
             seen.add((family, address))
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # a family this host lacks (IPv6, often): as create_server
+                continue
             out.append(sock)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
@@ -81,6 +85,8 @@ def listening_sockets(host: str, port: int) -> list[socket.socket]:
         for sock in out:
             sock.close()
         raise
+    if not out:
+        raise OSError(f"no address to listen on for {host or '*'}:{port}")
     return out
 
 
@@ -105,12 +111,13 @@ class Acceptor:
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._accept_loop(sock)) for sock in self.sockets]
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Stop accepting (connections already open stay; handshakes under way stop)."""
-        for task in self._tasks:
+        tasks = [*self._tasks, *self._handshakes]
+        for task in tasks:
             task.cancel()
-        for task in list(self._handshakes):
-            task.cancel()
+        # The accept loops stop watching their sockets before these close.
+        await asyncio.gather(*tasks, return_exceptions=True)
         for sock in self.sockets:
             sock.close()
 
@@ -147,7 +154,8 @@ class Acceptor:
 
     def _connect(self, loop: asyncio.AbstractEventLoop, sock: socket.socket, slot: Slot) -> None:
         """A plaintext connection: its protocol is made (and told) at once."""
-        task = loop.create_task(loop.connect_accepted_socket(self._protocol(slot), sock))
+        task = loop.create_task(loop.connect_accepted_socket(
+            self._protocol(slot), sock))  # type: ignore[arg-type]
 
         def done(finished: asyncio.Task[object]) -> None:
             if finished.cancelled() or finished.exception() is not None:
@@ -185,7 +193,8 @@ class Acceptor:
                    slot: Slot) -> None:
         if _LOW_WATER:
             await _first_record(loop, sock)
-        await loop.connect_accepted_socket(self._protocol(slot), sock, ssl=self.tls)
+        await loop.connect_accepted_socket(
+            self._protocol(slot), sock, ssl=self.tls)  # type: ignore[arg-type]
 
 
 async def _first_record(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> None:

@@ -173,7 +173,7 @@ class GatewayServer:
         """Stop accepting, answer what was read, then close the store."""
         self.broker.stopping = True
         for acceptor in self._acceptors:
-            acceptor.close()
+            await acceptor.close()
         for topic in self.engine.topics.values():
             for tablet in topic.partitions:
                 tablet.wake_waiters()
