@@ -34,7 +34,7 @@ from testkit.wire import init_producer_id_frame, init_transactional_ids
 
 IDS = 30_000
 # Generous bounds on a 2-core machine shared with other work: a page measured
-# about 1 ms of CPU and 9 KB; the unpaged page was 0.6 s and 10 MB at 30,000 ids.
+# about 1 ms of CPU and 9 KB; unpaged, these ids made a 4.3 MB page of 0.5-0.6 s.
 # CPU time (of this process) rather than wall time: what other processes take
 # of the machine meanwhile is not the page's doing; a garbage collection is.
 MAX_PAGE_CPU_SECONDS = 0.1
