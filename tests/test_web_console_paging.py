@@ -147,7 +147,9 @@ def test_topics_and_groups_are_paged(tmp_path):
                 topics = [f"topic-{i:03d}" for i in range(120)]
                 answer = await client.request(kr.create_topics([(t, 1) for t in topics]))
                 assert {t.error_code for t in answer.topics} == {ErrorCode.none}
-                groups = [f"group-{i:03d}" for i in range(120)]
+                # Names to escape and quote, one the cursor between pages 1 and 2.
+                groups = sorted([f"group-{i:03d}" for i in range(120)]
+                                + ["group-038 &<x>/ y?", "group-077%2F#"])
                 for group in groups:
                     answer = await client.request(
                         kr.offset_commit(group, -1, "", "topic-000", [(0, 0)]))
@@ -155,22 +157,33 @@ def test_topics_and_groups_are_paged(tmp_path):
             finally:
                 await client.close()
             console = Console(server.broker)
+            assert groups[39] == "group-038 &<x>/ y?"
             for handler, path, names, table in (
                     (console.topics, "/ui/topics", topics, "topics"),
                     (console.groups, "/ui/groups", groups, "groups")):
-                shown: list[str] = []
+
+                def rows(body: str, table: str = table) -> list[str]:
+                    shown = body[body.index(f'id="{table}"'):]
+                    shown = shown[:shown.index("</table>")]
+                    return [html.unescape(name) for name in
+                            re.findall(r'<tr><td><a href="[^"]*">([^<]*)</a>', shown)]
+
+                forwards: list[list[str]] = []
                 body, _ = await _load(handler, path + "?size=40")
                 while True:
-                    rows = body[body.index(f'id="{table}"'):]
-                    rows = rows[:rows.index("</table>")]
-                    shown.extend(re.findall(r'<tr><td><a href="[^"]*">([^<]*)</a>', rows))
+                    forwards.append(rows(body))
                     next_path = _cursor(_NEXT, body)
                     if next_path is None:
                         break
                     assert "size=40" in next_path
                     body, _ = await _load(handler, next_path)
-                assert shown == names, table
-                assert f"40 of 120 {table}" in body
+                assert [name for page in forwards for name in page] == names, table
+                assert f"{len(forwards[-1])} of {len(names)} {table}" in body
+                backwards = [rows(body)]
+                while (prev_path := _cursor(_PREV, body)) is not None:
+                    body, _ = await _load(handler, prev_path)
+                    backwards.insert(0, rows(body))
+                assert backwards == forwards, table
 
     asyncio.run(main())
 
