@@ -128,6 +128,8 @@ class Acceptor:
                 sock, address = await loop.sock_accept(listening)
             except asyncio.CancelledError:
                 raise
+            except (ConnectionAbortedError, InterruptedError):
+                continue  # the client gave up before we took it: nothing to do
             except OSError as exc:
                 log.warning("accepting a connection failed: %s; retrying in %g s", exc,
                             ACCEPT_RETRY_SECONDS)
