@@ -13,6 +13,8 @@ introspection decides each field's wire form), and raises
 - a string, bytes or tagged field is longer than the bytes left,
 - a known tagged field's content does not fill exactly its declared size
   (kio reads it by type and ignores the size, so the two would part ways),
+- a compact string (flexible versions) is longer than 32767 bytes, the most
+  a Kafka string holds (Kafka's parsers refuse it the same way),
 - a null arrives where the schema has no null (Kafka: "non-nullable field
   ... was serialized as null"; kio would hand the handler None).
 
@@ -59,6 +61,9 @@ _FIXED = {
     "uuid": 16,
 }
 _VARIABLE = ("string", "bytes", "records")
+# A Kafka string has an int16 length; a compact one (flexible versions) could
+# say more, and Kafka's parsers refuse that.
+MAX_STRING_BYTES = 0x7FFF
 
 
 def check_request(cls: type, frame: Any, pos: int) -> int:
@@ -184,7 +189,7 @@ def _primitive(kafka_type: str, flexible: bool, nullable: bool, where: str) -> t
     if kafka_type not in _VARIABLE:  # pragma: no cover - a kio type this does not know
         raise TypeError(f"{where}: unknown kafka type {kafka_type}")
     if flexible:
-        return _compact_bytes(nullable, where), 1
+        return _compact_bytes(nullable, where, kafka_type == "string"), 1
     if kafka_type == "string":
         return _legacy_string(nullable, where), 2
     return _legacy_bytes(nullable, where), 4
@@ -217,7 +222,7 @@ def _nullable_entity(walk_entity: Step) -> Step:
     return walk
 
 
-def _compact_bytes(nullable: bool, where: str) -> Step:
+def _compact_bytes(nullable: bool, where: str, string: bool) -> Step:
     def walk(buf: Any, pos: int, end: int) -> int:
         size, pos = _uvarint(buf, pos)
         if size == 0:
@@ -227,6 +232,10 @@ def _compact_bytes(nullable: bool, where: str) -> Step:
         size -= 1
         if size > end - pos:
             raise _refuse(where, "length", size, end - pos)
+        if string and size > MAX_STRING_BYTES:
+            # Kafka's generated parsers: "string field ... had invalid length".
+            raise codec.MalformedRequest(f"{where}: string of {size} bytes (at most "
+                                         f"{MAX_STRING_BYTES})")
         return pos + size
     return walk
 

@@ -63,6 +63,17 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gateway.partial.request.timeout.ms", "partial_request_timeout_ms", int,
             "close a connection whose half-received request gets no new byte for this long "
             "(-1: never)"),
+    Setting("gateway.ssl.handshake.timeout.ms", "ssl_handshake_timeout_ms", int,
+            "close a connection to a TLS listener whose TLS handshake has not finished this "
+            "long after it was accepted"),
+    Setting("max.connections", "max_connections", int,
+            "client connections open at once, all listeners together; a new one past it is "
+            "closed at once (the open ones stay)"),
+    Setting("max.connections.per.ip", "max_connections_per_ip", int,
+            "client connections open at once from one address; a new one past it is closed "
+            "at once (the open ones stay)"),
+    Setting("max.connections.per.ip.overrides", "max_connections_per_ip_overrides", str,
+            "HOST_OR_IP:COUNT,... per-address exceptions to max.connections.per.ip"),
     Setting("gateway.fsync", "fsync", str,
             "never: acked data is in the WAL (survives a process crash); "
             "always: fsync each group commit (survives power loss)",
@@ -94,6 +105,9 @@ SETTINGS: tuple[Setting, ...] = (
             "producers fenced)"),
     Setting("transactional.id.expiration.ms", "transactional_id_expiration_ms", int,
             "a transactional id without a transaction for this long is forgotten"),
+    Setting("gateway.transactional.id.max.bytes", "transactional_id_max_bytes", int,
+            "longest transactional id (UTF-8 bytes) InitProducerId accepts (INVALID_REQUEST "
+            "above it); at most 32767, the protocol's limit and Kafka's"),
     Setting("producer.id.expiration.ms", "producer_id_expiration_ms", int,
             "a partition forgets an idempotent producer idle for this long (its next batch, "
             "mid-sequence, gets UNKNOWN_PRODUCER_ID and the client bumps its epoch)"),
@@ -184,6 +198,10 @@ class GatewayConfig:
     queued_max_request_bytes: int = 134_217_728
     connections_max_idle_ms: int = 600_000
     partial_request_timeout_ms: int = 30_000
+    ssl_handshake_timeout_ms: int = 10_000
+    max_connections: int = 2_147_483_647  # Kafka's Int.MaxValue: no limit
+    max_connections_per_ip: int = 2_147_483_647
+    max_connections_per_ip_overrides: str = ""
     fsync: str = "never"
     tail_cache_bytes: int = 256 << 20
     admin_listen: str = "off"
@@ -196,6 +214,7 @@ class GatewayConfig:
     transaction_max_timeout_ms: int = 900_000
     transaction_timeout_check_interval_ms: int = 10_000
     transactional_id_expiration_ms: int = 604_800_000
+    transactional_id_max_bytes: int = 4096
     producer_id_expiration_ms: int = 86_400_000
     max_producers_per_partition: int = 10_000
     txn_pending_memory_bytes: int = 64 << 20
@@ -268,6 +287,26 @@ class GatewayConfig:
             "retention.bytes": str(self.retention_bytes),
             "max.message.bytes": str(self.message_max_bytes),
         }
+
+
+def validate_limits(config: GatewayConfig) -> None:
+    """Refuse limit settings that cannot work (Kafka refuses the same at start-up)."""
+    from .quotas import parse_overrides  # quotas imports this module
+
+    if config.max_connections < 0:
+        raise ValueError("max.connections must be at least 0")
+    if config.max_connections_per_ip < 0:
+        raise ValueError("max.connections.per.ip must be at least 0")
+    overrides = parse_overrides(config.max_connections_per_ip_overrides)
+    if config.max_connections_per_ip == 0 and not overrides:
+        # Kafka: "max.connections.per.ip can be set to zero only if
+        # max.connections.per.ip.overrides property is set."
+        raise ValueError("max.connections.per.ip can be 0 only if "
+                         "max.connections.per.ip.overrides is set")
+    if config.ssl_handshake_timeout_ms <= 0:
+        raise ValueError("gateway.ssl.handshake.timeout.ms must be positive")
+    if not 0 < config.transactional_id_max_bytes <= 32767:
+        raise ValueError("gateway.transactional.id.max.bytes must be in 1..32767")
 
 
 def _parse_value(setting: Setting, raw: str) -> object:
@@ -356,6 +395,7 @@ def from_arguments(args: argparse.Namespace) -> GatewayConfig:
         raise ValueError("sasl.server.max.receive.size must be positive")
     if config.failed_authentication_delay_ms < 0:  # Kafka: at least 0
         raise ValueError("connection.failed.authentication.delay.ms must be at least 0")
+    validate_limits(config)
     if config.authorizer_class_name and config.authorizer_class_name not in _AUTHORIZERS:
         raise ValueError(f"authorizer.class.name: {config.authorizer_class_name!r} is not "
                          f"one of {', '.join(_AUTHORIZERS)}")

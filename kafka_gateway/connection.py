@@ -53,6 +53,7 @@ import logging
 import struct
 import time
 from collections import deque
+from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
@@ -99,6 +100,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self.address = "?"
         self.client_host = ""
         self.id = broker.new_connection_id()
+        # Set by the acceptor: hands back this connection's quota slot (quotas.py).
+        self.on_close: Callable[[], None] | None = None
         # The socket reads straight into _buffer (BufferedProtocol): bytes in
         # [_start, _end) are received but not yet a whole frame. None while
         # nothing is unread: an idle connection holds no buffer.
@@ -145,6 +148,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._on_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.on_close is not None:
+            self.on_close()
         self.connections.discard(self)
         self.broker.metrics.connections -= 1
         self._closing = True

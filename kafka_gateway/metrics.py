@@ -46,6 +46,10 @@ class Metrics:
     authentication_successes: int = 0  # SASL
     authentication_failures: int = 0  # SASL: wrong credentials, bad mechanism or messages
     tls_handshake_failures: int = 0  # plaintext on a TLS port, untrusted certificates, ...
+    tls_handshakes_in_progress: int = 0  # accepted on a TLS listener, handshake not done
+    tls_handshake_timeouts: int = 0  # closed for gateway.ssl.handshake.timeout.ms
+    # limit (max.connections, max.connections.per.ip) -> new connections closed for it
+    connections_refused: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     authorization_failures: int = 0  # operations an ACL (or no ACL) denied
 
     def count_errors(self, api: str, body: Any) -> None:

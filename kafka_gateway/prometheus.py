@@ -139,6 +139,19 @@ class GatewayCollector(Collector):
                        metrics.tls_handshake_failures)
         yield _counter("authorization_failures", "Operations an ACL (or no ACL) denied",
                        metrics.authorization_failures)
+        yield _gauge("tls_handshakes_in_progress",
+                     "Connections to TLS listeners whose TLS handshake is not done",
+                     metrics.tls_handshakes_in_progress)
+        yield _counter("tls_handshake_timeouts",
+                       "Connections closed for gateway.ssl.handshake.timeout.ms",
+                       metrics.tls_handshake_timeouts)
+        refused = CounterMetricFamily(
+            PREFIX + "connections_refused",
+            "New connections closed at once for a limit (max.connections, "
+            "max.connections.per.ip)", labels=["limit"])
+        for limit in ("max.connections", "max.connections.per.ip"):
+            refused.add_metric([limit], metrics.connections_refused.get(limit, 0))
+        yield refused
         yield _gauge("request_memory_bytes",
                      "Request buffers charged to queued.max.request.bytes",
                      metrics.request_memory_bytes)
@@ -229,6 +242,9 @@ class GatewayCollector(Collector):
         yield _counter("txn_stale_end_txn", "EndTxn of a finished transaction refused",
                        stats.stale_end_txn)
         yield _gauge("txn_open", "Open transactions", txns.open_count)
+        yield _gauge("transactional_ids",
+                     "Transactional ids known (kept until transactional.id.expiration.ms)",
+                     len(txns.txns))
         yield _gauge("txn_pending_stored_bytes",
                      "Batches of open transactions stored until their commit (limits: "
                      "gateway.txn.pending.disk.bytes, gateway.txn.max.bytes)",

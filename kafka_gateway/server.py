@@ -12,6 +12,7 @@ from tablets import CleanerSettings, EngineSettings, StorageEngine, keys
 from tablets.node_records import NodeRecords
 from txn import TransactionCoordinator, TxnSettings
 
+from .acceptor import Acceptor, listening_sockets
 from .admin_http import AdminHttp
 from .broker import Broker
 from .config import GatewayConfig
@@ -19,6 +20,7 @@ from .connection import KafkaConnection
 from .connection import log as connection_log
 from .groups import GroupCoordinator, GroupOffsets
 from .limits import ConnectionLimits
+from .quotas import ConnectionQuotas
 from .security.authorizer import Authorizer, parse_super_users
 from .security.listeners import Listener
 from .security.sasl import enabled_mechanisms
@@ -60,7 +62,9 @@ class GatewayServer:
         self.broker = Broker(config, self.engine)
         self.connections: set[KafkaConnection] = set()
         self.limits = ConnectionLimits.from_config(config, self.broker.metrics, connection_log)
-        self._servers: list[asyncio.Server] = []
+        self.quotas = ConnectionQuotas.from_config(config, self.broker.metrics,
+                                                   self.limits.bad_input)
+        self._acceptors: list[Acceptor] = []
         self.listeners: list[Listener] = config.listener_list()  # bound ports once started
         self._retention: asyncio.Task[None] | None = None
         self._txn_expiry: asyncio.Task[None] | None = None
@@ -107,7 +111,6 @@ class GatewayServer:
 
     async def _listen(self, index: int, listener: Listener) -> None:
         """Open one listener; a port 0 becomes the port bound (and advertised)."""
-        loop = asyncio.get_running_loop()
         context = None
         if listener.tls:
             watch = HandshakeWatch(listener, self.broker.metrics, self.limits.bad_input)
@@ -119,12 +122,13 @@ class GatewayServer:
             return KafkaConnection(self.broker, self.connections, self.limits,
                                    self.listeners[index])
 
-        server = await loop.create_server(
-            connection, listener.host or None, listener.port, ssl=context,
-            reuse_address=True, backlog=1024)
-        self._servers.append(server)
+        acceptor = Acceptor(listening_sockets(listener.host, listener.port), connection,
+                            self.quotas, self.broker.metrics, context,
+                            self.config.ssl_handshake_timeout_ms / 1000)
+        acceptor.start()
+        self._acceptors.append(acceptor)
         if listener.port == 0:  # a port chosen at run time is also the advertised one
-            bound = listener.bound(server.sockets[0].getsockname()[1])
+            bound = listener.bound(acceptor.port)
             self.listeners[index] = bound
             if self.config.listeners:
                 config = dataclasses.replace(
@@ -169,8 +173,8 @@ class GatewayServer:
     async def stop(self) -> None:
         """Stop accepting, answer what was read, then close the store."""
         self.broker.stopping = True
-        for server in self._servers:
-            server.close()
+        for acceptor in self._acceptors:
+            await acceptor.close()
         for topic in self.engine.topics.values():
             for tablet in topic.partitions:
                 tablet.wake_waiters()

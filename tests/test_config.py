@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from kafka_gateway import config
+from kafka_gateway import config, quotas
 from tablets.topic_config import InvalidConfig, validate
 
 
@@ -47,6 +47,32 @@ def test_bad_settings_are_refused(tmp_path):
     props.write_text("gateway.fsync=sometimes\n")
     with pytest.raises(ValueError, match="never, always"):
         parse("--config", str(props))
+
+
+def test_connection_limits_have_kafkas_names_defaults_and_checks():
+    cfg = parse()
+    assert cfg.max_connections == cfg.max_connections_per_ip == 2**31 - 1  # Int.MaxValue
+    assert cfg.max_connections_per_ip_overrides == ""
+    assert cfg.properties()["max.connections.per.ip"] == "2147483647"
+    assert cfg.ssl_handshake_timeout_ms == 10_000
+    assert cfg.transactional_id_max_bytes == 4096
+    cfg = parse("--max-connections-per-ip", "0",
+                "--max-connections-per-ip-overrides", "10.0.0.1:5,::1:7, localhost:2")
+    assert cfg.max_connections_per_ip == 0
+    # Kafka's parseCsvMap: the last ':' splits (IPv6 addresses keep theirs)
+    assert quotas.parse_overrides(cfg.max_connections_per_ip_overrides) == {
+        "10.0.0.1": 5, "::1": 7, "localhost": 2}
+    assert quotas.canonical("::ffff:127.0.0.1") == "127.0.0.1"
+    with pytest.raises(ValueError, match=r"only if max\.connections\.per\.ip\.overrides"):
+        parse("--max-connections-per-ip", "0")
+    with pytest.raises(ValueError, match="HOST_OR_IP:COUNT"):
+        parse("--max-connections-per-ip-overrides", "10.0.0.1=5")
+    with pytest.raises(ValueError, match="at least 0"):
+        parse("--max-connections", "-1")
+    with pytest.raises(ValueError, match=r"1\.\.32767"):
+        parse("--transactional-id-max-bytes", "32768")
+    with pytest.raises(ValueError, match="must be positive"):
+        parse("--ssl-handshake-timeout-ms", "0")
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,9 @@
 """The web console in a real browser: headless Chromium (Debian's) driven by
 Playwright (npm playwright-core, tests/browser/) loads every page of a gateway
-holding topics, groups (one with a live member) and transactions, and reports
-what it shows; the screenshots stay in pytest's temporary directory and their
+holding topics, groups (one with a live member) and transactions (30,002
+transactional ids, 30,000 of them made with raw InitProducerId requests), and
+reports what it shows; the transactions list is paged forwards and back with
+its links; the screenshots stay in pytest's temporary directory and their
 paths are printed.
 
 Needs ``chromium`` (apt-get) and ``npm ci`` in tests/browser: tests/run_all.sh
@@ -10,6 +12,7 @@ installs both.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -26,12 +29,15 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from testkit import prom
 from testkit.cli import run_cli
 from testkit.gateway import GatewayProcess
+from testkit.wire import init_transactional_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSER = ROOT / "tests" / "browser"
 VENDOR = ROOT / "kafka_gateway" / "webui" / "static" / "vendor"
 TIMEOUT = 30
 _ADMIN = re.compile(r"admin http ([\d.]+:\d+)")
+# Sorted after the two transactional producers' ids: the first page shows those.
+BULK_IDS = [f"zz-bulk-{i:05d}" for i in range(30_000)]
 
 
 def _chromium() -> str:
@@ -88,6 +94,8 @@ def gateway_with_data(tmp_path_factory):
         stuck.begin_transaction()
         stuck.produce("orders", value=b"pending", partition=1)
         assert stuck.flush(TIMEOUT) == 0
+        codes = asyncio.run(init_transactional_ids(*gateway.host_port, BULK_IDS))
+        assert set(codes) == {0}
         try:
             yield gateway, _ADMIN.search(gateway.output()).group(1)
         finally:
@@ -144,7 +152,9 @@ def test_every_page_in_chromium(gateway_with_data, tmp_path, capsys):
         {"name": "groups", "path": "/ui/groups", "wait": "#groups"},
         {"name": "group-billing", "path": "/ui/groups/billing", "wait": "#offsets"},
         {"name": "group-audit", "path": "/ui/groups/audit%2Feu%20%3Cx%3E", "wait": "#offsets"},
-        {"name": "transactions", "path": "/ui/transactions", "wait": "#transactions"},
+        {"name": "transactions", "path": "/ui/transactions", "wait": "#transactions",
+         "clicks": ["a[rel=next]", "a[rel=next]", "a[rel=prev]", "a[rel=prev]",
+                    "a[rel=next]", "a.first"]},
         {"name": "missing-topic", "path": "/ui/topics/nope", "wait": "main"},
     ]
     try:
@@ -214,9 +224,35 @@ def test_every_page_in_chromium(gateway_with_data, tmp_path, capsys):
     assert report["transactions"]["facts"]["Pending in memory"] == f"{stored} B"
     assert report["transactions"]["facts"]["Over a pending limit"] == "0"
     assert report["transactions"]["facts"]["Committed"] == "1"
+    _assert_transactions_paged(report["transactions"], capsys)
 
     assert report["missing-topic"]["status"] == 404
     assert report["missing-topic"]["h1"] == "Not found"
+
+
+def _assert_transactions_paged(shown: dict, capsys) -> None:
+    """50 ids a page, in order; next, next, previous, previous, next, first."""
+    ordered = ["ledger-writer", "stuck-writer", *BULK_IDS]
+    pages = [ordered[:50], ordered[50:100], ordered[100:150]]
+    first = [row[0] for row in _cells(shown["tables"]["transactions"])]
+    assert first == pages[0]
+    assert shown["facts"]["Transactional ids"] == str(len(ordered))
+    assert f"50 of {len(ordered)} transactional ids" in shown["pager"]
+    assert "Next" in shown["pager"] and "Previous" not in shown["pager"]
+    # (page shown, its URL): a next link names the last id shown, a previous
+    # link the first one
+    expected = [(pages[1], "?after=zz-bulk-00047"), (pages[2], "?after=zz-bulk-00097"),
+                (pages[1], "?before=zz-bulk-00098"), (pages[0], "?before=zz-bulk-00048"),
+                (pages[1], "?after=zz-bulk-00047"), (pages[0], "")]
+    for step, (rows, cursor) in zip(shown["steps"], expected, strict=True):
+        assert step["status"] == 200 and step["url"] == "/ui/transactions" + cursor
+        assert [row[0] for row in _cells(step["tables"]["transactions"])] == rows, cursor
+        assert step["bytes"] < 64 << 10, (step["url"], step["bytes"])
+    assert shown["bytes"] < 64 << 10, shown["bytes"]
+    with capsys.disabled():
+        print("transactions pages in Chromium (30,002 ids): "
+              + ", ".join(f"{step['url'].removeprefix('/ui/transactions') or 'first'} "
+                          f"{step['bytes']} B {step['ms']} ms" for step in shown["steps"]))
 
 
 def test_the_vendored_chart_library_is_the_npm_release():

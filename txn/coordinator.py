@@ -72,6 +72,7 @@ from .errors import (
     TxnConflict,
     TxnError,
 )
+from .ordered import SortedIds
 from .partitions import TxnPartitions
 from .pending import MemoryBudget, PartitionSink, PendingData, StoredBytes
 from .producer_ids import ProducerIds
@@ -141,6 +142,7 @@ class TransactionCoordinator:
         self.stored = StoredBytes(self.settings.pending_disk_bytes, self.settings.max_txn_bytes)
         self.stats = TxnStats()
         self.txns: dict[str, TxnMetadata] = {}
+        self.ordered = SortedIds()  # the keys of txns, in order (the console pages them)
         self._open: dict[str, _Open] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self.partitions = TxnPartitions(engine)
@@ -173,6 +175,8 @@ class TransactionCoordinator:
         return {tp: tablet.prefix for tp, tablet in self.partitions.current(meta).items()}
 
     def _register(self, meta: TxnMetadata) -> None:
+        if meta.transactional_id not in self.txns:
+            self.ordered.add(meta.transactional_id)
         self.txns[meta.transactional_id] = meta
 
     def _lock(self, transactional_id: str) -> asyncio.Lock:
@@ -553,6 +557,7 @@ class TransactionCoordinator:
                         and meta.updated_ms == updated):
                     meta.move(TxnState.DEAD)
                     del self.txns[meta.transactional_id]
+                    self.ordered.discard(meta.transactional_id)
                     self._locks.pop(meta.transactional_id, None)
 
     async def _time_out(self, meta: TxnMetadata) -> None:

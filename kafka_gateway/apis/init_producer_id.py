@@ -7,6 +7,11 @@
 - v3+ (KIP-360) name the current producer id and epoch: a producer bumps its
   own epoch to recover from an abortable error; a stale one is fenced.
 - PRODUCER_FENCED from v4 (KIP-588), INVALID_PRODUCER_EPOCH before.
+- An empty transactional id is INVALID_REQUEST, as in Kafka; so is one longer
+  than ``gateway.transactional.id.max.bytes`` (UTF-8): each id is kept, in
+  memory and on disk, for ``transactional.id.expiration.ms``. Kafka's only
+  bound is the protocol's (32767 bytes, refused by the parser; bounds.py does
+  the same); the Java producer takes INVALID_REQUEST as fatal.
 
 Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
 an idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on any
@@ -44,7 +49,10 @@ async def handle(broker: Any, request: Request) -> Any:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     producer_id, epoch, code = -1, -1, ErrorCode.none
-    if body.transactional_id == "":
+    transactional_id = body.transactional_id
+    if transactional_id == "" or (
+            transactional_id is not None
+            and len(transactional_id.encode()) > broker.config.transactional_id_max_bytes):
         code = ErrorCode.invalid_request
     elif code := _denied(broker, request, body.transactional_id):
         pass

@@ -10,6 +10,10 @@
                               bytes their open transactions store and hold in memory
 - ``/ui/api/rates``           the counters the charts poll (JSON)
 
+The three lists are paged (webui/paging.py): ``?after=<last key shown>`` or
+``?before=<first key shown>``, ``?size=`` rows (50 unless asked, 500 at most);
+a page reads and renders its own rows only.
+
 Server-rendered HTML (webui/html.py escapes every value) with one script,
 console.js, which draws the charts with uPlot (from npm, served from this
 package: static/vendor/). Nothing loads from another origin. Nothing here

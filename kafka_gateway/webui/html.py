@@ -59,6 +59,26 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Cell]], *, id: str,
     return tag("table", tag("thead", head), tag("tbody", *body), id=id, class_="data")
 
 
+def pager(path: str, previous: str | None, next_: str | None, shown: int, total: int,
+          noun: str, *, size: int | None = None, first: bool = True) -> Html:
+    """Links to the pages around this one (keyset cursors, see paging.py) and a count."""
+    extra = "" if size is None else f"&size={size}"
+
+    def href(cursor: str, key: str) -> str:
+        return f"{path}?{cursor}={quote(key, safe='')}{extra}"
+
+    links = []
+    if not first:
+        links.append(tag("a", "First", href=path + ("" if size is None else f"?size={size}"),
+                         class_="first"))
+    if previous is not None:
+        links.append(tag("a", "\u2190 Previous", href=href("before", previous), rel="prev"))
+    links.append(tag("span", f"{shown} of {total} {noun}", class_="count"))
+    if next_ is not None:
+        links.append(tag("a", "Next \u2192", href=href("after", next_), rel="next"))
+    return tag("nav", *links, class_="pager")
+
+
 def facts(items: Sequence[tuple[str, Cell]], *, id: str) -> Html:
     """A definition list of label: value pairs."""
     return tag("dl", *(tag("div", tag("dt", k), tag("dd", v), class_="fact")

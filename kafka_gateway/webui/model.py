@@ -10,13 +10,16 @@ agree.
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from tablets import Topic
+from txn.state import TxnMetadata
 
 from ..broker import Broker
 from ..configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
 from ..groups.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
+from .paging import Page, page_of, page_of_sorted
 
 TopicPartition = tuple[str, int]
 
@@ -105,6 +108,33 @@ def topics(broker: Broker) -> list[TopicSummary]:
     return [_summary(t) for t in sorted(broker.engine.topics.values(), key=lambda t: t.name)]
 
 
+@dataclass(frozen=True, slots=True)
+class Totals:
+    topics: int
+    partitions: int
+    records: int
+    size_bytes: int
+
+
+def totals(broker: Broker) -> Totals:
+    """The node's totals, without sorting or building a summary per topic."""
+    partitions = records = size_bytes = 0
+    for found in broker.engine.topics.values():
+        for tablet in found.partitions:
+            partitions += 1
+            records += tablet.high_watermark - tablet.log_start_offset
+            size_bytes += tablet.size_bytes
+    return Totals(len(broker.engine.topics), partitions, records, size_bytes)
+
+
+def topic_page(broker: Broker, after: str | None, before: str | None,
+               size: int) -> tuple[Page, list[TopicSummary]]:
+    """One page of topics, by name: only its topics are summarized."""
+    found = broker.engine.topics
+    page = page_of(found.keys(), after=after, before=before, size=size)
+    return page, [_summary(found[name]) for name in page.keys]
+
+
 def topic(broker: Broker, name: str) -> TopicSummary | None:
     found = broker.engine.topics.get(name)
     return None if found is None else _summary(found)
@@ -165,6 +195,32 @@ def group(broker: Broker, group_id: str) -> GroupView | None:
 def groups(broker: Broker) -> list[GroupView]:
     return [view for group_id, _protocol, _state in group_ids(broker)
             if (view := group(broker, group_id)) is not None]
+
+
+def group_keys(broker: Broker) -> Collection[str]:
+    """Every group id: groups the coordinator has, and groups with committed offsets."""
+    if broker.groups is None:
+        return ()
+    committed = broker.engine.consumer_offsets
+    return broker.groups.groups.keys() | (committed.groups() if committed else ())
+
+
+def group_page(broker: Broker, after: str | None, before: str | None,
+               size: int) -> tuple[Page, list[GroupView]]:
+    """One page of groups, by id: only its groups are described and their lag read."""
+    page = page_of(group_keys(broker), after=after, before=before, size=size)
+    return page, [view for group_id in page.keys
+                  if (view := group(broker, group_id)) is not None]
+
+
+def transaction_page(broker: Broker, after: str | None, before: str | None,
+                     size: int) -> tuple[Page, list[TxnMetadata]]:
+    """One page of transactional ids."""
+    txns = broker.txns
+    if txns is None:
+        return page_of_sorted([], size=size), []
+    page = page_of_sorted(txns.ordered.ids, after=after, before=before, size=size)
+    return page, [txns.txns[transactional_id] for transactional_id in page.keys]
 
 
 def readers_of(broker: Broker, topic_name: str) -> list[tuple[str, int]]:

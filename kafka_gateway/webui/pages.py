@@ -9,7 +9,8 @@ from aiohttp import web
 
 from ..broker import Broker
 from . import model
-from .html import CSP, Html, chart, facts, link, page, size, table, tag
+from .html import CSP, Html, chart, facts, link, page, pager, size, table, tag
+from .paging import Page, page_size
 
 
 def _response(body: Html, status: int = 200) -> web.Response:
@@ -45,6 +46,19 @@ def _charts(url: str) -> Html:
                class_="charts")
 
 
+def _cursors(request: web.Request) -> tuple[str | None, str | None, int]:
+    """``?after=`` / ``?before=`` and ``?size=`` of a list page (paging.py)."""
+    query = request.query
+    return query.get("after"), query.get("before"), page_size(query.get("size"))
+
+
+def _pager(request: web.Request, listed: Page, noun: str) -> Html:
+    after, before, size = _cursors(request)
+    return pager(request.path, listed.previous, listed.next, len(listed.keys), listed.total,
+                 noun, size=size if "size" in request.query else None,
+                 first=after is None and before is None)
+
+
 class Console:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -54,8 +68,7 @@ class Console:
 
     async def overview(self, _request: web.Request) -> web.Response:
         broker = self.broker
-        topics = model.topics(broker)
-        groups = model.group_ids(broker)
+        totals = model.totals(broker)
         txns = broker.txns
         host, port = broker.config.advertised
         body = [
@@ -63,11 +76,12 @@ class Console:
                 ("Cluster id", broker.cluster_id),
                 ("Node", broker.node_id),
                 ("Advertised", f"{host}:{port}"),
-                ("Topics", len(topics)),
-                ("Partitions", sum(len(t.partitions) for t in topics)),
-                ("Records", sum(t.records for t in topics)),
-                ("Stored", size(sum(t.size_bytes for t in topics))),
-                ("Groups", len(groups)),
+                ("Topics", totals.topics),
+                ("Partitions", totals.partitions),
+                ("Records", totals.records),
+                ("Stored", size(totals.size_bytes)),
+                ("Groups", len(model.group_keys(broker))),
+                ("Transactional ids", 0 if txns is None else len(txns.txns)),
                 ("Open transactions", 0 if txns is None else txns.open_count),
                 ("Connections", broker.metrics.connections),
             ], id="overview"),
@@ -75,14 +89,16 @@ class Console:
         ]
         return _response(page("Overview", "Overview", *body))
 
-    async def topics(self, _request: web.Request) -> web.Response:
+    async def topics(self, request: web.Request) -> web.Response:
+        listed, summaries = model.topic_page(self.broker, *_cursors(request))
         rows = [(link(t.name, "topics", t.name), len(t.partitions), t.records,
                  size(t.size_bytes),
                  ", ".join(f"{k}={v}" for k, v in sorted(t.overrides.items())) or "-")
-                for t in model.topics(self.broker)]
+                for t in summaries]
         return _response(page("Topics", "Topics", table(
             ("Topic", "Partitions", "Records", "Size", "Configs set"), rows, id="topics",
-            empty="no topics yet", numeric=(1, 2, 3))))
+            empty="no topics yet" if not listed.total else "no more topics",
+            numeric=(1, 2, 3)), _pager(request, listed, "topics")))
 
     async def topic(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
@@ -111,13 +127,14 @@ class Console:
         ]
         return _response(page(f"Topic {name}", "Topics", *body))
 
-    async def groups(self, _request: web.Request) -> web.Response:
+    async def groups(self, request: web.Request) -> web.Response:
+        listed, views = model.group_page(self.broker, *_cursors(request))
         rows = [(link(g.group_id, "groups", g.group_id), g.state, g.protocol_type or "-",
-                 g.protocol or "-", len(g.members), g.lag)
-                for g in model.groups(self.broker)]
+                 g.protocol or "-", len(g.members), g.lag) for g in views]
         return _response(page("Consumer groups", "Groups", table(
             ("Group", "State", "Protocol type", "Assignor", "Members", "Lag"), rows,
-            id="groups", empty="no groups yet", numeric=(4, 5))))
+            id="groups", empty="no groups yet" if not listed.total else "no more groups",
+            numeric=(4, 5)), _pager(request, listed, "groups")))
 
     async def group(self, request: web.Request) -> web.Response:
         group_id = request.match_info["group_id"]
@@ -145,11 +162,11 @@ class Console:
         ]
         return _response(page(f"Group {group_id}", "Groups", *body))
 
-    async def transactions(self, _request: web.Request) -> web.Response:
+    async def transactions(self, request: web.Request) -> web.Response:
         txns = self.broker.txns
-        listed = [] if txns is None else sorted(txns.list(), key=lambda m: m.transactional_id)
+        listed, metas = model.transaction_page(self.broker, *_cursors(request))
         rows = []
-        for m in listed:
+        for m in metas:
             # An open transaction's batches: stored until the commit, and the
             # part of them also held in memory.
             pending = None if txns is None else txns.pending_of(m.transactional_id)
@@ -160,7 +177,8 @@ class Console:
                          "-" if pending is None else size(pending[1])))
         stats = None if txns is None else txns.stats
         body = [
-            facts([("Open", 0 if txns is None else txns.open_count),
+            facts([("Transactional ids", listed.total),
+                   ("Open", 0 if txns is None else txns.open_count),
                    ("Pending stored", size(0 if txns is None else txns.pending_bytes)),
                    ("Pending in memory",
                     size(0 if txns is None else txns.pending_memory_bytes)),
@@ -173,8 +191,10 @@ class Console:
                   id="txn-facts"),
             table(("Transactional id", "Producer id", "Epoch", "State", "Timeout (ms)",
                    "Started", "Partitions", "Groups", "Stored", "In memory"),
-                  rows, id="transactions", empty="no transactional producers yet",
-                  numeric=(1, 2, 4, 8, 9)),
+                  rows, id="transactions",
+                  empty="no transactional producers yet" if not listed.total
+                  else "no more transactional ids", numeric=(1, 2, 4, 8, 9)),
+            _pager(request, listed, "transactional ids"),
         ]
         return _response(page("Transactions", "Transactions", *body))
 

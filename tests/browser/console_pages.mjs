@@ -4,11 +4,15 @@
 //   node console_pages.mjs SPEC.json REPORT.json
 //
 // SPEC: {"executable": path, "base": "http://host:port", "screenshots": dir,
-//        "pages": [{"name", "path", "wait": selector, "charts": [selector...]}]}
+//        "pages": [{"name", "path", "wait": selector, "charts": [selector...],
+//                   "clicks": [selector...]}]}
 // For each page: HTTP status, title, <h1>, the facts (label -> value), every
 // table (id -> rows of cell texts, links as {text, href}), console errors and
 // failed requests; each chart in "charts" is awaited until it has drawn 3
-// points and a non-zero rate (the test produces and consumes meanwhile).
+// points and a non-zero rate (the test produces and consumes meanwhile). Each
+// link in "clicks" is then followed in turn (the pager's next/previous links),
+// and each page it leads to is reported the same way, under "steps", with its
+// URL, the bytes of its HTML and how long it took to load.
 import { readFileSync, writeFileSync } from "node:fs";
 import { chromium } from "playwright-core";
 
@@ -45,7 +49,7 @@ try {
         canvas: !!s.querySelector("canvas"), legend: s.querySelector(".u-legend")?.textContent,
       }));
     }
-    const shown = await page.evaluate(() => {
+    const show = () => page.evaluate(() => {
       const text = (el) => el.textContent.trim();
       const tables = {};
       for (const table of document.querySelectorAll("table[id]")) {
@@ -63,11 +67,27 @@ try {
         title: document.title, h1: text(document.querySelector("h1")), tables, facts,
         nav: document.querySelector("nav a.active")?.textContent,
         headers: [...document.querySelectorAll("th")].map(text),
+        pager: document.querySelector("nav.pager")?.textContent.trim(),
       };
     });
+    const shown = await show();
+    shown.bytes = (await response.body()).length;
+    const steps = [];
+    for (const selector of wanted.clicks || []) {
+      const started = Date.now();
+      const [next] = await Promise.all([
+        page.waitForNavigation({ waitUntil: "load" }),
+        page.click(selector),
+      ]);
+      if (wanted.wait) await page.waitForSelector(wanted.wait, { timeout: 30000 });
+      steps.push({ url: page.url().slice(spec.base.length), status: next.status(),
+                   bytes: (await next.body()).length, ms: Date.now() - started,
+                   ...(await show()) });
+    }
     const screenshot = `${spec.screenshots}/${wanted.name}.png`;
     await page.screenshot({ path: screenshot, fullPage: true });
-    report[wanted.name] = { status: response.status(), ...shown, charts, problems, screenshot };
+    report[wanted.name] = { status: response.status(), ...shown, charts, steps, problems,
+                            screenshot };
     await page.close();
   }
 } finally {
