@@ -27,7 +27,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from tablets import keys
-from tablets.batch import HEADER_SIZE
+from tablets.batch import HEADER_SIZE, record_count_of
 from tablets.consumer_offsets import TopicPartition
 from tablets.store import Ops, RocksStore
 from tablets.txn_log import PendingBlob
@@ -59,6 +59,9 @@ class PendingData:
     instance: int
     budget: MemoryBudget
     blobs: dict[TopicPartition, list[PendingBlob]] = field(default_factory=dict)
+    # Records of each partition's blobs, kept as they are added: a
+    # transactional Produce's offset bound (``PartitionSink.pending_records``).
+    records: dict[TopicPartition, int] = field(default_factory=dict)
     next_ordinal: int = 0
     nbytes: int = 0  # bytes stored as blobs (on disk)
     held: int = 0  # bytes of them held in memory (from the budget)
@@ -107,6 +110,7 @@ class PendingData:
         self.budget.give_back(self.held)
         self.held = 0
         self.blobs.clear()
+        self.records.clear()
 
     @classmethod
     def recover(cls, store: RocksStore, instance: int, budget: MemoryBudget,
@@ -120,8 +124,9 @@ class PendingData:
         for tp, prefix in partitions.items():
             for key, value in store.scan(*keys.blob_range(prefix, instance)):
                 pending.next_ordinal = max(pending.next_ordinal, keys.blob_ordinal(key) + 1)
-                pending.blobs.setdefault(tp, []).append(
-                    PendingBlob(key, bytes(value[:HEADER_SIZE]), None))
+                header = bytes(value[:HEADER_SIZE])
+                pending.blobs.setdefault(tp, []).append(PendingBlob(key, header, None))
+                pending.records[tp] = pending.records.get(tp, 0) + record_count_of(header)
                 pending.nbytes += len(value)
         return pending
 
@@ -159,6 +164,9 @@ class PartitionSink:
         self.pending.next_ordinal += 1
         return keys.blob_key(partition_prefix, self.pending.instance, ordinal)
 
+    def pending_records(self) -> int:
+        return self.pending.records.get(self.tp, 0)
+
     def added(self, key: bytes, batch: bytes) -> None:
         pending = self.pending
         keep = pending.budget.take(len(batch))
@@ -166,3 +174,4 @@ class PartitionSink:
         pending.nbytes += len(batch)
         pending.blobs.setdefault(self.tp, []).append(
             PendingBlob(key, batch[:HEADER_SIZE], batch if keep else None))
+        pending.records[self.tp] = pending.records.get(self.tp, 0) + record_count_of(batch)
