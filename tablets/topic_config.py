@@ -1,7 +1,8 @@
 """Topic configurations: every Kafka 3.4 topic config, its type, default and
 validator, and the gateway's own (named ``gateway.*``).
 
-DescribeConfigs lists all of them, like Kafka. The ones that change how this
+DescribeConfigs lists all of Kafka's, like Kafka, and the gateway's own where
+a topic sets them or a request names them. The ones that change how this
 gateway stores data are enforced by the tablets (see TabletSettings); the
 rest are accepted and stored so that tools which set them keep working, and
 docs/compatibility.md says which are which.
@@ -106,6 +107,9 @@ class ConfigDef:
     # Kafka 3.4 defines these (tiered storage, early access) but leaves them
     # out of DescribeConfigs; CreateTopics still reports them.
     internal: bool = False
+    # The gateway's own: described only where the topic sets it or the
+    # request names it, so a topic without it is described as Kafka would.
+    gateway: bool = False
 
 
 _T = ConfigType
@@ -155,7 +159,7 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("unclean.leader.election.enable", "false", _T.BOOLEAN),
         # The gateway's own: outside Kafka's names, so no Kafka tool means them.
         ConfigDef(TXN_PRODUCE_OFFSET, TXN_OFFSET_UNKNOWN, _T.STRING,
-                  one_of(TXN_OFFSET_UNKNOWN, TXN_OFFSET_LOWER_BOUND)),
+                  one_of(TXN_OFFSET_UNKNOWN, TXN_OFFSET_LOWER_BOUND), gateway=True),
     )
 }
 

@@ -1,9 +1,10 @@
 """gateway.transactional.produce.offset over the wire: set by CreateTopics,
-IncrementalAlterConfigs and AlterConfigs, described with its source, a bad
-value refused with INVALID_CONFIG; a transactional Produce at every version
-answered with the bound on a topic that sets ``lower-bound`` (its retry
-too) and -1 on one that does not; the commit then gives exactly those
-offsets (one writer)."""
+IncrementalAlterConfigs and AlterConfigs, described with its source (in
+every listing where set, otherwise when asked by name, so a topic without
+it is described as Kafka would), a bad value refused with INVALID_CONFIG;
+a transactional Produce at every version answered with the bound on a
+topic that sets ``lower-bound`` (its retry too) and -1 on one that does
+not; the commit then gives exactly those offsets (one writer)."""
 
 from __future__ import annotations
 
@@ -30,12 +31,18 @@ TID = "ckpt-tx"
 
 
 async def described(client: KafkaClient, topic: str) -> tuple[str, int]:
-    """The topic's value of the config and its source (DescribeConfigs v4)."""
-    answer = await client.request(rq.describe_configs([(TOPIC, topic, None)]))
+    """The topic's value of the config and its source (DescribeConfigs v4),
+    asked by name; listed among all the topic's configs only when set."""
+    answer = await client.request(rq.describe_configs([(TOPIC, topic, [TXN_PRODUCE_OFFSET])]))
     [result] = answer.results
     assert result.error_code is ErrorCode.none
-    [entry] = [c for c in result.configs if c.name == TXN_PRODUCE_OFFSET]
+    [entry] = result.configs
+    assert entry.name == TXN_PRODUCE_OFFSET
     assert not entry.read_only and not entry.is_sensitive
+    answer = await client.request(rq.describe_configs([(TOPIC, topic, None)]))
+    listed = [c for c in answer.results[0].configs if c.name == TXN_PRODUCE_OFFSET]
+    assert len(answer.results[0].configs) == 26 + len(listed)  # Kafka 3.4 describes 26
+    assert listed == ([entry] if entry.config_source == SOURCE_DYNAMIC_TOPIC else [])
     return entry.value, entry.config_source
 
 
@@ -46,8 +53,7 @@ async def configs_api(client: KafkaClient) -> None:
     results = {t.name: t for t in answer.topics}
     assert [(c.value, c.config_source) for c in results["bound"].configs
             if c.name == TXN_PRODUCE_OFFSET] == [("lower-bound", SOURCE_DYNAMIC_TOPIC)]
-    assert [(c.value, c.config_source) for c in results["plain"].configs
-            if c.name == TXN_PRODUCE_OFFSET] == [("unknown", SOURCE_DEFAULT)]
+    assert [c for c in results["plain"].configs if c.name == TXN_PRODUCE_OFFSET] == []
     assert results["refused"].error_code is ErrorCode.invalid_config
     assert results["refused"].error_message == (
         f"Invalid value exact for configuration {TXN_PRODUCE_OFFSET}: "
