@@ -355,7 +355,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
             # transaction's batches of this partition in order at the log's
             # end, which only grows. Kept for a retry of it; answered if the
             # topic opts in.
-            bound = self.log_end_offset + sink.pending_records()
+            bound = self.log_end_offset + sink.pending_records(self.prefix)
             ops.put(key, data)
             if cached is not None:
                 self.producers.stage(header.producer_id, header.producer_epoch,

@@ -45,7 +45,7 @@ class BlobSink(Protocol):
 
     def next_key(self, partition_prefix: bytes) -> bytes: ...
 
-    def pending_records(self) -> int:
+    def pending_records(self, partition_prefix: bytes) -> int:
         """Records of the transaction's batches already added to this partition."""
         ...
 

@@ -121,6 +121,25 @@ def test_the_pending_count_is_rebuilt_after_a_restart(tmp_path):
     run(tmp_path, first, recovered)
 
 
+def test_a_recreated_topic_does_not_count_the_old_ones_records(tmp_path):
+    """The old topic's pending batches are never committed to the new one
+    of the same name: they must not raise its bound above the real offset."""
+    async def phase(env: Env) -> None:
+        await opt_in(env)
+        pid, epoch = await transaction(env, "tx")
+        assert await env.produce(pid, epoch, BOUND, [b"old", b"old2"], tid="tx") == 0
+        await env.engine.delete_topic("a")
+        await env.engine.create_topic("a", 2, {TXN_PRODUCE_OFFSET: TXN_OFFSET_LOWER_BOUND})
+        await env.begin(pid, epoch, [BOUND], tid="tx")  # AddPartitionsToTxn again
+        answered = {b"new": await env.produce(pid, epoch, BOUND, [b"new"], seq=0, tid="tx"),
+                    b"new2": await env.produce(pid, epoch, BOUND, [b"new2"], seq=1, tid="tx")}
+        assert answered == {b"new": 0, b"new2": 1}
+        await env.txns.end_txn("tx", pid, epoch, True)
+        assert await offsets_of(env, BOUND) == answered
+
+    run(tmp_path, phase)
+
+
 def test_a_retried_batch_gets_its_original_answer(tmp_path):
     ids: list[int] = []
 

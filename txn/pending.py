@@ -59,9 +59,11 @@ class PendingData:
     instance: int
     budget: MemoryBudget
     blobs: dict[TopicPartition, list[PendingBlob]] = field(default_factory=dict)
-    # Records of each partition's blobs, kept as they are added: a
-    # transactional Produce's offset bound (``PartitionSink.pending_records``).
-    records: dict[TopicPartition, int] = field(default_factory=dict)
+    # Records of the blobs of each partition, by its key prefix (a topic
+    # deleted and recreated under the transaction is another partition),
+    # kept as they are added: a transactional Produce's offset bound
+    # (``PartitionSink.pending_records``).
+    records: dict[bytes, int] = field(default_factory=dict)
     next_ordinal: int = 0
     nbytes: int = 0  # bytes stored as blobs (on disk)
     held: int = 0  # bytes of them held in memory (from the budget)
@@ -126,7 +128,7 @@ class PendingData:
                 pending.next_ordinal = max(pending.next_ordinal, keys.blob_ordinal(key) + 1)
                 header = bytes(value[:HEADER_SIZE])
                 pending.blobs.setdefault(tp, []).append(PendingBlob(key, header, None))
-                pending.records[tp] = pending.records.get(tp, 0) + record_count_of(header)
+                pending.records[prefix] = pending.records.get(prefix, 0) + record_count_of(header)
                 pending.nbytes += len(value)
         return pending
 
@@ -164,8 +166,8 @@ class PartitionSink:
         self.pending.next_ordinal += 1
         return keys.blob_key(partition_prefix, self.pending.instance, ordinal)
 
-    def pending_records(self) -> int:
-        return self.pending.records.get(self.tp, 0)
+    def pending_records(self, partition_prefix: bytes) -> int:
+        return self.pending.records.get(partition_prefix, 0)
 
     def added(self, key: bytes, batch: bytes) -> None:
         pending = self.pending
@@ -174,4 +176,5 @@ class PartitionSink:
         pending.nbytes += len(batch)
         pending.blobs.setdefault(self.tp, []).append(
             PendingBlob(key, batch[:HEADER_SIZE], batch if keep else None))
-        pending.records[self.tp] = pending.records.get(self.tp, 0) + record_count_of(batch)
+        prefix = keys.blob_partition(key)
+        pending.records[prefix] = pending.records.get(prefix, 0) + record_count_of(batch)
