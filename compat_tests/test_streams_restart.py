@@ -7,7 +7,7 @@ The first run counts KEYS records, one per user, so the store holds KEYS keys
 and its changelog KEYS records; it stops cleanly and writes its
 ``.checkpoint`` files. The second run starts on the same state directory,
 counts MORE records and stops; each user's last count in the output
-(read_committed) must then be exact, on both servers.
+(read_committed) must then be exact, in every case.
 
 What differs, and is asserted: Streams checkpoints a changelog at the offsets
 the producer's acknowledgements returned. Kafka returns them, so the
@@ -17,20 +17,36 @@ assigned at the commit): RecordCollectorImpl warns once per record and keeps
 no offset, so the checkpoint has the changelog partitions at OFFSET_UNKNOWN
 (-4); under EOS a non-empty store without a checkpointed offset is treated
 as corrupt (it may hold uncommitted writes): Streams wipes it and restores
-the whole changelog, KEYS records. The restore figures are printed
+the whole changelog, KEYS records.
+
+The third case runs the same app on the gateway with
+``topic.gateway.transactional.produce.offset=lower-bound`` in its
+StreamsConfig: Streams passes the name on when it creates its internal
+topics (asserted through DescribeConfigs), the gateway answers their
+transactional Produce with a lower bound of each record's offset (exact for
+a changelog, which has one writer), and the checkpoint and the restart are
+then as on Kafka: the offset of each changelog partition's last record,
+nothing restored, exact counts. The restore figures are printed
 (docs/transactions.md quotes them); no timing is asserted.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from compat_helpers import create_topic
 from group_helpers import committed_offsets, group_gateway, wait_for
 from java_helpers import JavaProcess, by_op, run_java, step
+from kio.schema.errors import ErrorCode
 
+from kafka_gateway.client import KafkaClient
+from kafka_gateway.configs import SOURCE_DYNAMIC_TOPIC
+from tablets.topic_config import TXN_OFFSET_LOWER_BOUND, TXN_PRODUCE_OFFSET
+from testkit import kafka_requests as rq
 from testkit.compaction import now_ms
 
 PARTITIONS = 2
@@ -38,6 +54,9 @@ KEYS = 100_000  # users, one record each in the first run: the store's keys
 MORE = 2_000
 PROGRAM = "compaction.CountStreams"
 OFFSET_UNKNOWN = -4  # org.apache.kafka.streams.state.internals.OffsetCheckpoint
+# Streams checkpoints a changelog at the offset of the last record it wrote
+# there; the commit marker after it makes the end offset 2 past it.
+LAST_RECORD_TO_END = 2
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +65,40 @@ def gateway(tmp_path_factory):
         yield gw
 
 
-@pytest.fixture(params=["gateway", "kafka"])
-def server(request):
-    return request.getfixturevalue("gateway" if request.param == "gateway" else "kafka_broker")
+@pytest.fixture(params=["gateway", "gateway-lower-bound", "kafka"])
+def case(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def server(request, case):
+    return request.getfixturevalue("kafka_broker" if case == "kafka" else "gateway")
+
+
+def _ask(server, request_for: Callable[[], object]) -> object:
+    async def main() -> object:
+        client = await KafkaClient.connect(*server.host_port)
+        try:
+            return await client.request(request_for())
+        finally:
+            await client.close()
+
+    return asyncio.run(asyncio.wait_for(main(), 30))
+
+
+def topic_config(server, topic: str, name: str) -> tuple[str, int]:
+    """A topic config's value and source, as DescribeConfigs reports them."""
+    answer = _ask(server, lambda: rq.describe_configs([(rq.TOPIC, topic, [name])]))
+    [result] = answer.results  # type: ignore[attr-defined]
+    assert result.error_code is ErrorCode.none, result
+    [entry] = result.configs
+    return entry.value, entry.config_source
+
+
+def end_offsets(server, topic: str) -> dict[int, int]:
+    answer = _ask(server, lambda: rq.list_offsets(topic, [(p, -1) for p in range(PARTITIONS)]))
+    return {p.partition_index: p.offset
+            for p in answer.topics[0].partitions}  # type: ignore[attr-defined]
 
 
 def consumed(server, group: str, topic: str) -> int:
@@ -72,9 +122,13 @@ def checkpoints(state_dir: Path) -> dict[tuple[str, int], int]:
 
 
 @pytest.mark.timeout(1500)
-def test_streams_restart_keeping_its_state_directory(server, java_classes, tmp_path,
+def test_streams_restart_keeping_its_state_directory(case, server, java_classes, tmp_path,
                                                      topic_name):
-    name = "kafka" if not hasattr(server, "data_dir") else "gateway"
+    name = case
+    # The third case sets the gateway's topic config on every internal topic
+    # the way an app would: StreamsConfig "topic." + its name.
+    extra = ["--topic-config", f"{TXN_PRODUCE_OFFSET}={TXN_OFFSET_LOWER_BOUND}"] \
+        if case == "gateway-lower-bound" else []
     source, output, app_id = f"{topic_name}-in", f"{topic_name}-out", f"app-{topic_name}"
     changelog = f"{app_id}-counts-changelog"
     state_dir = tmp_path / "state"
@@ -97,7 +151,8 @@ def test_streams_restart_keeping_its_state_directory(server, java_classes, tmp_p
         records are counted, as the output shows, then a clean stop."""
         expected = dict(Counter(f"user-{n % KEYS}" for n in range(total)))
         app = JavaProcess(server, java_classes, PROGRAM, "run", "--app-id", app_id,
-                          "--input", source, "--output", output, "--state-dir", str(state_dir))
+                          "--input", source, "--output", output, "--state-dir", str(state_dir),
+                          *extra)
         try:
             app.wait_until(lambda lines: any(line.get("state") == "RUNNING" for line in lines),
                            600, "the state RUNNING")
@@ -117,6 +172,7 @@ def test_streams_restart_keeping_its_state_directory(server, java_classes, tmp_p
     first = run_until(KEYS, "run-1.log")
     assert step(first, "closed") == {"clean": True, "errors": []}
     checkpointed = checkpoints(state_dir / app_id)
+    changelog_ends = end_offsets(server, changelog)
 
     second = run_until(KEYS + MORE, "run-2.log")
     assert step(second, "closed") == {"clean": True, "errors": []}
@@ -136,10 +192,30 @@ def test_streams_restart_keeping_its_state_directory(server, java_classes, tmp_p
           f"offsets {sorted(changelog_checkpoints.values())}; restored {restored_records} "
           f"changelog records in {restore_ms / 1000:.1f} s (restore start to end), "
           f"{(running_ms - states[0]['ms']) / 1000:.1f} s from start to RUNNING; "
-          f"offset=-1 warnings per run {warnings}; checkpoints {sorted(checkpointed)}")
+          f"offset=-1 warnings per run {warnings}; changelog end offsets after the first "
+          f"run {changelog_ends}; checkpoints {sorted(checkpointed)}")
 
-    if name == "kafka":
-        assert sorted(p for _t, p in changelog_checkpoints) == list(range(PARTITIONS))
+    if name == "gateway-lower-bound":
+        # Streams passed the config on (a name Kafka does not know) to
+        # CreateTopics: the internal topics have it, the app's own do not.
+        for internal in (changelog, f"{app_id}-by-user-repartition"):
+            assert topic_config(server, internal, TXN_PRODUCE_OFFSET) == (
+                TXN_OFFSET_LOWER_BOUND, SOURCE_DYNAMIC_TOPIC), internal
+        assert topic_config(server, output, TXN_PRODUCE_OFFSET)[0] == "unknown"
+        # Real offsets, as on Kafka: the changelog's single writer got
+        # exact bounds, so each checkpoint is the offset of the partition's
+        # last record, followed only by the last commit's marker.
+        assert changelog_checkpoints == {(changelog, p): end - LAST_RECORD_TO_END
+                                         for p, end in changelog_ends.items()}
+        assert sum(changelog_ends.values()) > KEYS  # the records and the commit markers
+        assert restored_records == 0  # from the checkpoints: nothing to read again
+        # Sends to the internal topics have offsets now; the output topic
+        # (the app's own, without the config) still answers -1: one warning
+        # per output record (more if a transaction was retried).
+        assert KEYS <= warnings[0] < 2 * KEYS and MORE <= warnings[1] < 2 * MORE
+    elif name == "kafka":
+        assert changelog_checkpoints == {(changelog, p): end - LAST_RECORD_TO_END
+                                         for p, end in changelog_ends.items()}
         assert restored_records == 0  # from the checkpoints: nothing to read again
         assert warnings == [0, 0]
     else:

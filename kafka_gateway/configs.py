@@ -16,6 +16,7 @@ of its own (``log.retention.hours`` has), so unless the node sets
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from tablets.topic_config import TOPIC_CONFIGS
@@ -91,13 +92,18 @@ def _broker_synonyms(name: str, node_defaults: dict[str, str]) -> list[tuple[str
 
 
 def topic_entries(overrides: dict[str, str], node_defaults: dict[str, str],
-                  include_internal: bool = False) -> list[ConfigEntry]:
+                  include_internal: bool = False,
+                  named: Collection[str] = ()) -> list[ConfigEntry]:
     """Every topic config; Kafka's DescribeConfigs leaves out the internal
     ones the topic does not set, which CreateTopics still reports
-    (``include_internal``)."""
+    (``include_internal``). The gateway's own (``gateway.*``) are listed
+    where the topic sets them or they are ``named``: a topic without them
+    is described exactly as Kafka describes it."""
     entries = []
     for name, definition in TOPIC_CONFIGS.items():
         if definition.internal and not include_internal and name not in overrides:
+            continue
+        if definition.gateway and name not in overrides and name not in named:
             continue
         synonyms = _broker_synonyms(name, node_defaults)
         if name in overrides:

@@ -31,7 +31,13 @@ from .errors import (
 )
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
 from .tablet import PartitionTablet, TabletSettings, now_ms
-from .topic_config import TOPIC_CONFIGS, effective, validate_all
+from .topic_config import (
+    TOPIC_CONFIGS,
+    TXN_OFFSET_LOWER_BOUND,
+    TXN_PRODUCE_OFFSET,
+    effective,
+    validate_all,
+)
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +348,7 @@ class StorageEngine:
                 segment_ms=segment_ms,
                 deletes=deletes,
                 compaction=compaction,
+                txn_offset_lower_bound=values[TXN_PRODUCE_OFFSET] == TXN_OFFSET_LOWER_BOUND,
             )
         return topic._settings
 

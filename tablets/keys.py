@@ -94,6 +94,11 @@ def blob_ordinal(key: bytes) -> int:
     return _ORDINAL.unpack_from(key, len(key) - 4)[0]
 
 
+def blob_partition(key: bytes) -> bytes:
+    """The partition prefix of a blob's key (its topic id and partition)."""
+    return key[len(TXN_BLOB):len(TXN_BLOB) + _PARTITION.size]
+
+
 def txn_state_key(transactional_id: str) -> bytes:
     return TXN_STATE + transactional_id.encode()
 

@@ -45,7 +45,10 @@ _PID = struct.Struct(">q")
 class CachedBatch:
     first_seq: int
     last_seq: int
-    base_offset: int  # -1 for a transactional batch: it has no offset until its commit
+    # A transactional batch has no offset until its commit: this is a lower
+    # bound of it (the partition's end plus the transaction's records before
+    # it there), or -1 if stored by a gateway that did not keep the bound.
+    base_offset: int
 
 
 # The base offset kept for a transactional batch its transaction refused (a

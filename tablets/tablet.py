@@ -102,6 +102,9 @@ class TabletSettings:
     segment_ms: int = 604_800_000
     deletes: bool = True  # cleanup.policy has "delete" (DeleteRecords is allowed)
     compaction: CompactionConfig | None = None  # cleanup.policy has "compact"
+    # gateway.transactional.produce.offset=lower-bound: a transactional batch
+    # is answered with a lower bound of its offset instead of -1.
+    txn_offset_lower_bound: bool = False
 
 
 @dataclass(slots=True)
@@ -205,8 +208,11 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         """Validate, assign offsets and queue one atomic write of a record set.
 
         A transactional batch goes to ``sink``'s transaction instead of the
-        log, and its result has base offset -1. A retried batch of an
-        idempotent producer is not stored again: its result is the original.
+        log, and its result has base offset -1, or with
+        ``txn_offset_lower_bound`` a lower bound of the offset its commit
+        will give it (exact when the transaction is the partition's only
+        writer). A retried batch of an idempotent producer is not stored
+        again: its result is the original.
 
         Raises at once, before anything is stored, what the batch header shows
         (InvalidRecordBatch, InvalidRecord, RecordTooLarge,
@@ -334,7 +340,10 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
                 # The original may still be on its way to the WAL: an empty change
                 # lands after it (writes land in submission order), so the retry
                 # is never acknowledged before the data it stands for is durable.
-                result = AppendResult(duplicate.base_offset, -1, self.log_start_offset)
+                offset = duplicate.base_offset  # a transactional one's: its bound
+                if sink is not None and not settings.txn_offset_lower_bound:
+                    offset = -1
+                result = AppendResult(offset, -1, self.log_start_offset)
                 return self._write(ops, appended, result, None)
             cached = CachedBatch(header.base_sequence,
                                  next_seq(header.base_sequence, header.record_count - 1), -1)
@@ -353,12 +362,19 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
                 sink.admit(len(data))
             except TabletError as exc:
                 return self._refuse(ops, appended, exc, header, cached, now_ms)
+            # Where the commit puts it at the earliest: it appends the
+            # transaction's batches of this partition in order at the log's
+            # end, which only grows. Kept for a retry of it; answered if the
+            # topic opts in.
+            bound = self.log_end_offset + sink.pending_records(self.prefix)
             ops.put(key, data)
             if cached is not None:
-                self.producers.stage(header.producer_id, header.producer_epoch, cached, now_ms,
-                                     ops)
+                self.producers.stage(header.producer_id, header.producer_epoch,
+                                     CachedBatch(cached.first_seq, cached.last_seq, bound),
+                                     now_ms, ops)
             sink.added(key, data)
-            return self._write(ops, appended, AppendResult(-1, append_time,
+            offset = bound if settings.txn_offset_lower_bound else -1
+            return self._write(ops, appended, AppendResult(offset, append_time,
                                                            self.log_start_offset), None)
         base_offset = self.log_end_offset
         if cached is not None:

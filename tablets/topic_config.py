@@ -1,6 +1,8 @@
-"""Topic configurations: every Kafka 3.4 topic config, its type, default and validator.
+"""Topic configurations: every Kafka 3.4 topic config, its type, default and
+validator, and the gateway's own (named ``gateway.*``).
 
-DescribeConfigs lists all of them, like Kafka. The ones that change how this
+DescribeConfigs lists all of Kafka's, like Kafka, and the gateway's own where
+a topic sets them or a request names them. The ones that change how this
 gateway stores data are enforced by the tablets (see TabletSettings); the
 rest are accepted and stored so that tools which set them keep working, and
 docs/compatibility.md says which are which.
@@ -105,9 +107,21 @@ class ConfigDef:
     # Kafka 3.4 defines these (tiered storage, early access) but leaves them
     # out of DescribeConfigs; CreateTopics still reports them.
     internal: bool = False
+    # The gateway's own: described only where the topic sets it or the
+    # request names it, so a topic without it is described as Kafka would.
+    gateway: bool = False
 
 
 _T = ConfigType
+
+# What a transactional Produce answers as base offset (the batch gets its
+# offsets only at the commit): -1 as today ("unknown"), or a lower bound of
+# the offset the commit will give it ("lower-bound", exact for a partition
+# with one writer such as a Kafka Streams changelog). Opt-in because every
+# other client reads a Produce answer's offset as the record's own.
+TXN_PRODUCE_OFFSET = "gateway.transactional.produce.offset"
+TXN_OFFSET_UNKNOWN = "unknown"
+TXN_OFFSET_LOWER_BOUND = "lower-bound"
 _LONG_MAX = str((1 << 63) - 1)
 TOPIC_CONFIGS: dict[str, ConfigDef] = {
     d.name: d
@@ -143,6 +157,9 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("segment.jitter.ms", "0", _T.LONG, at_least(0)),
         ConfigDef("segment.ms", "604800000", _T.LONG, at_least(1)),
         ConfigDef("unclean.leader.election.enable", "false", _T.BOOLEAN),
+        # The gateway's own: outside Kafka's names, so no Kafka tool means them.
+        ConfigDef(TXN_PRODUCE_OFFSET, TXN_OFFSET_UNKNOWN, _T.STRING,
+                  one_of(TXN_OFFSET_UNKNOWN, TXN_OFFSET_LOWER_BOUND), gateway=True),
     )
 }
 

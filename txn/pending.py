@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tablets import keys
-from tablets.batch import HEADER_SIZE
+from tablets.batch import HEADER_SIZE, record_count_of
 from tablets.consumer_offsets import TopicPartition
 from tablets.store import Ops, RocksStore
 from tablets.txn_log import PendingBlob
@@ -100,6 +100,11 @@ class PendingData:
     # the coordinator dooms the transaction.
     doom: Callable[[str, str], None] = _no_doom
     blobs: dict[TopicPartition, list[PendingBlob]] = field(default_factory=dict)
+    # Records of the blobs of each partition, by its key prefix (a topic
+    # deleted and recreated under the transaction is another partition),
+    # kept as they are added: a transactional Produce's offset bound
+    # (``PartitionSink.pending_records``).
+    records: dict[bytes, int] = field(default_factory=dict)
     next_ordinal: int = 0
     nbytes: int = 0  # bytes stored as blobs (on disk), counted in ``stored``
     held: int = 0  # bytes of them held in memory (from the budget)
@@ -153,6 +158,7 @@ class PendingData:
         self.stored.used -= self.nbytes
         self.nbytes = 0
         self.blobs.clear()
+        self.records.clear()
 
     @classmethod
     def recover(cls, store: RocksStore, instance: int, budget: MemoryBudget,
@@ -168,8 +174,9 @@ class PendingData:
         for tp, prefix in partitions.items():
             for key, value in store.scan(*keys.blob_range(prefix, instance)):
                 pending.next_ordinal = max(pending.next_ordinal, keys.blob_ordinal(key) + 1)
-                pending.blobs.setdefault(tp, []).append(
-                    PendingBlob(key, bytes(value[:HEADER_SIZE]), None))
+                header = bytes(value[:HEADER_SIZE])
+                pending.blobs.setdefault(tp, []).append(PendingBlob(key, header, None))
+                pending.records[prefix] = pending.records.get(prefix, 0) + record_count_of(header)
                 pending.nbytes += len(value)
         pending.stored.used += pending.nbytes
         return pending
@@ -223,6 +230,9 @@ class PartitionSink:
         self.pending.next_ordinal += 1
         return keys.blob_key(partition_prefix, self.pending.instance, ordinal)
 
+    def pending_records(self, partition_prefix: bytes) -> int:
+        return self.pending.records.get(partition_prefix, 0)
+
     def added(self, key: bytes, batch: bytes) -> None:
         pending = self.pending
         keep = pending.budget.take(len(batch))
@@ -231,3 +241,5 @@ class PartitionSink:
         pending.stored.used += len(batch)
         pending.blobs.setdefault(self.tp, []).append(
             PendingBlob(key, batch[:HEADER_SIZE], batch if keep else None))
+        prefix = keys.blob_partition(key)
+        pending.records[prefix] = pending.records.get(prefix, 0) + record_count_of(batch)

@@ -14,6 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from tablets import Topic
+from tablets.topic_config import TOPIC_CONFIGS
 from txn.state import TxnMetadata
 
 from ..broker import Broker
@@ -144,7 +145,8 @@ def topic_configs(broker: Broker, name: str) -> list[ConfigRow]:
     """Every topic config with its value and where it comes from, as DescribeConfigs."""
     found = broker.engine.topics[name]
     rows = []
-    for entry in topic_entries(found.configs, broker.config.topic_defaults()):
+    for entry in topic_entries(found.configs, broker.config.topic_defaults(),
+                               named=TOPIC_CONFIGS):  # the gateway's own too
         if entry.source == SOURCE_DYNAMIC_TOPIC:
             source = "topic"
         elif entry.source == SOURCE_DEFAULT:

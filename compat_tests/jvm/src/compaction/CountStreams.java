@@ -48,7 +48,9 @@ import org.apache.log4j.spi.LoggingEvent;
  *   produce --bootstrap B --input T --users U --from F --count N --base-ms MS
  *       records r-n -> "user-(n % U)" for n in [F, F + N), stamped MS + 10 n
  *   run --bootstrap B --app-id A --input T --output O --state-dir D [--delay-ms MS]
- *       the app, until stdin says "stop" (or closes); the store caches
+ *       [--topic-config NAME=VALUE]
+ *       the app, until stdin says "stop" (or closes), NAME=VALUE set on its
+ *       internal topics as "topic.NAME" (StreamsConfig.topicPrefix); the store caches
  *       nothing, so every count goes to the changelog, and the internal
  *       topics roll a segment every 200 ms of record time and are cleaned as
  *       soon as anything is dirty. Prints its state changes and, for each
@@ -120,6 +122,11 @@ public final class CountStreams {
         props.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, "0");
         props.put(StreamsConfig.topicPrefix("segment.ms"), "200");
         props.put(StreamsConfig.topicPrefix("min.cleanable.dirty.ratio"), "0.01");
+        String topicConfig = kit.get("topic-config", "");
+        if (!topicConfig.isEmpty()) {  // name=value, for every internal topic
+            String[] pair = topicConfig.split("=", 2);
+            props.put(StreamsConfig.topicPrefix(pair[0]), pair[1]);
+        }
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), "6000");
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG),
                 "500");
