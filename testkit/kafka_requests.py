@@ -241,3 +241,50 @@ def offset_for_leader_epoch(topic: str, partitions: Iterable[tuple[int, int, int
         s.OffsetForLeaderTopic, topic=topic, partitions=tuple(
             build(s.OffsetForLeaderPartition, partition=p, current_leader_epoch=current,
                   leader_epoch=epoch) for p, current, epoch in partitions)),))
+
+
+def init_producer_id(transactional_id: str | None, timeout_ms: int = 60_000,
+                     version: int = 4) -> Any:
+    s = _schema(22, version)
+    return build(s.InitProducerIdRequest, transactional_id=transactional_id,
+                 transaction_timeout=ms(timeout_ms), producer_id=-1, producer_epoch=-1)
+
+
+def add_partitions_to_txn(transactional_id: str, producer_id: int, epoch: int,
+                          partitions: Iterable[tuple[str, Iterable[int]]],
+                          version: int = 3) -> Any:
+    """``partitions``: (topic, partition indexes)."""
+    s = _schema(24, version)
+    return build(s.AddPartitionsToTxnRequest, v3_and_below_transactional_id=transactional_id,
+                 v3_and_below_producer_id=producer_id, v3_and_below_producer_epoch=epoch,
+                 v3_and_below_topics=tuple(
+                     build(s.AddPartitionsToTxnTopic, name=name, partitions=tuple(indexes))
+                     for name, indexes in partitions))
+
+
+def add_offsets_to_txn(transactional_id: str, producer_id: int, epoch: int, group: str,
+                       version: int = 3) -> Any:
+    s = _schema(25, version)
+    return build(s.AddOffsetsToTxnRequest, transactional_id=transactional_id,
+                 producer_id=producer_id, producer_epoch=epoch, group_id=group)
+
+
+def txn_offset_commit(transactional_id: str, producer_id: int, epoch: int, group: str,
+                      topic: str, offsets: Iterable[tuple[int, int, str | None]],
+                      version: int = 3) -> Any:
+    """``offsets``: (partition, offset, metadata)."""
+    s = _schema(28, version)
+    return build(s.TxnOffsetCommitRequest, transactional_id=transactional_id, group_id=group,
+                 producer_id=producer_id, producer_epoch=epoch, generation_id=-1, member_id="",
+                 group_instance_id=None, topics=(build(
+                     s.TxnOffsetCommitRequestTopic, name=topic, partitions=tuple(
+                         build(s.TxnOffsetCommitRequestPartition, partition_index=p,
+                               committed_offset=o, committed_leader_epoch=-1,
+                               committed_metadata=m) for p, o, m in offsets)),))
+
+
+def end_txn(transactional_id: str, producer_id: int, epoch: int, commit: bool,
+            version: int = 3) -> Any:
+    s = _schema(26, version)
+    return build(s.EndTxnRequest, transactional_id=transactional_id, producer_id=producer_id,
+                 producer_epoch=epoch, committed=commit)

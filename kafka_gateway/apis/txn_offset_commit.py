@@ -12,6 +12,10 @@ UNSTABLE_OFFSET_COMMIT for them. Checked in order:
   answered ILLEGAL_GENERATION, abortable in the Java client
   (CommitFailedException) and in librdkafka alike.
 
+Past the group checks, a partition whose metadata is longer than
+``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE and is not
+staged; the others are (Kafka's GroupMetadataManager.storeOffsets).
+
 Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
 READ on the group (GROUP_AUTHORIZATION_FAILED), both for every partition,
 and READ on each topic (TOPIC_AUTHORIZATION_FAILED).
@@ -59,6 +63,15 @@ async def handle(broker: Any, request: Request) -> Any:
         code = broker.groups.fence_txn_commit(
             body.group_id, getattr(body, "generation_id", -1), getattr(body, "member_id", ""),
             getattr(body, "group_instance_id", None))
+    if code is ErrorCode.none:
+        # As Kafka's GroupMetadataManager.storeOffsets: past the group checks, a
+        # partition whose metadata is too long is refused alone, the rest stored.
+        max_metadata = broker.config.offset_metadata_max_bytes
+        too_large = [tp for tp, commit in commits.items()
+                     if len(commit.metadata.encode()) > max_metadata]
+        codes.update(dict.fromkeys(too_large, ErrorCode.offset_metadata_too_large))
+        for tp in too_large:
+            del commits[tp]
     if code is ErrorCode.none and commits:
         try:
             await broker.txns.txn_offset_commit(
