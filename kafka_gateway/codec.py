@@ -136,11 +136,13 @@ def decode_request(
     client_host: str = "",
     connection: int = -1,
     session: Any = None,
+    max_items: int = -1,
 ) -> Request:
     """Read the body of a request whose (api_key, version) is supported.
 
     ``decode`` is the API's own reader where it has one (a hot path, or
-    versions kio has no schema for); otherwise kio reads the body.
+    versions kio has no schema for); otherwise kio reads the body, if it has
+    no more than ``max_items`` array items (-1: any number).
     """
     version = header.api_version
     cls = _request_class(header.api_key, version)
@@ -152,7 +154,7 @@ def decode_request(
         elif cls is None:
             raise MalformedRequest(f"no schema for API {header.api_key} v{version}")
         else:
-            check_request(cls, frame, pos)  # before kio allocates for any count
+            check_request(cls, frame, pos, max_items)  # before kio allocates for any count
             body, _size = entity_reader_for(cls)(frame, pos)
     except MalformedRequest:
         raise
@@ -199,8 +201,40 @@ def encode_uvarint(value: int) -> bytes:
     return bytes(out)
 
 
+# A response is written as runs of small chunks joined into buffers of about
+# this size, and chunks this large or larger (record batches) as they are:
+# writev fails (EINVAL in uvloop, the connection closing unanswered) for a
+# response of millions of separate buffers, the 2-8 byte fields kio writes.
+COALESCE_BYTES = 64 << 10
+PASS_THROUGH_BYTES = 16 << 10
+
+
+def coalesce(chunks: list[bytes]) -> list[bytes]:
+    """The same bytes in at most about 2 * size / PASS_THROUGH_BYTES + 1 buffers."""
+    out: list[bytes] = []
+    run: list[bytes] = []
+    run_size = 0
+    for chunk in chunks:
+        size = len(chunk)
+        if size >= PASS_THROUGH_BYTES:
+            if run:
+                out.append(b"".join(run))
+                run, run_size = [], 0
+            out.append(chunk)
+            continue
+        run.append(chunk)
+        run_size += size
+        if run_size >= COALESCE_BYTES:
+            out.append(b"".join(run))
+            run, run_size = [], 0
+    if run:
+        out.append(b"".join(run) if len(run) > 1 else run[0])
+    return out
+
+
 def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]:
-    """Size prefix, response header and body, as chunks for writelines()."""
+    """Size prefix, response header and body, as a bounded number of buffers
+    for writelines()."""
     out = ChunkWriter()
     out.write(b"")  # placeholder for the size
     out.write(_CORRELATION.pack(correlation_id))
@@ -215,7 +249,7 @@ def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]
             out.write(b"\x00")  # no tagged fields in the header
         entity_writer_for(type(body))(out, body)
     out.chunks[0] = _SIZE.pack(out.size)
-    return out.chunks
+    return coalesce(out.chunks)
 
 
 @cache

@@ -63,6 +63,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gateway.partial.request.timeout.ms", "partial_request_timeout_ms", int,
             "close a connection whose half-received request gets no new byte for this long "
             "(-1: never)"),
+    Setting("gateway.request.max.array.items", "request_max_array_items", int,
+            "most array items (topics, partitions, resources, ...) in one request body; "
+            "a larger request closes the connection, as one over socket.request.max.bytes "
+            "(-1: no limit)"),
     Setting("gateway.fsync", "fsync", str,
             "never: acked data is in the WAL (survives a process crash); "
             "always: fsync each group commit (survives power loss)",
@@ -171,6 +175,7 @@ class GatewayConfig:
     queued_max_request_bytes: int = 134_217_728
     connections_max_idle_ms: int = 600_000
     partial_request_timeout_ms: int = 30_000
+    request_max_array_items: int = 100_000
     fsync: str = "never"
     tail_cache_bytes: int = 256 << 20
     admin_listen: str = "off"
