@@ -23,7 +23,7 @@ import asyncio
 import time
 import typing
 from collections import Counter
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields, is_dataclass
 from functools import cache
@@ -35,11 +35,12 @@ from .metrics import Metrics, error_counts
 # Handler loops yield to other clients at least this often.
 SLICE_SECONDS = 0.01
 # Items between two looks at the clock in sliced().
-_CHECK_EVERY = 256
+_CHECK_EVERY = 32
 # Responses with more array items (or chunks) than this are encoded off the loop.
 LARGE_RESPONSE_ITEMS = 2000
 
 T = TypeVar("T")
+R = TypeVar("R")
 _executor: ThreadPoolExecutor | None = None
 
 
@@ -57,6 +58,21 @@ async def sliced(items: Iterable[T]) -> AsyncIterator[T]:
                 deadline = time.perf_counter() + SLICE_SECONDS
 
 
+async def off_loop(large: bool, function: Callable[..., R], *args: Any) -> R:
+    """``function(*args)``, on the worker thread if ``large``: pure work over
+    data nothing else changes meanwhile."""
+    if not large:
+        return function(*args)
+    return await asyncio.get_running_loop().run_in_executor(_worker(), function, *args)
+
+
+def _worker() -> ThreadPoolExecutor:
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-gateway-encode")
+    return _executor
+
+
 async def encode(metrics: Metrics, api: str, api_key: int, correlation_id: int,
                  body: Any) -> list[bytes]:
     """The response's buffers, with its error codes counted in ``metrics``;
@@ -64,11 +80,8 @@ async def encode(metrics: Metrics, api: str, api_key: int, correlation_id: int,
     if not is_large(body):
         metrics.count_errors(api, body)
         return encode_response(api_key, correlation_id, body)
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="kafka-gateway-encode")
     chunks, counts = await asyncio.get_running_loop().run_in_executor(
-        _executor, _encode_counted, api, api_key, correlation_id, body)
+        _worker(), _encode_counted, api, api_key, correlation_id, body)
     for key, count in counts.items():  # the counters belong to the loop's thread
         metrics.response_errors[key] += count
     return chunks

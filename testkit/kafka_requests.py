@@ -288,3 +288,44 @@ def end_txn(transactional_id: str, producer_id: int, epoch: int, commit: bool,
     s = _schema(26, version)
     return build(s.EndTxnRequest, transactional_id=transactional_id, producer_id=producer_id,
                  producer_epoch=epoch, committed=commit)
+
+
+def create_partitions(topics: Iterable[tuple[str, int]], validate_only: bool = False,
+                      version: int = 3) -> Any:
+    """``topics``: (name, new total partition count)."""
+    s = _schema(37, version)
+    return build(s.CreatePartitionsRequest, timeout=ms(30_000), validate_only=validate_only,
+                 topics=tuple(build(s.CreatePartitionsTopic, name=name, count=count,
+                                    assignments=None) for name, count in topics))
+
+
+# ACL enums (Kafka's AclOperation, AclPermissionType, PatternType, ResourceType).
+ACL_ANY, ACL_READ, ACL_ALLOW, LITERAL, ACL_TOPIC = 1, 3, 3, 3, 2
+
+
+def create_acls(creations: Iterable[tuple[str, str]], version: int = 3) -> Any:
+    """``creations``: (topic, principal): ALLOW READ from any host, literal names."""
+    s = _schema(30, version)
+    return build(s.CreateAclsRequest, creations=tuple(
+        build(s.AclCreation, resource_type=ACL_TOPIC, resource_name=topic,
+              resource_pattern_type=LITERAL, principal=principal, host="*",
+              operation=ACL_READ, permission_type=ACL_ALLOW)
+        for topic, principal in creations))
+
+
+def delete_acls(filters: Iterable[tuple[str | None, str | None]], version: int = 3) -> Any:
+    """``filters``: (topic or None for any, principal or None for any)."""
+    s = _schema(31, version)
+    return build(s.DeleteAclsRequest, filters=tuple(
+        build(s.DeleteAclsFilter, resource_type_filter=ACL_TOPIC, resource_name_filter=topic,
+              pattern_type_filter=LITERAL, principal_filter=principal, host_filter=None,
+              operation=ACL_ANY, permission_type=ACL_ALLOW)
+        for topic, principal in filters))
+
+
+def describe_acls(topic: str | None = None, version: int = 3) -> Any:
+    s = _schema(29, version)
+    return build(s.DescribeAclsRequest, resource_type_filter=ACL_TOPIC,
+                 resource_name_filter=topic, pattern_type_filter=LITERAL,
+                 principal_filter=None, host_filter=None, operation=ACL_ANY,
+                 permission_type=ACL_ALLOW)

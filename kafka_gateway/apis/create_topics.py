@@ -21,7 +21,8 @@ from ..codec import NO_THROTTLE, build, response_schema
 from ..configs import topic_entries
 from ..errors import KafkaError, error_code, error_message
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize_cluster, denied_names
+from ..security.authorizer import authorize, authorize_cluster
+from ..slicing import sliced
 
 API_KEY = 19
 VERSIONS = (2, 7)
@@ -31,12 +32,11 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
     counts = Counter(t.name for t in body.topics)
-    denied = {}
-    if authorize_cluster(broker, request, Operation.CREATE, log=False):
-        denied = denied_names(broker, request, Operation.CREATE, ResourceType.TOPIC, counts)
+    # Without CREATE on the cluster, each topic needs its own (asked in the loop).
+    per_topic = bool(authorize_cluster(broker, request, Operation.CREATE, log=False))
     results = []
     answered = set()
-    for topic in body.topics:
+    async for topic in sliced(body.topics):
         if topic.name in answered:
             continue  # one answer per name, as Kafka
         answered.add(topic.name)
@@ -44,7 +44,8 @@ async def handle(broker, request):
             if counts[topic.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"topic {topic.name} appears more than once in the request")
-            if code := denied.get(topic.name):
+            if per_topic and (code := authorize(broker, request, Operation.CREATE,
+                                                ResourceType.TOPIC, topic.name)):
                 raise KafkaError(code, "Authorization failed.")
             partitions, configs = _plan(broker, topic)
             broker.engine.check_new_topic(topic.name, partitions, topic.replication_factor,

@@ -35,6 +35,7 @@ from ..errors import txn_error_code
 from ..groups.coordinator import is_valid_group_id
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
+from ..slicing import sliced
 
 API_KEY = 28
 VERSIONS = (0, 3)
@@ -46,14 +47,14 @@ async def handle(broker: Any, request: Request) -> Any:
     wanted = {(topic.name, part.partition_index): OffsetCommit(
                   part.committed_offset, getattr(part, "committed_leader_epoch", -1),
                   part.committed_metadata or "")
-              for topic in body.topics for part in topic.partitions}
+              async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions)}
     refused = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                         body.transactional_id) or authorize(
         broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic for topic, _index in wanted)) if not refused else {}
     codes = {tp: refused or denied[tp[0]] for tp in wanted if refused or tp[0] in denied}
-    codes.update({tp: ErrorCode.unknown_topic_or_partition for tp in wanted
+    codes.update({tp: ErrorCode.unknown_topic_or_partition async for tp in sliced(wanted)
                   if tp not in codes and not broker.engine.has_partition(*tp)})
     commits = {tp: commit for tp, commit in wanted.items() if tp not in codes}
     code = ErrorCode.none
@@ -83,7 +84,7 @@ async def handle(broker: Any, request: Request) -> Any:
             code = txn_error_code(exc, request.version, fenced_since=None)
     codes.update(dict.fromkeys(commits, code))
     by_topic: dict[str, list[Any]] = {}
-    for (topic, index), each in codes.items():
+    async for (topic, index), each in sliced(codes.items()):
         by_topic.setdefault(topic, []).append(build(
             schema.TxnOffsetCommitResponsePartition, partition_index=index, error_code=each))
     return build(schema.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
