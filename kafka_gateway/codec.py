@@ -209,35 +209,42 @@ COALESCE_BYTES = 64 << 10
 PASS_THROUGH_BYTES = 16 << 10
 
 
-def coalesce(chunks: list[bytes]) -> list[bytes]:
-    """The same bytes in at most about 2 * size / PASS_THROUGH_BYTES + 1 buffers."""
-    out: list[bytes] = []
-    run: list[bytes] = []
-    run_size = 0
-    for chunk in chunks:
-        size = len(chunk)
-        if size >= PASS_THROUGH_BYTES:
-            if run:
-                out.append(b"".join(run))
-                run, run_size = [], 0
-            out.append(chunk)
-            continue
-        run.append(chunk)
-        run_size += size
-        if run_size >= COALESCE_BYTES:
-            out.append(b"".join(run))
-            run, run_size = [], 0
-    if run:
-        out.append(b"".join(run) if len(run) > 1 else run[0])
-    return out
+class _CoalescingWriter:
+    """A write() target that joins small chunks as they come: a response of
+    millions of fields never exists as millions of small objects."""
+
+    __slots__ = ("_run", "chunks", "size")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes | bytearray] = []
+        self.size = 0
+        self._run = bytearray()
+
+    def write(self, data: bytes) -> None:
+        size = len(data)
+        self.size += size
+        if size >= PASS_THROUGH_BYTES:  # record batches: passed on, not copied
+            if self._run:
+                self.chunks.append(self._run)
+                self._run = bytearray()
+            self.chunks.append(data)
+            return
+        self._run += data
+        if len(self._run) >= COALESCE_BYTES:
+            self.chunks.append(self._run)
+            self._run = bytearray()
+
+    def done(self) -> list[bytes | bytearray]:
+        if self._run:
+            self.chunks.append(self._run)
+            self._run = bytearray()
+        return self.chunks
 
 
-def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]:
+def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes | bytearray]:
     """Size prefix, response header and body, as a bounded number of buffers
-    for writelines()."""
-    out = ChunkWriter()
-    out.write(b"")  # placeholder for the size
-    out.write(_CORRELATION.pack(correlation_id))
+    for writelines(): about 2 * size / PASS_THROUGH_BYTES + 2."""
+    out = _CoalescingWriter()
     if isinstance(body, EncodedBody):  # a hot path, or a version kio has no schema for
         if body.flexible:
             out.write(b"\x00")
@@ -248,8 +255,13 @@ def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]
         if type(body).__flexible__ and api_key != API_VERSIONS_KEY:
             out.write(b"\x00")  # no tagged fields in the header
         entity_writer_for(type(body))(out, body)
-    out.chunks[0] = _SIZE.pack(out.size)
-    return coalesce(out.chunks)
+    chunks = out.done()
+    head = _SIZE.pack(out.size + _CORRELATION.size) + _CORRELATION.pack(correlation_id)
+    if chunks and isinstance(chunks[0], bytearray):
+        chunks[0][:0] = head  # small: this run is at most COALESCE_BYTES
+    else:
+        chunks.insert(0, head)
+    return chunks
 
 
 @cache

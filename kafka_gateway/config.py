@@ -175,7 +175,7 @@ class GatewayConfig:
     queued_max_request_bytes: int = 134_217_728
     connections_max_idle_ms: int = 600_000
     partial_request_timeout_ms: int = 30_000
-    request_max_array_items: int = 100_000
+    request_max_array_items: int = 50_000
     fsync: str = "never"
     tail_cache_bytes: int = 256 << 20
     admin_listen: str = "off"

@@ -175,7 +175,8 @@ def test_largest_requests_do_not_stall_other_clients(tmp_path):
                     time.sleep(0.05)
                     latency, samples = canary.worst(start, time.monotonic())
                     worst[name] = (latency, samples, took)
-                    print(f"{name}: {took:.2f} s, worst canary {latency * 1000:.0f} ms", flush=True)
+                    print(f"{name}: {took:.2f} s, worst canary {latency * 1000:.0f} ms, "
+                          f"peak {memory_kib(gateway, 'VmHWM') / 1024:.0f} MiB", flush=True)
                     assert struct.unpack_from(">i", answer)[0] == 100 + i, name
                     check(decode(body, answer))
         finally:

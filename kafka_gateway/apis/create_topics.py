@@ -36,6 +36,7 @@ async def handle(broker, request):
     per_topic = bool(authorize_cluster(broker, request, Operation.CREATE, log=False))
     results = []
     answered = set()
+    described_by: dict = {}
     async for topic in sliced(body.topics):
         if topic.name in answered:
             continue  # one answer per name, as Kafka
@@ -55,7 +56,8 @@ async def handle(broker, request):
             else:
                 created = await broker.engine.create_topic(topic.name, partitions, configs)
                 topic_id = created.topic_id
-            results.append(_result(schema, broker, topic.name, topic_id, partitions, configs))
+            results.append(_result(schema, broker, topic.name, topic_id, partitions, configs,
+                                   described_by))
         except Exception as exc:
             results.append(
                 build(schema.CreatableTopicResult, name=topic.name, topic_id=UUID(int=0),
@@ -82,10 +84,15 @@ def _plan(broker, topic) -> tuple[int, dict[str, str | None]]:
     return partitions, {config.name: config.value for config in topic.configs}
 
 
-def _result(schema, broker, name, topic_id, partitions, configs):
+def _result(schema, broker, name, topic_id, partitions, configs, described_by: dict):
+    """``described_by``: the configs answered so far, by overrides: topics with the
+    same overrides share one (immutable) description, built once."""
     described = None
-    if hasattr(schema, "CreatableTopicConfigs"):  # v5+; older versions have no configs
-        described = tuple(
+    key = tuple(sorted(configs.items(), key=lambda item: item[0]))
+    if key in described_by:
+        described = described_by[key]
+    elif hasattr(schema, "CreatableTopicConfigs"):  # v5+; older versions have no configs
+        described = described_by[key] = tuple(
             build(schema.CreatableTopicConfigs, name=e.name, value=e.value,
                   read_only=e.read_only, config_source=e.source, is_sensitive=e.sensitive)
             for e in topic_entries(configs, broker.config.topic_defaults(), include_internal=True)
