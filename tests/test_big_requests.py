@@ -142,7 +142,29 @@ def big_requests() -> list[tuple[str, object, object]]:
             or _fail(f"{answer.error_code} {len(answer.resources)}"))),
         ("DeleteAcls", kr.delete_acls([(f"acl-{i}", "User:big") for i in range(CAP)]),
          per_item("filter_results", ErrorCode.none, CAP)),
+        # The other APIs with arrays, at the same size.
+        ("OffsetFetch", kr.offset_fetch("g", "t", range(1000, 1000 + n - 1)),
+         lambda answer: _offset_fetch_check(answer, n - 1)),
+        ("DeleteTopics", kr.delete_topics([f"none-{i}" for i in range(CAP)]),
+         per_item("responses", unknown, CAP)),
+        ("Metadata", kr.metadata([f"none-{i}" for i in range(CAP)]),
+         per_item("topics", unknown, CAP)),
+        ("OffsetForLeaderEpoch", kr.offset_for_leader_epoch("t", [(p, -1, 0) for p in parts]),
+         all_partitions(unknown, "topics", "partitions")),
+        ("IncrementalAlterConfigs", kr.incremental_alter_configs(
+            [(kr.TOPIC, f"none-{i}", []) for i in range(CAP)]),
+         per_item("responses", unknown, CAP)),
+        ("AlterConfigs", kr.alter_configs([(kr.TOPIC, f"none-{i}", {}) for i in range(CAP)]),
+         per_item("responses", unknown, CAP)),
+        ("DescribeGroups", kr.describe_groups([f"g-{i}" for i in range(CAP)]),
+         per_item("groups", ErrorCode.none, CAP)),
     ]
+
+
+def _offset_fetch_check(answer: object, count: int) -> None:
+    [group] = answer.groups  # type: ignore[attr-defined]
+    got = [(p.error_code, p.committed_offset) for t in group.topics for p in t.partitions]
+    assert len(got) == count and set(got) == {(ErrorCode.none, -1)}, (len(got), set(got))
 
 
 def _fail(message: str) -> None:

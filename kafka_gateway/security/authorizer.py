@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import partial
 
 from kio.schema.errors import ErrorCode
 
@@ -34,7 +35,7 @@ from tablets.node_records import NodeRecords
 
 from ..limits import BadInputLog
 from ..metrics import Metrics
-from ..slicing import sliced
+from ..slicing import LARGE_RESPONSE_ITEMS, off_loop, sliced
 from .acls import (
     CLUSTER_NAME,
     IMPLIED_BY,
@@ -190,8 +191,10 @@ class Authorizer:
         return matched
 
     async def describe(self, acl_filter: AclFilter) -> list[AclBinding]:
-        return sorted([b async for b in sliced(self._candidates(acl_filter))
-                       if acl_filter.matches(b)], key=_order)
+        found = [b async for b in sliced(self._candidates(acl_filter)) if acl_filter.matches(b)]
+        # Sorting 50,000 bindings takes a while: on the worker thread (immutable values).
+        return await off_loop(len(found) > LARGE_RESPONSE_ITEMS, partial(sorted, key=_order),
+                              found)
 
 
 def _order(binding: AclBinding) -> tuple:
