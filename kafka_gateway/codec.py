@@ -132,7 +132,7 @@ def decode_request(
     frame: bytes | memoryview,
     header: RequestHeader,
     pos: int,
-    decode: Callable[[Any, int, int], Any] | None = None,
+    decode: Callable[[Any, int, int, int], Any] | None = None,
     client_host: str = "",
     connection: int = -1,
     session: Any = None,
@@ -141,8 +141,8 @@ def decode_request(
     """Read the body of a request whose (api_key, version) is supported.
 
     ``decode`` is the API's own reader where it has one (a hot path, or
-    versions kio has no schema for); otherwise kio reads the body, if it has
-    no more than ``max_items`` array items (-1: any number).
+    versions kio has no schema for); otherwise kio reads the body. Either
+    refuses a body with more than ``max_items`` array items (-1: any number).
     """
     version = header.api_version
     cls = _request_class(header.api_key, version)
@@ -150,7 +150,7 @@ def decode_request(
         if cls is not None and cls.__flexible__:
             pos = skip_tagged_fields(frame, pos)
         if decode is not None:
-            body = decode(frame, pos, version)
+            body = decode(frame, pos, version, max_items)
         elif cls is None:
             raise MalformedRequest(f"no schema for API {header.api_key} v{version}")
         else:

@@ -68,7 +68,7 @@ def delete_topics(names: Iterable[str], version: int = 6) -> Any:
                  if hasattr(s, "DeleteTopicState") else (), timeout=ms(30_000))
 
 
-def produce(batches: Iterable[tuple[str, int, bytes]], acks: int = -1,
+def produce(batches: Iterable[tuple[str, int, bytes | None]], acks: int = -1,
             version: int = 9) -> Any:
     """``batches``: (topic, partition, record set) in request order."""
     s = _schema(0, version)

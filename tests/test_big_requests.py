@@ -143,6 +143,8 @@ def big_requests() -> list[tuple[str, object, object]]:
         ("DeleteAcls", kr.delete_acls([(f"acl-{i}", "User:big") for i in range(CAP)]),
          per_item("filter_results", ErrorCode.none, CAP)),
         # The other APIs with arrays, at the same size.
+        ("Produce", kr.produce([("t", p, None) for p in parts]),
+         all_partitions(unknown, "responses", "partition_responses")),
         ("OffsetFetch", kr.offset_fetch("g", "t", range(1000, 1000 + n - 1)),
          lambda answer: _offset_fetch_check(answer, n - 1)),
         ("DeleteTopics", kr.delete_topics([f"none-{i}" for i in range(CAP)]),
