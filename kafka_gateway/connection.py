@@ -386,6 +386,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
         A refused write (writev's EINVAL, say) closes the transport at once and
         silently: seen here, or the client would just see the connection close."""
         assert self.transport is not None
+        if self.transport.is_closing():  # the client went away first: nothing refused
+            return True
         try:
             self.transport.writelines(chunks)
             failure: BaseException | None = None
