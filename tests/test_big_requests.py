@@ -10,6 +10,7 @@ amount. One item more closes the connection, as a frame over
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import struct
@@ -240,3 +241,34 @@ def test_one_item_past_the_cap_closes_the_connection_with_a_log_line(tmp_path):
         with socket.create_connection(gateway.host_port, timeout=TIMEOUT) as sock:
             sock.sendall(API_VERSIONS_V0)
             assert read_frame(sock)[:4] == b"\x00\x00\x00\x07"
+
+
+def test_a_produce_appending_in_slices_keeps_its_connections_order(tmp_path):
+    """A Produce of CAP - 2 partitions appends in slices; the small Produce sent
+    right after it on the same connection still appends after it."""
+    from testkit.batches import make_batch
+    from testkit.inprocess import running
+
+    async def main() -> None:
+        async with running(tmp_path) as server:
+            host, port = server.config.listen
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(request_frame(kr.create_topics([("t", 1)]), 1))
+            await read_async(reader)
+            first, second = make_batch([b"first"]), make_batch([b"second"])
+            big = kr.produce([*(("t", p, None) for p in range(1, CAP - 2)), ("t", 0, first)])
+            writer.write(request_frame(big, 2) + request_frame(kr.produce([("t", 0, second)]), 3))
+            answers = [decode(kr.produce([]), await read_async(reader)) for _ in range(2)]
+            [[*_unknown, big_part]] = [t.partition_responses for t in answers[0].responses]
+            [[small_part]] = [t.partition_responses for t in answers[1].responses]
+            assert (big_part.index, big_part.error_code) == (0, ErrorCode.none)
+            assert small_part.error_code is ErrorCode.none
+            assert big_part.base_offset < small_part.base_offset, (big_part, small_part)
+            writer.close()
+
+    asyncio.run(main())
+
+
+async def read_async(reader: asyncio.StreamReader) -> bytes:
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    return await reader.readexactly(size)
