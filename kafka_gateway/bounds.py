@@ -19,7 +19,14 @@ introspection decides each field's wire form), and raises
   ... was serialized as null"; kio would hand the handler None).
 
 Once this passes, every array kio allocates holds no more items than there
-are bytes after it. Each schema is compiled once into closures; runs of fixed
+are bytes after it.
+
+It also counts the items of every array in the body and refuses a body with
+more than ``max_items`` in all (``gateway.request.max.array.items``): kio's
+reader holds the interpreter for about a microsecond per item, so this bounds
+how long decoding one request keeps every other client waiting (slicing.py).
+
+Each schema is compiled once into closures; runs of fixed
 fields are one step, and an array of fixed-size items is skipped in one.
 Produce reads its own requests (apis/produce_request.py) and bounds every
 read there, so it does not come through here.
@@ -66,13 +73,37 @@ _VARIABLE = ("string", "bytes", "records")
 MAX_STRING_BYTES = 0x7FFF
 
 
-def check_request(cls: type, frame: Any, pos: int) -> int:
-    """Refuse a body of ``cls`` at ``pos`` whose lengths do not fit in ``frame``;
-    return where the body ends."""
+class TooManyItems(ValueError):
+    """A request body with more array items than ``gateway.request.max.array.items``."""
+
+
+class _Items:
+    """The array items counted by the walk in progress (one at a time: it never awaits)."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = -1  # < 0: not counting
+
+
+_items = _Items()
+
+
+def check_request(cls: type, frame: Any, pos: int, max_items: int = -1) -> int:
+    """Refuse a body of ``cls`` at ``pos`` whose lengths do not fit in ``frame``,
+    or with more than ``max_items`` array items in all (-1: no limit); return
+    where the body ends."""
+    _items.left = max_items
     try:
         end = _entity(cls, False).walk(frame, pos, len(frame))
     except (struct.error, IndexError) as exc:
         raise codec.MalformedRequest(f"{cls.__name__} runs past the end of the frame") from exc
+    except TooManyItems as exc:
+        raise codec.MalformedRequest(
+            f"{cls.__name__} has more than {max_items} array items "
+            f"(gateway.request.max.array.items): {exc}") from exc
+    finally:
+        _items.left = -1
     if end > len(frame):
         raise codec.MalformedRequest(f"{cls.__name__} runs past the end of the frame")
     return end
@@ -281,6 +312,10 @@ def _array(item: Step, item_min: int, item_fixed: int | None, item_tagged_after:
                                    f"{'no null' if count == -1 else 'none'}")
         if count * item_min > end - pos:
             raise _refuse(where, "array count", count, end - pos)
+        if _items.left >= 0:
+            _items.left -= count
+            if _items.left < 0:
+                raise TooManyItems(f"{where} has {count}")
         if item_fixed is not None:
             return pos + count * item_fixed
         if item_tagged_after is not None:

@@ -132,15 +132,17 @@ def decode_request(
     frame: bytes | memoryview,
     header: RequestHeader,
     pos: int,
-    decode: Callable[[Any, int, int], Any] | None = None,
+    decode: Callable[[Any, int, int, int], Any] | None = None,
     client_host: str = "",
     connection: int = -1,
     session: Any = None,
+    max_items: int = -1,
 ) -> Request:
     """Read the body of a request whose (api_key, version) is supported.
 
     ``decode`` is the API's own reader where it has one (a hot path, or
-    versions kio has no schema for); otherwise kio reads the body.
+    versions kio has no schema for); otherwise kio reads the body. Either
+    refuses a body with more than ``max_items`` array items (-1: any number).
     """
     version = header.api_version
     cls = _request_class(header.api_key, version)
@@ -148,11 +150,11 @@ def decode_request(
         if cls is not None and cls.__flexible__:
             pos = skip_tagged_fields(frame, pos)
         if decode is not None:
-            body = decode(frame, pos, version)
+            body = decode(frame, pos, version, max_items)
         elif cls is None:
             raise MalformedRequest(f"no schema for API {header.api_key} v{version}")
         else:
-            check_request(cls, frame, pos)  # before kio allocates for any count
+            check_request(cls, frame, pos, max_items)  # before kio allocates for any count
             body, _size = entity_reader_for(cls)(frame, pos)
     except MalformedRequest:
         raise
@@ -199,11 +201,50 @@ def encode_uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]:
-    """Size prefix, response header and body, as chunks for writelines()."""
-    out = ChunkWriter()
-    out.write(b"")  # placeholder for the size
-    out.write(_CORRELATION.pack(correlation_id))
+# A response is written as runs of small chunks joined into buffers of about
+# this size, and chunks this large or larger (record batches) as they are:
+# writev fails (EINVAL in uvloop, the connection closing unanswered) for a
+# response of millions of separate buffers, the 2-8 byte fields kio writes.
+COALESCE_BYTES = 64 << 10
+PASS_THROUGH_BYTES = 16 << 10
+
+
+class _CoalescingWriter:
+    """A write() target that joins small chunks as they come: a response of
+    millions of fields never exists as millions of small objects."""
+
+    __slots__ = ("_run", "chunks", "size")
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes | bytearray] = []
+        self.size = 0
+        self._run = bytearray()
+
+    def write(self, data: bytes) -> None:
+        size = len(data)
+        self.size += size
+        if size >= PASS_THROUGH_BYTES:  # record batches: passed on, not copied
+            if self._run:
+                self.chunks.append(self._run)
+                self._run = bytearray()
+            self.chunks.append(data)
+            return
+        self._run += data
+        if len(self._run) >= COALESCE_BYTES:
+            self.chunks.append(self._run)
+            self._run = bytearray()
+
+    def done(self) -> list[bytes | bytearray]:
+        if self._run:
+            self.chunks.append(self._run)
+            self._run = bytearray()
+        return self.chunks
+
+
+def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes | bytearray]:
+    """Size prefix, response header and body, as a bounded number of buffers
+    for writelines(): about 2 * size / PASS_THROUGH_BYTES + 2."""
+    out = _CoalescingWriter()
     if isinstance(body, EncodedBody):  # a hot path, or a version kio has no schema for
         if body.flexible:
             out.write(b"\x00")
@@ -214,8 +255,13 @@ def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes]
         if type(body).__flexible__ and api_key != API_VERSIONS_KEY:
             out.write(b"\x00")  # no tagged fields in the header
         entity_writer_for(type(body))(out, body)
-    out.chunks[0] = _SIZE.pack(out.size)
-    return out.chunks
+    chunks = out.done()
+    head = _SIZE.pack(out.size + _CORRELATION.size) + _CORRELATION.pack(correlation_id)
+    if chunks and isinstance(chunks[0], bytearray):
+        chunks[0][:0] = head  # small: this run is at most COALESCE_BYTES
+    else:
+        chunks.insert(0, head)
+    return chunks
 
 
 @cache

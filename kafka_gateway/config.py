@@ -74,6 +74,10 @@ SETTINGS: tuple[Setting, ...] = (
             "at once (the open ones stay)"),
     Setting("max.connections.per.ip.overrides", "max_connections_per_ip_overrides", str,
             "HOST_OR_IP:COUNT,... per-address exceptions to max.connections.per.ip"),
+    Setting("gateway.request.max.array.items", "request_max_array_items", int,
+            "most array items (topics, partitions, resources, ...) in one request body; "
+            "a larger request closes the connection, as one over socket.request.max.bytes "
+            "(-1: no limit)"),
     Setting("gateway.fsync", "fsync", str,
             "never: acked data is in the WAL (survives a process crash); "
             "always: fsync each group commit (survives power loss)",
@@ -202,6 +206,7 @@ class GatewayConfig:
     max_connections: int = 2_147_483_647  # Kafka's Int.MaxValue: no limit
     max_connections_per_ip: int = 2_147_483_647
     max_connections_per_ip_overrides: str = ""
+    request_max_array_items: int = 50_000
     fsync: str = "never"
     tail_cache_bytes: int = 256 << 20
     admin_listen: str = "off"

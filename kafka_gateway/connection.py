@@ -72,6 +72,7 @@ from .security.listeners import Listener
 from .security.sasl import SaslGate
 from .security.session import ANONYMOUS, Session
 from .security.tls import principal_from_certificate
+from .slicing import encode
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +300,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
                 self._reject(f"{name} v{header.api_version} is not supported")
                 return
             request = decode_request(frame, header, body_pos, api.decode, self.client_host,
-                                     self.id, self.session)
+                                     self.id, self.session,
+                                     self.broker.config.request_max_array_items)
         except MalformedRequest as exc:
             self._reject(str(exc))
             return
@@ -333,8 +335,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
             metrics.latency[name].observe(time.perf_counter() - started)
         if body is None:
             return None
-        metrics.count_errors(name, body)
-        return encode_response(request.header.api_key, request.header.correlation_id, body)
+        return await encode(metrics, name, request.header.api_key,
+                            request.header.correlation_id, body)
 
     def authenticated(self, principal: str) -> None:
         """The SASL gate is done: from now on frames take the ordinary path."""
@@ -404,10 +406,33 @@ class KafkaConnection(asyncio.BufferedProtocol):
             return False
         chunks = task.result()
         if chunks and self.transport is not None and not self._closing:
+            return self._write(chunks)
+        return True
+
+    def _write(self, chunks: list[bytes]) -> bool:
+        """Hand an answer to the socket; False (logged, counted) if it refused it.
+
+        A refused write (writev's EINVAL, say) closes the transport at once and
+        silently: seen here, or the client would just see the connection close."""
+        assert self.transport is not None
+        if self.transport.is_closing():  # the client went away first: nothing refused
+            return True
+        try:
             self.transport.writelines(chunks)
+            failure: BaseException | None = None
+        except (OSError, RuntimeError, ValueError) as exc:
+            failure = exc
+        if failure is None and not self.transport.is_closing():
             self.broker.metrics.bytes_out += sum(map(len, chunks))
             self._last_active = self._loop.time()
-        return True
+            return True
+        self.broker.metrics.response_write_failures += 1
+        self.limits.bad_input.log(
+            self.address, logging.ERROR, "closing %s: writing an answer of %d bytes in %d "
+            "buffers failed: %s", self.peer, sum(map(len, chunks)), len(chunks),
+            failure or "the transport closed", exc_info=failure)
+        self._close()
+        return False
 
     def _update_reading(self) -> None:
         if self.transport is None or self._closing:

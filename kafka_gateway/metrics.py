@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import typing
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field, fields, is_dataclass
 from functools import cache
 from typing import Any
@@ -51,15 +51,13 @@ class Metrics:
     # limit (max.connections, max.connections.per.ip) -> new connections closed for it
     connections_refused: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     authorization_failures: int = 0  # operations an ACL (or no ACL) denied
+    response_write_failures: int = 0  # answers the socket refused (connection closed)
 
     def count_errors(self, api: str, body: Any) -> None:
         """Count the error codes of a response body (a kio entity), as Kafka's
         ErrorsPerSec does; NONE is not counted (requests_total has those)."""
-        walk = _error_walker(type(body))
-        if walk is not None:
-            for code in walk(body):
-                if code is not ErrorCode.none:
-                    self.response_errors[(api, code.name.upper())] += 1
+        for key, count in error_counts(api, body).items():
+            self.response_errors[key] += count
 
     async def watch_event_loop(self) -> None:
         """Observe how late the loop wakes a timer, until cancelled."""
@@ -68,6 +66,18 @@ class Metrics:
             expected = loop.time() + LOOP_LAG_INTERVAL
             await asyncio.sleep(LOOP_LAG_INTERVAL)
             self.loop_lag.observe(max(loop.time() - expected, 0.0))
+
+
+def error_counts(api: str, body: Any) -> Counter[tuple[str, str]]:
+    """(api, error name) -> how often a response body holds that error (not NONE);
+    touches no shared state, so it may run off the loop."""
+    counts: Counter[tuple[str, str]] = Counter()
+    walk = _error_walker(type(body))
+    if walk is not None:
+        for code in walk(body):
+            if code is not ErrorCode.none:
+                counts[(api, code.name.upper())] += 1
+    return counts
 
 
 Walker = typing.Callable[[Any], typing.Iterator[ErrorCode]]

@@ -125,6 +125,9 @@ class GatewayCollector(Collector):
                        metrics.connections_total)
         yield _counter("bad_frames", "Malformed or oversized frames (connection closed)",
                        metrics.bad_frames)
+        yield _counter("response_write_failures",
+                       "Answers the socket refused to take (the connection closed unanswered)",
+                       metrics.response_write_failures)
         yield _counter("log_lines_suppressed", "Bad-input log lines over the per-address rate",
                        metrics.log_lines_suppressed)
         yield _counter("connections_expired", "Connections closed idle or stalled mid-frame",

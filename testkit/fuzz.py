@@ -72,6 +72,7 @@ class Seed:
     flexible_header: bool
     body: bytes
     spans: tuple[Span, ...]
+    large: bool = False  # arrays of thousands of items: mutated, not swept
 
     @property
     def name(self) -> str:
@@ -104,7 +105,26 @@ def seeds(names: Names = Names()) -> list[Seed]:
             end = _trace(cls, body, 0, spans, nullable=False)
             assert end == len(body), f"{api.name} v{version}: traced {end} of {len(body)} bytes"
             out.append(Seed(api.key, version, bool(cls.__flexible__), body, tuple(spans)))
+    for api_key in LARGE_ARRAY_APIS:
+        out.append(_seed(api_key, APIS[api_key].max_version, names, LARGE_ARRAY_ITEMS))
     return out
+
+
+# The transaction APIs with arrays also get a seed whose innermost arrays hold
+# this many items (outer ones 3): costly requests near gateway.request.max.array.items.
+LARGE_ARRAY_APIS = (24, 28, 61, 65, 66)  # AddPartitionsToTxn, TxnOffsetCommit,
+# DescribeProducers, DescribeTransactions, ListTransactions
+LARGE_ARRAY_ITEMS = 5000
+
+
+def _seed(api_key: int, version: int, names: Names, width: int) -> Seed:
+    cls = _request_class(api_key, version)
+    assert cls is not None
+    body = _encode(_sample(cls, names, width))
+    spans: list[Span] = []
+    end = _trace(cls, body, 0, spans, nullable=False)
+    assert end == len(body), f"{api_key} v{version}: traced {end} of {len(body)} bytes"
+    return Seed(api_key, version, bool(cls.__flexible__), body, tuple(spans), large=width > 1)
 
 
 def _legacy_produce(version: int, names: Names) -> Seed:
@@ -172,8 +192,9 @@ def _value(owner: str, field: Any, kafka_type: str, names: Names) -> Any:
     return _INTS.get(name, 0)
 
 
-def _sample(cls: type, names: Names) -> Any:
-    """An instance of ``cls`` with every (untagged) field set to a plausible value."""
+def _sample(cls: type, names: Names, width: int = 1) -> Any:
+    """An instance of ``cls`` with every (untagged) field set to a plausible value;
+    arrays of ``width`` items (3 for arrays of items that hold arrays themselves)."""
     values = {}
     for field in fields(cls):
         if get_field_tag(field) is not None:
@@ -182,12 +203,16 @@ def _sample(cls: type, names: Names) -> Any:
         if isinstance(kind, EntityField):
             values[field.name] = _sample(kind.type_, names)
         elif isinstance(kind, EntityTupleField):
-            values[field.name] = (_sample(kind.type_, names),)
+            nested = width > 1 and any(
+                isinstance(classify_field(f), EntityTupleField | PrimitiveTupleField)
+                for f in fields(kind.type_))
+            values[field.name] = tuple(_sample(kind.type_, names, width)
+                                       for _ in range(3 if nested else width))
         elif isinstance(kind, PrimitiveTupleField):
             kafka_type = get_schema_field_type(field)
             item = (_string(cls.__name__, field.name, names) if kafka_type == "string"
                     else 0)
-            values[field.name] = (item,)
+            values[field.name] = (item,) * width
         else:
             values[field.name] = _value(cls.__name__, field, get_schema_field_type(field),
                                         names)
@@ -347,6 +372,8 @@ def boundaries(all_seeds: list[Seed]) -> list[tuple[Seed, bytes]]:
     """
     out = []
     for seed in all_seeds:
+        if seed.large:
+            continue
         body = seed.body
         for span in seed.spans:
             for value in _edges(span):

@@ -68,7 +68,7 @@ def delete_topics(names: Iterable[str], version: int = 6) -> Any:
                  if hasattr(s, "DeleteTopicState") else (), timeout=ms(30_000))
 
 
-def produce(batches: Iterable[tuple[str, int, bytes]], acks: int = -1,
+def produce(batches: Iterable[tuple[str, int, bytes | None]], acks: int = -1,
             version: int = 9, transactional_id: str | None = None) -> Any:
     """``batches``: (topic, partition, record set) in request order."""
     s = _schema(0, version)
@@ -242,3 +242,91 @@ def offset_for_leader_epoch(topic: str, partitions: Iterable[tuple[int, int, int
         s.OffsetForLeaderTopic, topic=topic, partitions=tuple(
             build(s.OffsetForLeaderPartition, partition=p, current_leader_epoch=current,
                   leader_epoch=epoch) for p, current, epoch in partitions)),))
+
+
+def init_producer_id(transactional_id: str | None, timeout_ms: int = 60_000,
+                     version: int = 4) -> Any:
+    s = _schema(22, version)
+    return build(s.InitProducerIdRequest, transactional_id=transactional_id,
+                 transaction_timeout=ms(timeout_ms), producer_id=-1, producer_epoch=-1)
+
+
+def add_partitions_to_txn(transactional_id: str, producer_id: int, epoch: int,
+                          partitions: Iterable[tuple[str, Iterable[int]]],
+                          version: int = 3) -> Any:
+    """``partitions``: (topic, partition indexes)."""
+    s = _schema(24, version)
+    return build(s.AddPartitionsToTxnRequest, v3_and_below_transactional_id=transactional_id,
+                 v3_and_below_producer_id=producer_id, v3_and_below_producer_epoch=epoch,
+                 v3_and_below_topics=tuple(
+                     build(s.AddPartitionsToTxnTopic, name=name, partitions=tuple(indexes))
+                     for name, indexes in partitions))
+
+
+def add_offsets_to_txn(transactional_id: str, producer_id: int, epoch: int, group: str,
+                       version: int = 3) -> Any:
+    s = _schema(25, version)
+    return build(s.AddOffsetsToTxnRequest, transactional_id=transactional_id,
+                 producer_id=producer_id, producer_epoch=epoch, group_id=group)
+
+
+def txn_offset_commit(transactional_id: str, producer_id: int, epoch: int, group: str,
+                      topic: str, offsets: Iterable[tuple[int, int, str | None]],
+                      version: int = 3) -> Any:
+    """``offsets``: (partition, offset, metadata)."""
+    s = _schema(28, version)
+    return build(s.TxnOffsetCommitRequest, transactional_id=transactional_id, group_id=group,
+                 producer_id=producer_id, producer_epoch=epoch, generation_id=-1, member_id="",
+                 group_instance_id=None, topics=(build(
+                     s.TxnOffsetCommitRequestTopic, name=topic, partitions=tuple(
+                         build(s.TxnOffsetCommitRequestPartition, partition_index=p,
+                               committed_offset=o, committed_leader_epoch=-1,
+                               committed_metadata=m) for p, o, m in offsets)),))
+
+
+def end_txn(transactional_id: str, producer_id: int, epoch: int, commit: bool,
+            version: int = 3) -> Any:
+    s = _schema(26, version)
+    return build(s.EndTxnRequest, transactional_id=transactional_id, producer_id=producer_id,
+                 producer_epoch=epoch, committed=commit)
+
+
+def create_partitions(topics: Iterable[tuple[str, int]], validate_only: bool = False,
+                      version: int = 3) -> Any:
+    """``topics``: (name, new total partition count)."""
+    s = _schema(37, version)
+    return build(s.CreatePartitionsRequest, timeout=ms(30_000), validate_only=validate_only,
+                 topics=tuple(build(s.CreatePartitionsTopic, name=name, count=count,
+                                    assignments=None) for name, count in topics))
+
+
+# ACL enums (Kafka's AclOperation, AclPermissionType, PatternType, ResourceType).
+ACL_ANY, ACL_READ, ACL_ALLOW, LITERAL, ACL_TOPIC = 1, 3, 3, 3, 2
+
+
+def create_acls(creations: Iterable[tuple[str, str]], version: int = 3) -> Any:
+    """``creations``: (topic, principal): ALLOW READ from any host, literal names."""
+    s = _schema(30, version)
+    return build(s.CreateAclsRequest, creations=tuple(
+        build(s.AclCreation, resource_type=ACL_TOPIC, resource_name=topic,
+              resource_pattern_type=LITERAL, principal=principal, host="*",
+              operation=ACL_READ, permission_type=ACL_ALLOW)
+        for topic, principal in creations))
+
+
+def delete_acls(filters: Iterable[tuple[str | None, str | None]], version: int = 3) -> Any:
+    """``filters``: (topic or None for any, principal or None for any)."""
+    s = _schema(31, version)
+    return build(s.DeleteAclsRequest, filters=tuple(
+        build(s.DeleteAclsFilter, resource_type_filter=ACL_TOPIC, resource_name_filter=topic,
+              pattern_type_filter=LITERAL, principal_filter=principal, host_filter=None,
+              operation=ACL_ANY, permission_type=ACL_ALLOW)
+        for topic, principal in filters))
+
+
+def describe_acls(topic: str | None = None, version: int = 3) -> Any:
+    s = _schema(29, version)
+    return build(s.DescribeAclsRequest, resource_type_filter=ACL_TOPIC,
+                 resource_name_filter=topic, pattern_type_filter=LITERAL,
+                 principal_filter=None, host_filter=None, operation=ACL_ANY,
+                 permission_type=ACL_ALLOW)

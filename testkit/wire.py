@@ -125,3 +125,15 @@ async def init_transactional_ids(host: str, port: int, ids: list[str],
         return codes
     finally:
         writer.close()
+
+
+def request_frame(body: object, correlation: int, client_id: bytes = b"test") -> bytes:
+    """The whole frame (size prefix first) of a kio request entity, for a raw socket."""
+    cls = type(body)
+    out = ChunkWriter()
+    out.write(struct.pack(">hhih", cls.__api_key__, cls.__version__, correlation,  # type: ignore[attr-defined]
+                          len(client_id)) + client_id)
+    if cls.__flexible__:  # type: ignore[attr-defined]
+        out.write(b"\x00")  # no tagged fields in the header
+    entity_writer_for(cls)(out, body)
+    return struct.pack(">i", out.size) + b"".join(out.chunks)

@@ -79,8 +79,8 @@ def test_rules(tmp_path):
 
             # Filters: ANY, MATCH, exact patterns; deletion returns what went.
             match = AclFilter(T, "orders-secret", PatternType.MATCH)
-            assert {b.name for b in auth.describe(match)} == {"orders-", "orders-secret", "*"}
-            assert len(auth.describe(AclFilter(principal="User:bob"))) == 2
+            assert {b.name for b in await auth.describe(match)} == {"orders-", "orders-secret", "*"}
+            assert len(await auth.describe(AclFilter(principal="User:bob"))) == 2
             [gone] = await auth.delete([AclFilter(T, "orders-", PRE)])
             assert [b.name for b in gone] == ["orders-"]
             assert not allows("User:alice", "127.0.0.1", Operation.READ, T, "orders-eu")

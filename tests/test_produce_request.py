@@ -57,3 +57,11 @@ def test_truncated_requests_are_malformed(cut):
     frame = kio_bytes(9, None, [make_batch([b"x" * 50])])
     with pytest.raises(MalformedRequest):
         produce_request.decode(frame[:-cut], 0, 9)
+
+
+def test_array_items_are_capped_as_for_the_other_apis():
+    """gateway.request.max.array.items counts topics and partitions: here 2 + 5."""
+    frame = kio_bytes(9, None, [None] * 5)
+    assert len(produce_request.decode(frame, 0, 9, max_items=7).topic_data) == 2
+    with pytest.raises(MalformedRequest, match=r"gateway\.request\.max\.array\.items"):
+        produce_request.decode(frame, 0, 9, max_items=6)

@@ -66,9 +66,10 @@ class Api:
     min_version: int
     max_version: int
     handle: Handler
-    # (frame, body position, version) -> request body, for an API that reads
-    # its own requests (a measured hot path); the others go through kio.
-    decode: Callable[[Any, int, int], Any] | None = None
+    # (frame, body position, version, max array items) -> request body, for an
+    # API that reads its own requests (a measured hot path); the others go
+    # through kio.
+    decode: Callable[[Any, int, int, int], Any] | None = None
     # Served one at a time per connection, and only while the client reads its
     # answers (their size is the client's to choose: see connection.py).
     one_at_a_time: bool = False

@@ -20,6 +20,7 @@ from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import txn_error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
+from ..slicing import sliced
 
 API_KEY = 24
 VERSIONS = (0, 3)
@@ -28,9 +29,9 @@ VERSIONS = (0, 3)
 async def handle(broker: Any, request: Request) -> Any:
     body = request.body
     schema = response_schema(API_KEY, request.version)
-    wanted = [(topic.name, index) for topic in body.v3_and_below_topics
-              for index in topic.partitions]
-    unknown = {tp for tp in wanted if not broker.engine.has_partition(*tp)}
+    wanted = [tp async for tp in sliced((topic.name, index) for topic in body.v3_and_below_topics
+                                        for index in topic.partitions)]
+    unknown = {tp async for tp in sliced(wanted) if not broker.engine.has_partition(*tp)}
     codes: dict[tuple[str, int], ErrorCode]
     txn_denied = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                            body.v3_and_below_transactional_id)
@@ -55,7 +56,7 @@ async def handle(broker: Any, request: Request) -> Any:
             code = txn_error_code(exc, request.version, fenced_since=2)
         codes = dict.fromkeys(wanted, code)
     by_topic: dict[str, list[Any]] = {}
-    for (topic, index), code in codes.items():
+    async for (topic, index), code in sliced(codes.items()):
         by_topic.setdefault(topic, []).append(build(
             schema.AddPartitionsToTxnPartitionResult, partition_index=index,
             partition_error_code=code))

@@ -21,6 +21,7 @@ from ..configs import RESOURCE_TOPIC
 from ..errors import KafkaError, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
+from ..slicing import sliced
 
 API_KEY = 33
 VERSIONS = (0, 2)
@@ -48,7 +49,7 @@ async def alter(broker, request, api_key: int,
     schema = response_schema(api_key, request.version)
     body = request.body
     responses = []
-    for resource in body.resources:
+    async for resource in sliced(body.resources):
         try:
             if code := authorize_config(broker, request, Operation.ALTER_CONFIGS,
                                         resource.resource_type, resource.resource_name):

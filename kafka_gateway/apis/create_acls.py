@@ -22,6 +22,7 @@ from ..security.acls import (
     ResourceType,
 )
 from ..security.authorizer import authorize_cluster
+from ..slicing import sliced
 
 API_KEY = 30
 VERSIONS = (1, 3)
@@ -44,7 +45,7 @@ async def handle(broker, request):
     results: list[tuple[ErrorCode, str | None]] = []
     valid: list[AclBinding] = []
     denied = authorize_cluster(broker, request, Operation.ALTER)
-    for item in creations:
+    async for item in sliced(creations):
         if denied:
             results.append((denied, None))
         elif broker.authorizer is None:
@@ -57,6 +58,6 @@ async def handle(broker, request):
                 results.append((ErrorCode.invalid_request, str(exc)))
     if valid:
         await broker.authorizer.create(valid)
-    return build(schema.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple(
+    return build(schema.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple([
         build(schema.AclCreationResult, error_code=code, error_message=message)
-        for code, message in results))
+        async for code, message in sliced(results)]))

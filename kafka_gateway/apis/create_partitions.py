@@ -13,7 +13,8 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import KafkaError, error_code, error_message
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import denied_names
+from ..security.authorizer import authorize
+from ..slicing import sliced
 
 API_KEY = 37
 VERSIONS = (0, 3)
@@ -23,11 +24,10 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
     results = []
-    denied = denied_names(broker, request, Operation.ALTER, ResourceType.TOPIC,
-                          (topic.name for topic in body.topics))
-    for topic in body.topics:
+    async for topic in sliced(body.topics):
         try:
-            if code := denied.get(topic.name):
+            if code := authorize(broker, request, Operation.ALTER, ResourceType.TOPIC,
+                                 topic.name):
                 raise KafkaError(code, "The topic authorization is failed.")
             for assignment in topic.assignments or ():
                 if tuple(assignment.broker_ids) != (broker.node_id,):

@@ -21,7 +21,8 @@ from ..codec import NO_THROTTLE, build, response_schema
 from ..configs import topic_entries
 from ..errors import KafkaError, error_code, error_message
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize_cluster, denied_names
+from ..security.authorizer import authorize, authorize_cluster
+from ..slicing import sliced
 
 API_KEY = 19
 VERSIONS = (2, 7)
@@ -31,12 +32,12 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
     counts = Counter(t.name for t in body.topics)
-    denied = {}
-    if authorize_cluster(broker, request, Operation.CREATE, log=False):
-        denied = denied_names(broker, request, Operation.CREATE, ResourceType.TOPIC, counts)
+    # Without CREATE on the cluster, each topic needs its own (asked in the loop).
+    per_topic = bool(authorize_cluster(broker, request, Operation.CREATE, log=False))
     results = []
     answered = set()
-    for topic in body.topics:
+    described_by: dict = {}
+    async for topic in sliced(body.topics):
         if topic.name in answered:
             continue  # one answer per name, as Kafka
         answered.add(topic.name)
@@ -44,7 +45,8 @@ async def handle(broker, request):
             if counts[topic.name] > 1:
                 raise KafkaError(ErrorCode.invalid_request,
                                  f"topic {topic.name} appears more than once in the request")
-            if code := denied.get(topic.name):
+            if per_topic and (code := authorize(broker, request, Operation.CREATE,
+                                                ResourceType.TOPIC, topic.name)):
                 raise KafkaError(code, "Authorization failed.")
             partitions, configs = _plan(broker, topic)
             broker.engine.check_new_topic(topic.name, partitions, topic.replication_factor,
@@ -54,7 +56,8 @@ async def handle(broker, request):
             else:
                 created = await broker.engine.create_topic(topic.name, partitions, configs)
                 topic_id = created.topic_id
-            results.append(_result(schema, broker, topic.name, topic_id, partitions, configs))
+            results.append(_result(schema, broker, topic.name, topic_id, partitions, configs,
+                                   described_by))
         except Exception as exc:
             results.append(
                 build(schema.CreatableTopicResult, name=topic.name, topic_id=UUID(int=0),
@@ -81,10 +84,15 @@ def _plan(broker, topic) -> tuple[int, dict[str, str | None]]:
     return partitions, {config.name: config.value for config in topic.configs}
 
 
-def _result(schema, broker, name, topic_id, partitions, configs):
+def _result(schema, broker, name, topic_id, partitions, configs, described_by: dict):
+    """``described_by``: the configs answered so far, by overrides: topics with the
+    same overrides share one (immutable) description, built once."""
     described = None
-    if hasattr(schema, "CreatableTopicConfigs"):  # v5+; older versions have no configs
-        described = tuple(
+    key = tuple(sorted(configs.items(), key=lambda item: item[0]))
+    if key in described_by:
+        described = described_by[key]
+    elif hasattr(schema, "CreatableTopicConfigs"):  # v5+; older versions have no configs
+        described = described_by[key] = tuple(
             build(schema.CreatableTopicConfigs, name=e.name, value=e.value,
                   read_only=e.read_only, config_source=e.source, is_sensitive=e.sensitive)
             for e in topic_entries(configs, broker.config.topic_defaults(), include_internal=True)

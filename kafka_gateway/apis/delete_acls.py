@@ -13,6 +13,7 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, build, response_schema
 from ..security.acls import AclFilter, InvalidAcl, Operation
 from ..security.authorizer import authorize_cluster
+from ..slicing import sliced
 from .describe_acls import acl_filter
 
 API_KEY = 31
@@ -31,23 +32,23 @@ async def handle(broker, request):
                                principal=b.principal, host=b.host, operation=b.operation,
                                permission_type=b.permission) for b in deleted))
 
-    def response(results) -> object:
+    async def response(results) -> object:
         return build(schema.DeleteAclsResponse, throttle_time=NO_THROTTLE,
-                     filter_results=tuple(results))
+                     filter_results=tuple([r async for r in sliced(results)]))
 
     filters = request.body.filters
     if denied := authorize_cluster(broker, request, Operation.ALTER):
-        return response(result(denied, None) for _ in filters)
+        return await response(result(denied, None) for _ in filters)
     if broker.authorizer is None:
-        return response(result(ErrorCode.security_disabled, "No Authorizer is configured.")
-                        for _ in filters)
+        return await response(
+            result(ErrorCode.security_disabled, "No Authorizer is configured.") for _ in filters)
     parsed: list[AclFilter | InvalidAcl] = []
-    for item in filters:
+    async for item in sliced(filters):
         try:
             parsed.append(acl_filter(item))
         except InvalidAcl as exc:
             parsed.append(exc)
     valid = [f for f in parsed if isinstance(f, AclFilter)]
     deleted = iter(await broker.authorizer.delete(valid))
-    return response(result(ErrorCode.invalid_request, str(f)) if isinstance(f, InvalidAcl)
+    return await response(result(ErrorCode.invalid_request, str(f)) if isinstance(f, InvalidAcl)
                     else result(ErrorCode.none, None, next(deleted)) for f in parsed)

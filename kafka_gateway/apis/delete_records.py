@@ -15,6 +15,7 @@ from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import KafkaError, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
+from ..slicing import sliced
 
 API_KEY = 21
 VERSIONS = (0, 2)
@@ -27,7 +28,7 @@ async def handle(broker, request):
                           (topic.name for topic in request.body.topics))
     for topic in request.body.topics:
         partitions = []
-        for part in topic.partitions:
+        async for part in sliced(topic.partitions):
             try:
                 if code := denied.get(topic.name):
                     raise KafkaError(code)

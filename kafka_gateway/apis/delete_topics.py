@@ -16,6 +16,7 @@ from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import KafkaError, error_code, error_message
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
+from ..slicing import sliced
 
 API_KEY = 20
 VERSIONS = (1, 6)
@@ -30,7 +31,7 @@ async def handle(broker, request):
     else:
         wanted = [(name, None) for name in body.topic_names]
     results = []
-    for name, topic_id in wanted:
+    async for name, topic_id in sliced(wanted):
         by_id = name is None
         try:
             if name is None:

@@ -21,6 +21,7 @@ from ..security.acls import (
     ResourceType,
 )
 from ..security.authorizer import authorize_cluster
+from ..slicing import sliced
 
 API_KEY = 29
 VERSIONS = (1, 3)
@@ -54,12 +55,12 @@ async def handle(broker, request):
         wanted = acl_filter(request.body)
     except InvalidAcl as exc:
         return response(ErrorCode.invalid_request, str(exc))
-    found = broker.authorizer.describe(wanted)
-    return response(ErrorCode.none, None, (
+    found = await broker.authorizer.describe(wanted)
+    return response(ErrorCode.none, None, [
         build(schema.DescribeAclsResource, resource_type=rtype, resource_name=name,
               pattern_type=pattern, acls=tuple(
                   build(schema.AclDescription, principal=b.principal, host=b.host,
                         operation=b.operation, permission_type=b.permission)
                   for b in bindings))
-        for (rtype, pattern, name), bindings in groupby(
-            found, key=lambda b: (b.resource_type, b.pattern_type, b.name))))
+        async for (rtype, pattern, name), bindings in sliced(groupby(
+            found, key=lambda b: (b.resource_type, b.pattern_type, b.name)))])

@@ -28,6 +28,7 @@ from ..configs import (
 from ..errors import KafkaError, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
+from ..slicing import sliced
 
 API_KEY = 32
 VERSIONS = (1, 4)
@@ -39,7 +40,7 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
     results = []
-    for resource in body.resources:
+    async for resource in sliced(body.resources):
         try:
             if code := authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
                                         resource.resource_type, resource.resource_name):
@@ -48,7 +49,8 @@ async def handle(broker, request):
             entries = _entries(broker, resource.resource_type, resource.resource_name,
                                keys or ())
             if keys:
-                entries = [e for e in entries if e.name in set(keys)]
+                wanted = set(keys)
+                entries = [e for e in entries if e.name in wanted]
             code, message = ErrorCode.none, None
         except Exception as exc:
             entries, code, message = [], error_code(exc), error_message(exc)

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, build, response_schema
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
+from ..slicing import sliced
 
 API_KEY = 15
 VERSIONS = (0, 5)
@@ -32,7 +33,7 @@ async def handle(broker, request):
     operations = (_ALL_GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)
                   else _NOT_REQUESTED)
     groups = []
-    for group_id in body.groups:
+    async for group_id in sliced(body.groups):
         if code := authorize(broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id):
             groups.append(build(schema.DescribedGroup, error_code=code, group_id=group_id,
                                 group_state="", protocol_type="", protocol_data="",

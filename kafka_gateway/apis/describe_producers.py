@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
+from ..slicing import sliced
 
 API_KEY = 61
 VERSIONS = (0, 0)
@@ -29,7 +30,7 @@ async def handle(broker: Any, request: Request) -> Any:
                           (topic.name for topic in request.body.topics))
     for topic in request.body.topics:
         parts = []
-        for index in topic.partition_indexes:
+        async for index in sliced(topic.partition_indexes):
             code, producers = ErrorCode.none, []
             if topic.name in denied:
                 code = denied[topic.name]

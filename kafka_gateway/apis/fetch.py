@@ -33,6 +33,7 @@ from ..errors import error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
+from ..slicing import LARGE_RESPONSE_ITEMS, off_loop, sliced
 from .fetch_response import PartitionResult, encode
 
 API_KEY = 1
@@ -62,8 +63,7 @@ async def handle(broker, request):
     wanted = [
         # kio reads the zero id (an id never assigned) as None; it is answered as sent
         _resolve(broker, (topic.topic_id or _NO_ID) if by_id else topic.topic, part, by_id)
-        for topic in body.topics
-        for part in topic.partitions
+        async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions)
     ]
     if broker.authorizer is not None:
         _authorize(broker, request, wanted, by_id)
@@ -77,14 +77,15 @@ async def handle(broker, request):
         if total >= min_bytes or failed or remaining <= 0 or broker.stopping or not wanted:
             break
         await _wait_for_data([w.tablet for w in wanted if w.tablet is not None], remaining)
-    _count(broker.metrics, wanted, parts, total)
-    return _response(version, wanted, parts, body.isolation_level == 1)
+    await _count(broker.metrics, wanted, parts, total)
+    return await off_loop(len(wanted) > LARGE_RESPONSE_ITEMS, _response, version, wanted, parts,
+                          body.isolation_level == 1)
 
 
-def _count(metrics, wanted: list[_Wanted], parts, total: int) -> None:
+async def _count(metrics, wanted: list[_Wanted], parts, total: int) -> None:
     """Bytes per topic and error codes (the answer is encoded here, not by kio)."""
     metrics.fetched_bytes += total
-    for want, (code, _hw, _start, batches) in zip(wanted, parts, strict=True):
+    async for want, (code, _hw, _start, batches) in sliced(zip(wanted, parts, strict=True)):
         if code is not ErrorCode.none:
             metrics.response_errors[("fetch", code.name.upper())] += 1
         elif batches:
@@ -124,7 +125,7 @@ async def _read_all(wanted: list[_Wanted], max_bytes: int):
     parts = []
     total = 0
     failed = False
-    for want in wanted:
+    async for want in sliced(wanted):
         tablet = want.tablet
         if tablet is None or tablet.deleted:
             code = want.error if tablet is None else ErrorCode.unknown_topic_or_partition

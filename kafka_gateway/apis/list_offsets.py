@@ -26,6 +26,7 @@ from ..errors import error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
+from ..slicing import sliced
 
 API_KEY = 2
 VERSIONS = (1, 7)
@@ -43,7 +44,7 @@ async def handle(broker, request):
                           (topic.name for topic in request.body.topics))
     for topic in request.body.topics:
         partitions = []
-        for part in topic.partitions:
+        async for part in sliced(topic.partitions):
             try:
                 if topic.name in denied:
                     partitions.append(_answer(schema, part.partition_index, denied[topic.name]))

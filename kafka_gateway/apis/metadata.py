@@ -26,6 +26,7 @@ from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, authorize_cluster
+from ..slicing import sliced
 
 API_KEY = 3
 VERSIONS = (0, 12)
@@ -45,11 +46,12 @@ async def handle(broker, request):
     topics = []
     secured = broker.authorizer is not None
     if requested is None:
-        topics = [_topic(schema, t, node) for t in sorted(broker.engine.topics.values(),
-                                                           key=lambda t: t.name)
+        topics = [await _topic(schema, t, node)
+                  async for t in sliced(sorted(broker.engine.topics.values(),
+                                               key=lambda t: t.name))
                   if not secured or not _describe(broker, request, t.name, log=False)]
     else:
-        for wanted in requested:
+        async for wanted in sliced(requested):
             name = getattr(wanted, "name", None)
             topic_id = getattr(wanted, "topic_id", None)
             if name is None and topic_id not in (None, _NO_ID):
@@ -59,7 +61,7 @@ async def handle(broker, request):
                 elif secured and (code := _describe(broker, request, topic.name)):
                     topics.append(_error(schema, None, code, topic_id))  # ids are not secret
                 else:
-                    topics.append(_topic(schema, topic, node))
+                    topics.append(await _topic(schema, topic, node))
                 continue
             if secured and (code := _describe(broker, request, name or "")):
                 topics.append(_error(schema, name, code))
@@ -85,7 +87,7 @@ def _describe(broker, request, name: str, log: bool = True) -> ErrorCode:
 async def _named(broker, request, schema, name: str, allow_create: bool, node: int):
     topic = broker.engine.topics.get(name)
     if topic is not None:
-        return _topic(schema, topic, node)
+        return await _topic(schema, topic, node)
     creating = allow_create and broker.config.auto_create_topics
     if creating and broker.authorizer is not None and authorize_cluster(
             broker, request, Operation.CREATE, log=False) and (code := authorize(
@@ -101,17 +103,18 @@ async def _named(broker, request, schema, name: str, allow_create: bool, node: i
         topic = await broker.auto_create(name)
     except Exception as exc:
         return _error(schema, name, error_code(exc))
-    return _topic(schema, topic, node)
+    return await _topic(schema, topic, node)
 
 
-def _topic(schema, topic: Topic, node: int):
+async def _topic(schema, topic: Topic, node: int):
+    # A topic may have 10,000 partitions and a node hundreds of thousands: in slices.
     return build(
         schema.MetadataResponseTopic,
         error_code=ErrorCode.none,
         name=topic.name,
         topic_id=topic.topic_id,
         is_internal=False,
-        partitions=tuple(
+        partitions=tuple([
             build(
                 schema.MetadataResponsePartition,
                 error_code=ErrorCode.none,
@@ -122,8 +125,8 @@ def _topic(schema, topic: Topic, node: int):
                 isr_nodes=(node,),
                 offline_replicas=(),
             )
-            for index in range(len(topic.partitions))
-        ),
+            async for index in sliced(range(len(topic.partitions)))
+        ]),
     )
 
 

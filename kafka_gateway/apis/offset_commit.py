@@ -27,6 +27,7 @@ from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
+from ..slicing import sliced
 
 API_KEY = 8
 VERSIONS = (2, 8)
@@ -41,19 +42,18 @@ async def handle(broker, request):
     denied = {} if group_denied else denied_names(broker, request, Operation.READ,
                                                   ResourceType.TOPIC,
                                                   (topic.name for topic in body.topics))
-    for topic in body.topics:
-        for part in topic.partitions:
-            tp = (topic.name, part.partition_index)
-            metadata = part.committed_metadata or ""
-            if code := group_denied or denied.get(topic.name):
-                codes[tp] = code
-            elif not broker.engine.has_partition(*tp):
-                codes[tp] = ErrorCode.unknown_topic_or_partition
-            elif len(metadata.encode()) > max_metadata:
-                codes[tp] = ErrorCode.offset_metadata_too_large
-            else:
-                commits[tp] = OffsetCommit(part.committed_offset,
-                                           getattr(part, "committed_leader_epoch", -1), metadata)
+    async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions):
+        tp = (topic.name, part.partition_index)
+        metadata = part.committed_metadata or ""
+        if code := group_denied or denied.get(topic.name):
+            codes[tp] = code
+        elif not broker.engine.has_partition(*tp):
+            codes[tp] = ErrorCode.unknown_topic_or_partition
+        elif len(metadata.encode()) > max_metadata:
+            codes[tp] = ErrorCode.offset_metadata_too_large
+        else:
+            commits[tp] = OffsetCommit(part.committed_offset,
+                                       getattr(part, "committed_leader_epoch", -1), metadata)
     if commits:
         try:
             group_code = await broker.group_offsets.commit_offsets(
@@ -64,16 +64,13 @@ async def handle(broker, request):
         codes.update(dict.fromkeys(commits, group_code))
 
     schema = response_schema(API_KEY, request.version)
-    return build(
-        schema.OffsetCommitResponse,
-        throttle_time=NO_THROTTLE,
-        topics=tuple(
-            build(schema.OffsetCommitResponseTopic, name=topic.name, partitions=tuple(
-                build(schema.OffsetCommitResponsePartition, partition_index=p.partition_index,
-                      error_code=codes[(topic.name, p.partition_index)])
-                for p in topic.partitions
-            ))
-            for topic in body.topics
-        ),
-    )
+    topics = []
+    for topic in body.topics:  # in the request's order, as Kafka
+        partitions = [build(schema.OffsetCommitResponsePartition,
+                            partition_index=p.partition_index,
+                            error_code=codes[(topic.name, p.partition_index)])
+                      async for p in sliced(topic.partitions)]
+        topics.append(build(schema.OffsetCommitResponseTopic, name=topic.name,
+                            partitions=tuple(partitions)))
+    return build(schema.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
 

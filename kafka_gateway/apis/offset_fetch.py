@@ -21,6 +21,7 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, build, response_schema
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
+from ..slicing import sliced
 
 API_KEY = 9
 VERSIONS = (1, 8)
@@ -30,15 +31,15 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
     if request.version >= 8:
-        return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple(
-            _group(broker, request, schema, g.group_id, g.topics, body.require_stable)
-            for g in body.groups
-        ))
+        return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple([
+            await _group(broker, request, schema, g.group_id, g.topics, body.require_stable)
+            async for g in sliced(body.groups)
+        ]))
     group_denied = _group_denied(broker, request, body.group_id)
     if group_denied and request.version >= 2:
         return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=(),
                      error_code=group_denied)
-    topics = _topics(broker, request, schema, body.group_id, body.topics,
+    topics = await _topics(broker, request, schema, body.group_id, body.topics,
                      getattr(body, "require_stable", False), "OffsetFetchResponseTopic",
                      "OffsetFetchResponsePartition", group_denied)
     return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
@@ -49,21 +50,21 @@ def _group_denied(broker, request, group_id: str) -> ErrorCode:
     return authorize(broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id)
 
 
-def _group(broker, request, schema, group_id, topics, require_stable):
+async def _group(broker, request, schema, group_id, topics, require_stable):
     if group_denied := _group_denied(broker, request, group_id):
         return build(schema.OffsetFetchResponseGroup, group_id=group_id,
                      error_code=group_denied, topics=())
     return build(
         schema.OffsetFetchResponseGroup, group_id=group_id, error_code=ErrorCode.none,
-        topics=_topics(broker, request, schema, group_id, topics, require_stable,
+        topics=await _topics(broker, request, schema, group_id, topics, require_stable,
                        "OffsetFetchResponseTopics", "OffsetFetchResponsePartitions"),
     )
 
 
-def _topics(broker, request, schema, group_id, topics, require_stable, topic_cls,
+async def _topics(broker, request, schema, group_id, topics, require_stable, topic_cls,
             partition_cls, group_denied: ErrorCode = ErrorCode.none):
     wanted = None if topics is None else [
-        (t.name, p) for t in topics for p in t.partition_indexes
+        tp async for tp in sliced((t.name, p) for t in topics for p in t.partition_indexes)
     ]
     if group_denied:  # v1: the group's refusal is told per partition
         found = {tp: (None, group_denied) for tp in wanted or ()}
@@ -72,7 +73,7 @@ def _topics(broker, request, schema, group_id, topics, require_stable, topic_cls
     else:
         found = _described(broker, request, group_id, wanted, require_stable)
     by_topic: dict[str, list] = {}
-    for (topic, partition), (committed, code) in found.items():
+    async for (topic, partition), (committed, code) in sliced(found.items()):
         by_topic.setdefault(topic, []).append(build(
             getattr(schema, partition_cls),
             partition_index=partition,

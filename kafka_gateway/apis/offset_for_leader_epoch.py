@@ -18,6 +18,7 @@ from ..errors import KafkaError, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize_cluster, denied_names
+from ..slicing import sliced
 
 API_KEY = 23
 VERSIONS = (2, 4)
@@ -32,7 +33,7 @@ async def handle(broker, request):
                               (topic.topic for topic in request.body.topics))
     for topic in request.body.topics:
         partitions = []
-        for part in topic.partitions:
+        async for part in sliced(topic.partitions):
             epoch, end = -1, -1
             try:
                 if code := denied.get(topic.topic):

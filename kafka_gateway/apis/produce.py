@@ -49,6 +49,10 @@ v0-2 are answered too, as by Kafka 3.4: librdkafka before 2.11.1 compresses
 schemas for them, so their answer is encoded here; a message set in the old
 formats (magic 0 or 1) gets UNSUPPORTED_FOR_MESSAGE_FORMAT, like any other.
 Requests of every version are read by ``produce_request.decode``.
+
+A request of many partitions appends in slices (slicing.py), holding its
+connection's append lock: the requests of one connection still append in the
+order sent, and the other connections are served in between.
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import struct
+import weakref
 
 from kio.schema.errors import ErrorCode
 
@@ -66,12 +71,16 @@ from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
 from ..errors import KafkaError, error_message, record_errors, txn_error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
+from ..slicing import sliced
 from .produce_request import decode
 
 __all__ = ["API_KEY", "VERSIONS", "decode", "handle"]
 
 API_KEY = 0
 VERSIONS = (0, 9)
+# (broker, connection id) -> its append lock; an entry lives while a request holds it.
+_APPEND_LOCKS: weakref.WeakValueDictionary[tuple[int, int], asyncio.Lock] = (
+    weakref.WeakValueDictionary())
 
 
 async def handle(broker, request):
@@ -79,41 +88,19 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, max(request.version, 3))
     acks = body.acks
     now = now_ms()
-    # Offsets are taken synchronously, in request order, before any await.
     pending: list[tuple[str, int, asyncio.Future | BaseException]] = []
     refused = _refused(broker, request)
     denied = (_denied(broker, request) if broker.authorizer is not None and refused is None
               else None)
-    for topic_data in body.topic_data:
-        for part in topic_data.partition_data:
-            try:
-                if acks not in (-1, 0, 1):
-                    raise KafkaError(
-                        ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
-                    )
-                if refused is not None:
-                    raise refused
-                if denied and topic_data.name in denied:
-                    raise KafkaError(denied[topic_data.name])
-                tablet = broker.engine.partition(topic_data.name, part.index)
-                if part.records is None:
-                    raise KafkaError(ErrorCode.corrupt_message, "null record set")
-                sink = None
-                if (producer := transactional_producer(part.records)) is not None:
-                    if not body.transactional_id:
-                        raise KafkaError(ErrorCode.invalid_request,
-                                         "a transactional id must not be empty")
-                    sink = broker.txns.sink_for(body.transactional_id, *producer,
-                                                topic_data.name, part.index, request.connection)
-                outcome = tablet.append(part.records, now, sink)
-                broker.metrics.produced_bytes += len(part.records)
-                broker.metrics.topic_bytes_in[tablet.topic_id] += len(part.records)
-            except Exception as exc:
-                outcome = exc
-            pending.append((topic_data.name, part.index, outcome))
+    # Offsets are taken in request order, and the requests of a connection take
+    # theirs in the order sent: tasks start in creation order and take the lock
+    # first (without waiting, unless an earlier one still appends in slices).
+    async with _append_lock(broker, request.connection):
+        await _append_all(broker, request, body, acks, now, refused, denied, pending)
 
     results: dict[str, list] = {}
-    for name, index, outcome in pending:
+    # Every append is made: the answers may be built in slices (slicing.py).
+    async for name, index, outcome in sliced(pending):
         try:
             if isinstance(outcome, BaseException):
                 raise outcome
@@ -176,6 +163,49 @@ def _refused(broker, request) -> KafkaError | None:
         return KafkaError(ErrorCode.invalid_producer_id_mapping,
                           "Transactional records contained more than one producer ID")
     return None
+
+
+async def _append_all(broker, request, body, acks: int, now: int,
+                      refused: KafkaError | None, denied,
+                      pending: list[tuple[str, int, asyncio.Future | BaseException]]) -> None:
+    """Append every partition's records, in request order; each outcome to ``pending``."""
+    async for topic_data, part in sliced((t, p) for t in body.topic_data
+                                         for p in t.partition_data):
+        try:
+            if acks not in (-1, 0, 1):
+                raise KafkaError(
+                    ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
+                )
+            if refused is not None:
+                raise refused
+            if denied and topic_data.name in denied:
+                raise KafkaError(denied[topic_data.name])
+            tablet = broker.engine.partition(topic_data.name, part.index)
+            if part.records is None:
+                raise KafkaError(ErrorCode.corrupt_message, "null record set")
+            sink = None
+            if (producer := transactional_producer(part.records)) is not None:
+                if not body.transactional_id:
+                    raise KafkaError(ErrorCode.invalid_request,
+                                     "a transactional id must not be empty")
+                sink = broker.txns.sink_for(body.transactional_id, *producer,
+                                            topic_data.name, part.index, request.connection)
+            outcome = tablet.append(part.records, now, sink)
+            broker.metrics.produced_bytes += len(part.records)
+            broker.metrics.topic_bytes_in[tablet.topic_id] += len(part.records)
+        except Exception as exc:
+            outcome = exc
+        pending.append((topic_data.name, part.index, outcome))
+
+
+def _append_lock(broker, connection: int) -> asyncio.Lock:
+    """The lock a connection's Produce requests take their offsets under (one
+    per connection while any of its requests holds or waits for it)."""
+    key = (id(broker), connection)
+    lock = _APPEND_LOCKS.get(key)
+    if lock is None:
+        lock = _APPEND_LOCKS[key] = asyncio.Lock()
+    return lock
 
 
 def _denied(broker, request) -> dict[str, ErrorCode]:

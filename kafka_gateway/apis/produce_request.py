@@ -100,20 +100,34 @@ class _Reader:
                 self.take(self.uvarint())
 
 
-def decode(frame: memoryview | bytes, pos: int, version: int) -> ProduceRequest:
-    """The body of a Produce request at ``version`` (0-9), starting at ``pos``."""
+def decode(frame: memoryview | bytes, pos: int, version: int,
+           max_items: int = -1) -> ProduceRequest:
+    """The body of a Produce request at ``version`` (0-9), starting at ``pos``,
+    with at most ``max_items`` topics and partitions in all (-1: any number;
+    ``gateway.request.max.array.items``, as bounds.py checks for the others)."""
     reader = _Reader(memoryview(frame), pos, flexible=version >= 9)
+    items_left = max_items
+
+    def counted(count: int) -> int:
+        nonlocal items_left
+        if max_items >= 0:
+            items_left -= count
+            if items_left < 0:
+                raise MalformedRequest(f"ProduceRequest has more than {max_items} array items "
+                                       "(gateway.request.max.array.items)")
+        return count
+
     try:
         transactional_id = reader.string() if version >= 3 else None
         acks = reader.int16()
         timeout_ms = reader.int32()
         topics = []
-        for _ in range(reader.count("ProduceRequest.topic_data")):
+        for _ in range(counted(reader.count("ProduceRequest.topic_data"))):
             name = reader.string()
             if name is None:
                 raise MalformedRequest("null topic name")
             partitions = []
-            for _ in range(reader.count("TopicProduceData.partition_data")):
+            for _ in range(counted(reader.count("TopicProduceData.partition_data"))):
                 index = reader.int32()
                 size = reader.length()
                 partitions.append(

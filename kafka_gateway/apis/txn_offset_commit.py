@@ -12,6 +12,10 @@ UNSTABLE_OFFSET_COMMIT for them. Checked in order:
   answered ILLEGAL_GENERATION, abortable in the Java client
   (CommitFailedException) and in librdkafka alike.
 
+Past the group checks, a partition whose metadata is longer than
+``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE and is not
+staged; the others are (Kafka's GroupMetadataManager.storeOffsets).
+
 Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
 READ on the group (GROUP_AUTHORIZATION_FAILED), both for every partition,
 and READ on each topic (TOPIC_AUTHORIZATION_FAILED).
@@ -31,6 +35,7 @@ from ..errors import txn_error_code
 from ..groups.coordinator import is_valid_group_id
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
+from ..slicing import sliced
 
 API_KEY = 28
 VERSIONS = (0, 3)
@@ -42,14 +47,14 @@ async def handle(broker: Any, request: Request) -> Any:
     wanted = {(topic.name, part.partition_index): OffsetCommit(
                   part.committed_offset, getattr(part, "committed_leader_epoch", -1),
                   part.committed_metadata or "")
-              for topic in body.topics for part in topic.partitions}
+              async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions)}
     refused = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
                         body.transactional_id) or authorize(
         broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic for topic, _index in wanted)) if not refused else {}
     codes = {tp: refused or denied[tp[0]] for tp in wanted if refused or tp[0] in denied}
-    codes.update({tp: ErrorCode.unknown_topic_or_partition for tp in wanted
+    codes.update({tp: ErrorCode.unknown_topic_or_partition async for tp in sliced(wanted)
                   if tp not in codes and not broker.engine.has_partition(*tp)})
     commits = {tp: commit for tp, commit in wanted.items() if tp not in codes}
     code = ErrorCode.none
@@ -59,6 +64,15 @@ async def handle(broker: Any, request: Request) -> Any:
         code = broker.groups.fence_txn_commit(
             body.group_id, getattr(body, "generation_id", -1), getattr(body, "member_id", ""),
             getattr(body, "group_instance_id", None))
+    if code is ErrorCode.none:
+        # As Kafka's GroupMetadataManager.storeOffsets: past the group checks, a
+        # partition whose metadata is too long is refused alone, the rest stored.
+        max_metadata = broker.config.offset_metadata_max_bytes
+        too_large = [tp for tp, commit in commits.items()
+                     if len(commit.metadata.encode()) > max_metadata]
+        codes.update(dict.fromkeys(too_large, ErrorCode.offset_metadata_too_large))
+        for tp in too_large:
+            del commits[tp]
     if code is ErrorCode.none and commits:
         try:
             await broker.txns.txn_offset_commit(
@@ -70,7 +84,7 @@ async def handle(broker: Any, request: Request) -> Any:
             code = txn_error_code(exc, request.version, fenced_since=None)
     codes.update(dict.fromkeys(commits, code))
     by_topic: dict[str, list[Any]] = {}
-    for (topic, index), each in codes.items():
+    async for (topic, index), each in sliced(codes.items()):
         by_topic.setdefault(topic, []).append(build(
             schema.TxnOffsetCommitResponsePartition, partition_index=index, error_code=each))
     return build(schema.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(

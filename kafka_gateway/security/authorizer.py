@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterable
+from functools import partial
 
 from kio.schema.errors import ErrorCode
 
@@ -35,6 +36,7 @@ from tablets.node_records import NodeRecords
 
 from ..limits import BadInputLog
 from ..metrics import Metrics
+from ..slicing import LARGE_RESPONSE_ITEMS, off_loop, sliced
 from .acls import (
     CLUSTER_NAME,
     IMPLIED_BY,
@@ -72,15 +74,43 @@ class Authorizer:
         self._index()
 
     def _index(self) -> None:
-        self.bindings = {AclBinding.decode(raw) for raw in self.records.records}
+        self.bindings: set[AclBinding] = set()
         # (type, name) -> literal bindings; type -> prefixed bindings.
         self._literal: dict[tuple[ResourceType, str], list[AclBinding]] = defaultdict(list)
         self._prefixed: dict[ResourceType, list[AclBinding]] = defaultdict(list)
-        for binding in self.bindings:
-            if binding.pattern_type is PatternType.PREFIXED:
-                self._prefixed[binding.resource_type].append(binding)
-            else:
-                self._literal[(binding.resource_type, binding.name)].append(binding)
+        for raw in self.records.records:
+            self._add(AclBinding.decode(raw))
+
+    # Changes update the index binding by binding, a slice at a time (a
+    # request may name 100,000 of them: see slicing.py).
+    def _add(self, binding: AclBinding) -> None:
+        if binding in self.bindings:
+            return
+        self.bindings.add(binding)
+        if binding.pattern_type is PatternType.PREFIXED:
+            self._prefixed[binding.resource_type].append(binding)
+        else:
+            self._literal[(binding.resource_type, binding.name)].append(binding)
+
+    def _remove(self, binding: AclBinding) -> None:
+        if binding not in self.bindings:
+            return
+        self.bindings.discard(binding)
+        if binding.pattern_type is PatternType.PREFIXED:
+            self._prefixed[binding.resource_type].remove(binding)
+        else:
+            key = (binding.resource_type, binding.name)
+            self._literal[key].remove(binding)
+            if not self._literal[key]:
+                del self._literal[key]
+
+    def _candidates(self, acl_filter: AclFilter) -> Iterable[AclBinding]:
+        """The bindings ``acl_filter`` may match: one resource's for a filter naming
+        one literal resource, else all."""
+        if (acl_filter.resource_type is not ResourceType.ANY and acl_filter.name is not None
+                and acl_filter.pattern_type is PatternType.LITERAL):
+            return tuple(self._literal.get((acl_filter.resource_type, acl_filter.name), ()))
+        return self.bindings
 
     # ---------------------------------------------------------------- checks
     def _applicable(self, rtype: ResourceType, name: str) -> list[AclBinding]:
@@ -145,21 +175,27 @@ class Authorizer:
                      address, operation.name, rtype.name, client_text(name))
 
     # --------------------------------------------------------------- changes
-    async def create(self, bindings: Iterable[AclBinding]) -> None:
-        await self.records.change({b.encode(): b"" for b in bindings})
-        self._index()
+    async def create(self, bindings: list[AclBinding]) -> None:
+        await self.records.change({b.encode(): b"" async for b in sliced(bindings)})
+        async for binding in sliced(bindings):
+            self._add(binding)
 
     async def delete(self, filters: list[AclFilter]) -> list[list[AclBinding]]:
         """Delete every binding each filter matches; per filter, what it deleted."""
-        matched = [sorted((b for b in self.bindings if f.matches(b)), key=_order) for f in filters]
-        gone = {b.encode() for found in matched for b in found}
+        matched = [sorted([b async for b in sliced(self._candidates(f)) if f.matches(b)],
+                          key=_order) async for f in sliced(filters)]
+        gone = {b for found in matched for b in found}
         if gone:
-            await self.records.change({}, gone)
-            self._index()
+            await self.records.change({}, [b.encode() async for b in sliced(gone)])
+            async for binding in sliced(gone):
+                self._remove(binding)
         return matched
 
-    def describe(self, acl_filter: AclFilter) -> list[AclBinding]:
-        return sorted((b for b in self.bindings if acl_filter.matches(b)), key=_order)
+    async def describe(self, acl_filter: AclFilter) -> list[AclBinding]:
+        found = [b async for b in sliced(self._candidates(acl_filter)) if acl_filter.matches(b)]
+        # Sorting 50,000 bindings takes a while: on the worker thread (immutable values).
+        return await off_loop(len(found) > LARGE_RESPONSE_ITEMS, partial(sorted, key=_order),
+                              found)
 
 
 def _order(binding: AclBinding) -> tuple:
