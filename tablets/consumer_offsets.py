@@ -56,6 +56,11 @@ class CommittedOffset:
     # The transactional id whose transaction committed it ("" for OffsetCommit):
     # the offset-range check lets a transaction re-commit its own offset.
     committer: str = ""
+    # Who committed it, as the caller names it (the gateway: a group member
+    # and its generation, for a plain commit of a member); "" when unknown.
+    # Kept in memory only: a restart forgets it, which makes the conflict
+    # checks stricter, never looser.
+    member: str = ""
 
     def encode(self) -> bytes:
         committer = self.committer.encode()
@@ -141,7 +146,7 @@ class ConsumerOffsets:
     # ------------------------------------------------------------ writing
     def stage(
         self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int, ops: Ops,
-        committer: str = "",
+        committer: str = "", member: str = "",
     ) -> dict[TopicPartition, CommittedOffset]:
         """Add a commit to ``ops`` (which may carry other changes, e.g. a
         transaction's, whose id is the ``committer``); call ``publish`` with
@@ -154,7 +159,7 @@ class ConsumerOffsets:
         for (topic, partition), commit in commits.items():
             self._last_version += 1
             record = CommittedOffset(commit.offset, commit.leader_epoch, commit.metadata, now_ms,
-                                     self._last_version, committer)
+                                     self._last_version, committer, member)
             ops.put(keys.consumer_offset_key(group, topic, partition), record.encode())
             staged[(topic, partition)] = record
             self._in_flight[(group, (topic, partition))] = record
@@ -173,13 +178,14 @@ class ConsumerOffsets:
                 offsets[tp] = record
 
     async def commit(
-        self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int
+        self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int,
+        member: str = "",
     ) -> None:
         """Store offsets in one atomic write; visible once it is in the WAL."""
         if not commits:
             return
         ops = Ops()
-        staged = self.stage(group, commits, now_ms, ops)
+        staged = self.stage(group, commits, now_ms, ops, member=member)
         await self.writer.submit(ops)
         self.publish(group, staged)
 
