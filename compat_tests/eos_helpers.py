@@ -33,7 +33,10 @@ from java_helpers import LinesProcess
 SOURCE_PARTITIONS = 4
 PHASES = (200, 150, 150)  # records produced in each phase
 TOTAL = sum(PHASES)
-WAIT_S = 120  # for each phase's records to be committed
+WAIT_S = 120  # for a rebalance
+# For each phase's records to be committed (seconds when nothing is refused);
+# a stalled phase is reported with the figures, within the test's timeout.
+COMMIT_WAIT_S = 60
 # A rebalance may cost an instance a transaction or two (Kafka: none); a
 # transaction refused for ever costs one every poll (~90 in 45 s measured).
 MAX_ABORTS = 4
@@ -119,7 +122,7 @@ def committed_total(*processes: LinesProcess) -> int:
     return sum((latest(p, "committed") or {"total": 0})["total"] for p in processes)
 
 
-def settle(condition: Callable[[], bool], timeout: float = WAIT_S) -> bool:
+def settle(condition: Callable[[], bool], timeout: float = COMMIT_WAIT_S) -> bool:
     """Whether ``condition`` holds within ``timeout`` (a stalled phase is
     reported with the figures, not raised here)."""
     deadline = time.monotonic() + timeout

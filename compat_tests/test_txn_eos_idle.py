@@ -77,6 +77,7 @@ def assert_same_outcome(outcomes: dict) -> None:
         assert_exactly_once(outcome, f"{name} ({figures})")
 
 
+@pytest.mark.timeout(600)  # both servers; a stalled phase waits COMMIT_WAIT_S
 def test_java_eos_example_survives_rebalances_that_leave_partitions_idle(
         gateway, kafka_broker, java_classes):
     before = offset_commits(gateway)
@@ -86,6 +87,7 @@ def test_java_eos_example_survives_rebalances_that_leave_partitions_idle(
     assert_same_outcome(outcomes)
 
 
+@pytest.mark.timeout(600)
 def test_confluent_eos_loop_survives_rebalances_that_leave_partitions_idle(
         gateway, kafka_broker):
     before = offset_commits(gateway)
@@ -94,6 +96,7 @@ def test_confluent_eos_loop_survives_rebalances_that_leave_partitions_idle(
     assert_same_outcome(outcomes)
 
 
+@pytest.mark.timeout(600)
 def test_confluent_eos_loop_with_auto_commit_left_on_loses_nothing(gateway, kafka_broker):
     """librdkafka auto-commits the offsets of the records it handed out (the
     end of the batch the open transaction is processing): were that commit
@@ -108,6 +111,7 @@ def test_confluent_eos_loop_with_auto_commit_left_on_loses_nothing(gateway, kafk
     assert_same_outcome(outcomes)
 
 
+@pytest.mark.timeout(600)
 def test_java_eos_example_with_auto_commit_left_on_loses_nothing(
         gateway, kafka_broker, java_classes):
     before = offset_commits(gateway)

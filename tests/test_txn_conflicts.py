@@ -238,6 +238,44 @@ def test_a_member_fenced_offset_below_the_committed_one_conflicts(tmp_path):
     run(tmp_path, phase)
 
 
+def test_two_producers_of_one_member_may_not_both_claim_a_range(tmp_path):
+    """The exception to the exception: an unchanged offset that the same member
+    (same member id and generation) committed through another transactional
+    id after this transaction began is the end of a range both claim (two
+    producers sharing one consumer's group metadata): it conflicts, when it
+    is sent after the other's commit and when that commit comes in between."""
+
+    async def phase(env: Env) -> None:
+        for late_offsets in (True, False):
+            tp = ("a", 0) if late_offsets else ("a", 1)
+            a_pid, a_epoch = await open_txn(env, "A")
+            b_pid, b_epoch = await open_txn(env, "B")
+            await env.txns.txn_offset_commit("A", a_pid, a_epoch, GROUP, {tp: OffsetCommit(5)},
+                                             member=A_MEMBER)
+            if not late_offsets:  # B stages [0, 5) too, before A commits
+                await env.txns.txn_offset_commit("B", b_pid, b_epoch, GROUP,
+                                                 {tp: OffsetCommit(5)}, member=A_MEMBER)
+            await env.txns.end_txn("A", a_pid, a_epoch, True)
+            assert env.offsets.committed(GROUP, *tp).member == A_MEMBER
+            with pytest.raises(TxnConflict):
+                if late_offsets:
+                    await env.txns.txn_offset_commit("B", b_pid, b_epoch, GROUP,
+                                                     {tp: OffsetCommit(5)}, member=A_MEMBER)
+                else:
+                    await env.txns.end_txn("B", b_pid, b_epoch, True)
+            await env.txns.end_txn("B", b_pid, b_epoch, False)
+            assert [v for _, v in await env.record_values(("b", 0))].count(b"B") == 0
+        assert env.txns.stats.conflicts == 2
+        # Begun after A's commit, B re-sends it unchanged: an empty range.
+        b_pid, b_epoch = await open_txn(env, "B")
+        await env.txns.txn_offset_commit("B", b_pid, b_epoch, GROUP, {("a", 0): OffsetCommit(5)},
+                                         member=A_MEMBER)
+        await env.txns.end_txn("B", b_pid, b_epoch, True)
+        assert env.txns.stats.conflicts == 2
+
+    run(tmp_path, phase)
+
+
 def test_member_fenced_offsets_survive_a_restart_and_old_states_decode(tmp_path):
     """Which staged offsets were member-fenced is stored with the transaction's
     state, so the EndTxn re-check after a restart applies the same rule; a

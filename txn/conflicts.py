@@ -23,7 +23,9 @@ the hung worker, so
   and passes, whoever committed it and whatever the version: after a
   rebalance an EOS v2 application re-sends, for a partition it took over and
   has no new records of, the offset its predecessor's transactional id
-  committed;
+  committed. Except when the same member committed that offset through
+  another transactional id after this transaction began: two producers of
+  one consumer both claim the range that ends there (rule 1);
 - a plain OffsetCommit of the same member in the same generation is not a
   rival's commit (rule 1 skips it): it is this consumer's own auto-commit,
   left on in an EOS loop. Kafka lets both land; so does the gateway.
@@ -52,10 +54,13 @@ def offset_conflict(offsets: ConsumerOffsets, group: str,
         if current is None:
             continue
         member = members.get((topic, partition), "")
-        if member and commit.offset == current.offset:
+        moved = current.version > begin_version
+        same_member = bool(member) and current.member == member
+        twin = moved and same_member and current.committer not in ("", transactional_id)
+        if member and commit.offset == current.offset and not twin:
             continue  # an empty range, and the generation fences the hung worker
-        own_auto_commit = bool(member) and not current.committer and current.member == member
-        if current.version > begin_version and not own_auto_commit:
+        own_auto_commit = same_member and not current.committer
+        if moved and not own_auto_commit:
             return (f"group {group} {topic}-{partition}: offset {current.offset} was committed "
                     f"after this transaction began (version {current.version} > "
                     f"{begin_version})")

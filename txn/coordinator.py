@@ -410,7 +410,8 @@ class TransactionCoordinator:
             blobs = [blob for blob in opened.data.blobs.get((topic, index), [])
                      if blob.key.startswith(own)]
             publishers.append(tablet.stage_commit(blobs, marker, ops))
-        staged = {group: self.offsets.stage(group, commits, now, ops, meta.transactional_id)
+        staged = {group: self.offsets.stage(group, commits, now, ops, meta.transactional_id,
+                                            meta.members.get(group))
                   for group, commits in meta.offsets.items()}
 
         def publish() -> None:
