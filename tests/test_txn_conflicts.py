@@ -284,12 +284,26 @@ def test_member_fenced_offsets_survive_a_restart_and_old_states_decode(tmp_path)
 
     async def staged(env: Env) -> None:
         await env.offsets.commit(GROUP, {("a", 0): OffsetCommit(5)}, env.clock())
+        pid, epoch = await open_txn(env, "C")
+        await env.txns.txn_offset_commit("C", pid, epoch, GROUP, {("a", 0): OffsetCommit(5)},
+                                         member=B_MEMBER)
+        # The predecessor's unchanged commit after C began: C may pass it
+        # while the gateway knows whose it is.
+        await env.offsets.commit(GROUP, {("a", 0): OffsetCommit(5)}, env.clock(), A_MEMBER)
         pid, epoch = await open_txn(env, "B")
         await env.txns.txn_offset_commit("B", pid, epoch, GROUP, {("a", 0): OffsetCommit(5)},
                                          member=B_MEMBER)
-        await env.offsets.commit(GROUP, {("a", 0): OffsetCommit(5)}, env.clock())  # unchanged
 
     async def committed(env: Env) -> None:
+        # The member of a commit is kept in memory, as membership is: after
+        # the restart the commit after C began is nobody's known member's,
+        # and C conflicts (stricter, never looser).
+        c = env.txns.describe("C")
+        with pytest.raises(TxnConflict):
+            await env.txns.end_txn("C", c.producer_id, c.epoch, True, env.connect())
+        # B's offset was committed (by a plain commit, not B's) before B
+        # began: member-fenced, B still commits after the restart, where a
+        # commit without membership would conflict (rule 2).
         meta = env.txns.describe("B")
         assert meta.members == {GROUP: {("a", 0): B_MEMBER}}
         await env.txns.end_txn("B", meta.producer_id, meta.epoch, True, env.connect())

@@ -20,12 +20,14 @@ commit without membership) is *member-fenced*: the generation already fences
 the hung worker, so
 
 - an unchanged offset (``new`` == the committed offset) claims an empty range
-  and passes, whoever committed it and whatever the version: after a
-  rebalance an EOS v2 application re-sends, for a partition it took over and
-  has no new records of, the offset its predecessor's transactional id
-  committed. Except when the same member committed that offset through
-  another transactional id after this transaction began: two producers of
-  one consumer both claim the range that ends there (rule 1);
+  and passes, whoever committed it: after a rebalance an EOS v2 application
+  re-sends, for a partition it took over and has no new records of, the
+  offset its predecessor's transactional id committed. When that offset was
+  committed after this transaction began, it passes only when the commit is
+  known to come from another member (the predecessor) or from this member's
+  own plain commit; the same member through another transactional id (two
+  producers of one consumer both claim the range that ends there), a commit
+  without membership, or one whose member a restart forgot: rule 1;
 - a plain OffsetCommit of the same member in the same generation is not a
   rival's commit (rule 1 skips it): it is this consumer's own auto-commit,
   left on in an EOS loop. Kafka lets both land; so does the gateway.
@@ -56,10 +58,12 @@ def offset_conflict(offsets: ConsumerOffsets, group: str,
         member = members.get((topic, partition), "")
         moved = current.version > begin_version
         same_member = bool(member) and current.member == member
-        twin = moved and same_member and current.committer not in ("", transactional_id)
-        if member and commit.offset == current.offset and not twin:
-            continue  # an empty range, and the generation fences the hung worker
         own_auto_commit = same_member and not current.committer
+        predecessor = bool(member) and bool(current.member) and not same_member
+        if member and commit.offset == current.offset and (
+                not moved or predecessor or own_auto_commit
+                or current.committer == transactional_id):
+            continue  # an empty range, and the generation fences the hung worker
         if moved and not own_auto_commit:
             return (f"group {group} {topic}-{partition}: offset {current.offset} was committed "
                     f"after this transaction began (version {current.version} > "
