@@ -152,6 +152,10 @@ def run_scenario(bootstrap: str, start: Callable[[str], LinesProcess], topics: d
         b.wait_until(lambda _lines: bool(assignment(b)) and sorted(
             assignment(a) + assignment(b)) == everything, WAIT_S, "the rebalance to A and B")
         busy = [min(assignment(a)), min(assignment(b))]
+        # The premise: each instance keeps a partition that gets no records
+        # now, whose offset A's transactional id committed in phase 1.
+        assert set(assignment(a)) - set(busy) and set(assignment(b)) - set(busy), (
+            f"no idle partition: A {assignment(a)}, B {assignment(b)}")
         produced += produce(bootstrap, source, 2, busy, PHASES[1])
         phase2 = sum(PHASES[:2])
         if not settle(lambda: committed_total(a, b) == phase2):
