@@ -72,22 +72,22 @@ def step(lines: list[dict], op: str) -> dict:
     return found
 
 
-class JavaProcess:
-    """A Java program running in the background, its JSON lines collected as they come.
+class LinesProcess:
+    """A program running in the background, its JSON stdout lines collected as
+    they come (any program: a Java one is ``JavaProcess``).
 
     Its stdin stays open: ``finish()`` writes "stop" and closes it, and the
-    program ends by itself.
+    program ends by itself. ``gateway`` is the server it talks to (its log
+    tail goes into a failure).
     """
 
-    def __init__(self, gateway: GatewayProcess, classes: Path, program: str, command: str,
-                 *args: str) -> None:
+    def __init__(self, gateway: GatewayProcess, name: str, command: list[str]) -> None:
         self.gateway = gateway
-        self.name = f"{program} {command}"
+        self.name = name
         self.lines: list[dict] = []
         self.process = subprocess.Popen(
-            jvm.java_command(main_class(program), command, "--bootstrap", gateway.bootstrap,
-                             *args, classes=classes),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
         self._stderr: list[str] = []
         self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
                          threading.Thread(target=self._read_stderr, daemon=True)]
@@ -148,3 +148,14 @@ class JavaProcess:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(timeout=10)
+
+
+class JavaProcess(LinesProcess):
+    """A Java program (jvm/src) running in the background: ``PROGRAM COMMAND
+    --bootstrap GATEWAY ARGS``."""
+
+    def __init__(self, gateway: GatewayProcess, classes: Path, program: str, command: str,
+                 *args: str) -> None:
+        super().__init__(gateway, f"{program} {command}", jvm.java_command(
+            main_class(program), command, "--bootstrap", gateway.bootstrap, *args,
+            classes=classes))

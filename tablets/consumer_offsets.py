@@ -56,6 +56,12 @@ class CommittedOffset:
     # The transactional id whose transaction committed it ("" for OffsetCommit):
     # the offset-range check lets a transaction re-commit its own offset.
     committer: str = ""
+    # Who committed it, as the caller names it (the gateway: the group member
+    # and its generation, of a plain commit or of a transaction's member-fenced
+    # TxnOffsetCommit); "" when unknown.
+    # Kept in memory only: a restart forgets it, which makes the conflict
+    # checks stricter, never looser.
+    member: str = ""
 
     def encode(self) -> bytes:
         committer = self.committer.encode()
@@ -141,7 +147,7 @@ class ConsumerOffsets:
     # ------------------------------------------------------------ writing
     def stage(
         self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int, ops: Ops,
-        committer: str = "",
+        committer: str = "", members: Mapping[TopicPartition, str] | None = None,
     ) -> dict[TopicPartition, CommittedOffset]:
         """Add a commit to ``ops`` (which may carry other changes, e.g. a
         transaction's, whose id is the ``committer``); call ``publish`` with
@@ -154,7 +160,8 @@ class ConsumerOffsets:
         for (topic, partition), commit in commits.items():
             self._last_version += 1
             record = CommittedOffset(commit.offset, commit.leader_epoch, commit.metadata, now_ms,
-                                     self._last_version, committer)
+                                     self._last_version, committer,
+                                     (members or {}).get((topic, partition), ""))
             ops.put(keys.consumer_offset_key(group, topic, partition), record.encode())
             staged[(topic, partition)] = record
             self._in_flight[(group, (topic, partition))] = record
@@ -173,13 +180,15 @@ class ConsumerOffsets:
                 offsets[tp] = record
 
     async def commit(
-        self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int
+        self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int,
+        member: str = "",
     ) -> None:
         """Store offsets in one atomic write; visible once it is in the WAL."""
         if not commits:
             return
         ops = Ops()
-        staged = self.stage(group, commits, now_ms, ops)
+        staged = self.stage(group, commits, now_ms, ops,
+                            members=dict.fromkeys(commits, member) if member else None)
         await self.writer.submit(ops)
         self.publish(group, staged)
 

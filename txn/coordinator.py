@@ -277,6 +277,7 @@ class TransactionCoordinator:
             meta.partitions.clear()
             meta.groups.clear()
             meta.offsets.clear()
+            meta.members.clear()
             meta.doomed = None
             data = PendingData(meta.instance, self.budget, self.stored,
                                self._doomer(meta, meta.instance))
@@ -330,12 +331,14 @@ class TransactionCoordinator:
     # ------------------------------------------------------ TxnOffsetCommit
     async def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
                                 group: str, commits: Mapping[TopicPartition, OffsetCommit],
-                                connection: int = -1) -> None:
+                                connection: int = -1, member: str = "") -> None:
         """Stage a group's offsets in the open transaction (written at commit).
 
         Raises TxnConflict when the offset-range check fails; the transaction
         is then doomed: it can only abort. The caller checked KIP-447's
-        generation and member fences first.
+        generation and member fences first; ``member`` names the member when
+        the request carried one and the generation (else ""), which the
+        check treats apart (``conflicts.py``), here and at EndTxn.
         """
         async with self._lock(transactional_id):
             meta = self._current(transactional_id, producer_id, epoch)
@@ -344,14 +347,22 @@ class TransactionCoordinator:
                     f"{transactional_id}: group {group} was not added to a transaction "
                     "(AddOffsetsToTxn)")
             self._touch(meta, connection)
+            members = dict.fromkeys(commits, member) if member else {}
             reason = meta.doomed or offset_conflict(self.offsets, group, commits,
-                                                    meta.begin_version, transactional_id)
+                                                    meta.begin_version, transactional_id,
+                                                    members)
             if reason is not None:
                 await self._doom(meta, reason)
                 raise TxnConflict(reason)
             staged = meta.offsets.setdefault(group, {})
             new = [tp for tp in commits if tp not in staged]
             staged.update(commits)
+            fenced = meta.members.setdefault(group, {})
+            for tp in commits:
+                if member:
+                    fenced[tp] = member
+                else:
+                    fenced.pop(tp, None)
             ops = Ops()
             self._put(meta, ops)
             await self.writer.submit(ops)
@@ -425,7 +436,7 @@ class TransactionCoordinator:
             if commit and reason is None:
                 for group, commits in meta.offsets.items():
                     reason = offset_conflict(self.offsets, group, commits, meta.begin_version,
-                                             transactional_id)
+                                             transactional_id, meta.members.get(group))
                     if reason is not None:
                         break
                 if reason is not None and meta.doomed is None:
@@ -470,7 +481,8 @@ class TransactionCoordinator:
             blobs = [blob for blob in opened.data.blobs.get((topic, index), [])
                      if blob.key.startswith(own)]
             publishers.append(tablet.stage_commit(blobs, marker, ops))
-        staged = {group: self.offsets.stage(group, commits, now, ops, meta.transactional_id)
+        staged = {group: self.offsets.stage(group, commits, now, ops, meta.transactional_id,
+                                            meta.members.get(group))
                   for group, commits in meta.offsets.items()}
 
         def publish() -> None:

@@ -88,6 +88,10 @@ class TxnMetadata:
     offsets: dict[str, dict[TopicPartition, OffsetCommit]] = field(default_factory=dict)
     groups: set[str] = field(default_factory=set)  # AddOffsetsToTxn
     doomed: str | None = None  # why the open transaction can only abort
+    # group -> partition -> the member (kafka_gateway.groups.fences.member_tag) whose
+    # TxnOffsetCommit staged it, for staged offsets that were member-fenced
+    # (KIP-447): EndTxn's re-check applies the same rule (txn.conflicts).
+    members: dict[str, dict[TopicPartition, str]] = field(default_factory=dict)
 
     def move(self, state: TxnState) -> None:
         if state not in TRANSITIONS[self.state]:
@@ -111,6 +115,8 @@ class TxnMetadata:
                             for (t, p), c in sorted(o.items())]
                         for g, o in self.offsets.items()},
             "doomed": self.doomed,
+            "members": {g: [[t, p, m] for (t, p), m in sorted(o.items())]
+                        for g, o in self.members.items() if o},
         }, separators=(",", ":")).encode()
 
     @classmethod
@@ -125,6 +131,8 @@ class TxnMetadata:
             {g: {(t, p): OffsetCommit(o, e, m) for t, p, o, e, m in rows}
              for g, rows in d["offsets"].items()},
             set(d["groups"]), d["doomed"],
+            # Absent in states written before member-fenced offsets were kept.
+            {g: {(t, p): m for t, p, m in rows} for g, rows in d.get("members", {}).items()},
         )
 
 

@@ -8,7 +8,9 @@ UNSTABLE_OFFSET_COMMIT for them. Checked in order:
   (UNKNOWN_MEMBER_ID, ILLEGAL_GENERATION, FENCED_INSTANCE_ID);
 - the producer's id and epoch against its transaction (INVALID_PRODUCER_EPOCH,
   fatal for every client), and that AddOffsetsToTxn named the group;
-- the optimistic offset-range check: a conflict dooms the transaction and is
+- the optimistic offset-range check (``txn.conflicts``; a commit that sent a
+  generation and a member id and passed the fences is member-fenced, and an
+  unchanged offset then passes): a conflict dooms the transaction and is
   answered ILLEGAL_GENERATION, abortable in the Java client
   (CommitFailedException) and in librdkafka alike.
 
@@ -32,7 +34,7 @@ from txn.errors import TxnConflict
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import txn_error_code
-from ..groups.coordinator import is_valid_group_id
+from ..groups.coordinator import is_valid_group_id, member_tag
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
@@ -58,12 +60,12 @@ async def handle(broker: Any, request: Request) -> Any:
                   if tp not in codes and not broker.engine.has_partition(*tp)})
     commits = {tp: commit for tp, commit in wanted.items() if tp not in codes}
     code = ErrorCode.none
+    generation, member_id = getattr(body, "generation_id", -1), getattr(body, "member_id", "")
     if not is_valid_group_id(body.group_id, allow_empty=False):
         code = ErrorCode.invalid_group_id
     else:
         code = broker.groups.fence_txn_commit(
-            body.group_id, getattr(body, "generation_id", -1), getattr(body, "member_id", ""),
-            getattr(body, "group_instance_id", None))
+            body.group_id, generation, member_id, getattr(body, "group_instance_id", None))
     if code is ErrorCode.none:
         # As Kafka's GroupMetadataManager.storeOffsets: past the group checks, a
         # partition whose metadata is too long is refused alone, the rest stored.
@@ -75,9 +77,11 @@ async def handle(broker: Any, request: Request) -> Any:
             del commits[tp]
     if code is ErrorCode.none and commits:
         try:
+            # Member-fenced (a generation and a member, and the fence passed):
+            # the range check lets an unchanged offset pass (txn.conflicts).
             await broker.txns.txn_offset_commit(
                 body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
-                commits, request.connection)
+                commits, request.connection, member_tag(generation, member_id or ""))
         except TxnConflict:
             code = ErrorCode.illegal_generation
         except Exception as exc:

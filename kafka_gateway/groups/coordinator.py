@@ -43,6 +43,7 @@ from tablets.tablet import now_ms
 from ..config import GatewayConfig
 from .fences import Fences
 from .fences import is_valid_group_id as is_valid_group_id  # the handlers' import
+from .fences import member_tag as member_tag
 from .group import Group, GroupState, JoinResult, Member, SyncResult
 from .join import JoinPhase
 from .join import JoinRequest as JoinRequest  # re-exported, as the package does

@@ -20,6 +20,13 @@ def is_valid_group_id(group_id: str, allow_empty: bool) -> bool:
     return "\x00" not in group_id and (allow_empty or bool(group_id))
 
 
+def member_tag(generation_id: int, member_id: str) -> str:
+    """Who a commit that passed the group fences came from, for the offset
+    conflict checks: the member and its generation, or "" when the commit
+    carried no membership (generation -1 or no member id: ``assign()``)."""
+    return f"{generation_id}/{member_id}" if generation_id >= 0 and member_id else ""
+
+
 class Fences(Rebalancer):
     """The member and generation checks, over the rebalancer's groups."""
 

@@ -21,7 +21,8 @@ from tablets.tablet import now_ms
 
 from ..config import GatewayConfig
 from .consumer_protocol import PROTOCOL_TYPE
-from .coordinator import GroupCoordinator, is_valid_group_id
+from .coordinator import GroupCoordinator
+from .fences import is_valid_group_id, member_tag
 from .group import GroupState
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,11 @@ class GroupOffsets:
                              commits: Mapping[TopicPartition, OffsetCommit]) -> ErrorCode:
         error = self.membership.fence_commit(group_id, generation_id, member_id, instance_id)
         if error is ErrorCode.none:
-            await self.offsets.commit(group_id, commits, self.clock())
+            # The member is kept with the offsets: a transaction of the same
+            # member (auto-commit left on in an EOS loop) does not take this
+            # commit for a rival's (txn.conflicts).
+            await self.offsets.commit(group_id, commits, self.clock(),
+                                      member_tag(generation_id, member_id))
         return error
 
     # ---------------------------------------------------------- OffsetFetch
