@@ -43,8 +43,17 @@ def kafka_broker(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def java_classes():
-    """The Java test programs of compat_tests/jvm/src, compiled once per session."""
+    """The Java test programs of compat_tests/jvm/src, compiled once per session
+    against the 3.4.1 client and Kafka Streams."""
     return jvm.compile_java()
+
+
+@pytest.fixture(scope="session", params=jvm.LINES,
+                ids=lambda pom: f"java-{jvm.kafka_version(pom)}")
+def java_line_classes(request):
+    """The same programs compiled against each client line, 3.4.1 and 4.x
+    (compat_tests/jvm/kafka4/pom.xml): a test taking this runs on both."""
+    return jvm.compile_java(pom=request.param)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ def group_name() -> str:
 
 
 @pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
-def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_classes,
+def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_line_classes,
                                                                  topic_name, assignor):
     """Member a joins alone and holds all four partitions; b joins and they split
     them (eager range revokes everything first, cooperative-sticky only what
@@ -39,7 +39,7 @@ def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_cl
     create_topic(gateway, topic_name, partitions=PARTITIONS)
     group = group_name()
     args = ("--topic", topic_name, "--group", group, "--partitions", str(PARTITIONS))
-    lines = run_java(gateway, java_classes, "GroupCheck", "split", *args,
+    lines = run_java(gateway, java_line_classes, "GroupCheck", "split", *args,
                      "--assignor", assignor, "--per-partition", str(PER_PARTITION))
     split = step(lines, "split")
     if assignor == "range":  # range orders members by id, which starts with the client id
@@ -73,7 +73,7 @@ def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_cl
     assert commits["sent"] == commits["completed"] >= 1
     assert commits["errors"] == []
 
-    lines = run_java(gateway, java_classes, "GroupCheck", "resume", *args)
+    lines = run_java(gateway, java_line_classes, "GroupCheck", "resume", *args)
     assert step(lines, "committed")["offsets"] == {
         str(p): [PER_PARTITION, ""] for p in range(PARTITIONS)}
     c = step(lines, "member")
@@ -84,13 +84,13 @@ def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_cl
     assert describe_group(gateway, group)["state"] == "Empty"
 
 
-def test_consumer_group_admin(gateway, java_classes, topic_name):
+def test_consumer_group_admin(gateway, java_line_classes, topic_name):
     """listConsumerGroups (with a state filter), describeConsumerGroups,
     listConsumerGroupOffsets, alterConsumerGroupOffsets, deleteConsumerGroupOffsets
     and deleteConsumerGroups, on a group with a subscribed member and on one
     known only by the offsets an assign()-ing consumer committed."""
     group, standalone = group_name(), group_name()
-    lines = run_java(gateway, java_classes, "AdminCheck", "groups", "--topic", topic_name,
+    lines = run_java(gateway, java_line_classes, "AdminCheck", "groups", "--topic", topic_name,
                      "--group", group, "--standalone", standalone)
     ops = by_op(lines)
 
