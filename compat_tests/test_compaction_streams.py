@@ -1,4 +1,4 @@
-"""Kafka Streams 3.4.1, exactly_once_v2, counting per key with its state on
+"""Kafka Streams 3.4.1 and 4.4.0, exactly_once_v2, counting per key with its state on
 the gateway: the store's changelog (a compacted topic Streams creates) and
 the repartition topic of the groupBy. Program: jvm/src/compaction/CountStreams.java.
 

@@ -1,4 +1,4 @@
-"""Kafka Streams 3.4.1 with processing.guarantee=exactly_once_v2 against the
+"""Kafka Streams 3.4.1 and 4.4.0 (``java_line_classes``) with exactly_once_v2, against the
 gateway: a stateless reshard (source -> selectKey(user id from the value) ->
 to(target), so the target is partitioned by user), run to completion, then
 killed with SIGKILL mid-stream and restarted with the same application.id.

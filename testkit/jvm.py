@@ -7,9 +7,10 @@
 Jars come from ``compat_tests/jvm/pom.xml`` through ``mvn
 dependency:copy-dependencies`` into a cache outside git (``$KAFKA_GATEWAY_JVM_CACHE``,
 default ``~/.cache/kafka-gateway/jvm``), keyed by the pom's hash so a changed pom
-resolves again. Spark's Kafka connector has its own pom (``SPARK_POM``), resolved
-the same way into its own directory: ``resolve(SPARK_POM)``; spark_jobs finds it
-there.
+resolves again. Spark's Kafka connector has its own pom per PySpark line
+(``SPARK_POM`` for Spark 4, ``SPARK35_POM`` for 3.5; ``spark_pom(version)``
+picks the installed pyspark's), resolved the same way into its own directory;
+spark_jobs finds it there.
 
 Two lines of the Java client and Kafka Streams: 3.4.1 (``POM``, with the
 reference broker) and 4.x (``KAFKA4_POM``). ``compile_java(pom=KAFKA4_POM)``
@@ -31,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 JVM_DIR = ROOT / "compat_tests" / "jvm"
 POM = JVM_DIR / "pom.xml"
-SPARK_POM = JVM_DIR / "spark" / "pom.xml"
+SPARK_POM = JVM_DIR / "spark" / "pom.xml"  # the default PySpark 4 line's connector
+SPARK35_POM = JVM_DIR / "spark35" / "pom.xml"  # the PySpark 3.5 line's
 KAFKA4_POM = JVM_DIR / "kafka4" / "pom.xml"
 # The Java client lines the tests run on both: (pom, name used in test ids).
 LINES = (POM, KAFKA4_POM)
@@ -96,6 +98,16 @@ def kafka_version(pom: Path = POM) -> str:
     if match is None:
         raise ValueError(f"{pom} sets no kafka.version")
     return match.group(1)
+
+
+def spark_pom(version: str) -> Path:
+    """The connector pom for pyspark ``version``: the one whose spark.version it is."""
+    for pom in (SPARK_POM, SPARK35_POM):
+        if f"<spark.version>{version}</spark.version>" in pom.read_text():
+            return pom
+    raise ValueError(f"no connector pom for pyspark {version}: {SPARK_POM} and "
+                     f"{SPARK35_POM} pin other versions (pyproject.toml's `spark` and "
+                     "`spark35` extras pin the ones tested)")
 
 
 def classpath(*extra: Path, pom: Path = POM) -> str:
