@@ -135,8 +135,7 @@ run_pytest() {
   fi
   return "$status"
 }
-SPARK_TESTS=(compat_tests/test_spark_jobs.py compat_tests/test_spark_reshard.py
-             compat_tests/test_spark_source.py)
+SPARK_TESTS=(compat_tests/test_spark_*.py)  # the jobs, reshard, Spark's Kafka source
 SPARK35_PYTEST=(env "KAFKA_GATEWAY_EXPECT_PYSPARK=$SPARK35_VERSION" "$SPARK35_VENV/bin/python"
                 -m pytest -q -p no:cacheprovider)
 
