@@ -27,11 +27,24 @@ def compose() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-def pinned_pyspark() -> str:
+def pinned_pyspark(extra: str = "spark") -> str:
+    """The pyspark pin of the `spark` extra (the default line) or of `spark35`."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
-    [pin] = [req for req in extras["spark"] if req.startswith("pyspark")]
+    [pin] = [req for req in extras[extra] if req.startswith("pyspark")]
     return pin.split("==")[1]
+
+
+def test_each_pyspark_line_has_its_connector_pom():
+    """The two extras pin Spark 4 and Spark 3.5, and each connector pom the
+    version and Scala build of its extra's pyspark (what run_all.sh resolves)."""
+    for extra, pom in (("spark", "spark"), ("spark35", "spark35")):
+        version = pinned_pyspark(extra)
+        text = (ROOT / "compat_tests" / "jvm" / pom / "pom.xml").read_text()
+        assert f"<spark.version>{version}</spark.version>" in text, extra
+        assert f"<scala.binary.version>{scala(version)}</scala.binary.version>" in text, extra
+    assert pinned_pyspark("spark").startswith("4.")
+    assert pinned_pyspark("spark35").startswith("3.5.")
 
 
 def scala(version: str) -> str:
