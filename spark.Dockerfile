@@ -1,9 +1,9 @@
 # Spark for the jobs of spark_jobs/: the master, the worker (whose executors run
 # the jobs' Python tasks), the driver (spark-submit) and the feeder all use this
 # image, so they import the same spark_jobs package. The Spark version is the
-# pinned pyspark's (pyproject.toml, the `spark` extra); tests/test_deployment.py
-# checks that they agree.
-FROM apache/spark:3.5.7-java17-python3
+# pinned pyspark's (pyproject.toml, the `spark` extra: Spark 4, Scala 2.13);
+# tests/test_deployment.py checks that they agree. Ubuntu 22.04 under it.
+FROM apache/spark:4.2.0-scala2.13-java17-python3-ubuntu
 USER root
 # reshard's transactional producer runs in every task.
 RUN pip install --no-cache-dir "confluent-kafka>=2.6,<3"

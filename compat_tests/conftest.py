@@ -4,8 +4,10 @@ Apache Kafka 3.4.1 (the reference broker) plus compiled Java programs per sessio
 from __future__ import annotations
 
 import asyncio
+import functools
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from kio.schema.errors import ErrorCode
@@ -43,8 +45,24 @@ def kafka_broker(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def java_classes():
-    """The Java test programs of compat_tests/jvm/src, compiled once per session."""
+    """The Java test programs of compat_tests/jvm/src, compiled once per session
+    against the 3.4.1 client and Kafka Streams."""
     return jvm.compile_java()
+
+
+@pytest.fixture(params=jvm.LINES, ids=lambda pom: f"java-{jvm.kafka_version(pom)}")
+def java_line_classes(request):
+    """The same programs compiled against each client line, 3.4.1 and 4.x
+    (compat_tests/jvm/kafka4/pom.xml): a test taking this runs on both, one
+    line after the other. Function-scoped, so pytest keeps each module's
+    tests together (a session-scoped parameter would regroup the whole run
+    by line, starting each module's gateway twice); compiled once per line."""
+    return _compiled(request.param)
+
+
+@functools.cache
+def _compiled(pom: Path) -> Path:
+    return jvm.compile_java(pom=pom)
 
 
 @pytest.fixture

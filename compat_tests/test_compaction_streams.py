@@ -1,4 +1,4 @@
-"""Kafka Streams 3.4.1, exactly_once_v2, counting per key with its state on
+"""Kafka Streams 3.4.1 and 4.4.0, exactly_once_v2, counting per key with its state on
 the gateway: the store's changelog (a compacted topic Streams creates) and
 the repartition topic of the groupBy. Program: jvm/src/compaction/CountStreams.java.
 
@@ -50,7 +50,7 @@ def consumed(gateway, group: str, topic: str) -> int:
                in committed_offsets(gateway, group).items() if name == topic)
 
 
-def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_classes, tmp_path,
+def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_line_classes, tmp_path,
                                                             topic_name):
     source, output, app_id = f"{topic_name}-in", f"{topic_name}-out", f"app-{topic_name}"
     changelog, repartition = f"{app_id}-counts-changelog", f"{app_id}-by-user-repartition"
@@ -59,13 +59,13 @@ def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_class
     base_ms = now_ms() - 60_000 - 10 * (FIRST + SECOND)
 
     def produce(start: int, count: int) -> None:
-        lines = run_java(gateway, java_classes, PROGRAM, "produce", "--input", source,
+        lines = run_java(gateway, java_line_classes, PROGRAM, "produce", "--input", source,
                          "--users", str(USERS), "--from", str(start), "--count", str(count),
                          "--base-ms", str(base_ms))
         assert step(lines, "produced") == {"count": count}
 
     def run(state: str, *extra: str) -> JavaProcess:
-        return JavaProcess(gateway, java_classes, PROGRAM, "run", "--app-id", app_id,
+        return JavaProcess(gateway, java_line_classes, PROGRAM, "run", "--app-id", app_id,
                            "--input", source, "--output", output,
                            "--state-dir", str(tmp_path / state), *extra)
 
@@ -110,7 +110,7 @@ def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_class
         (tmp_path / "run-3.log").write_text(app.stderr())
     assert step(last_run, "closed") == {"clean": True, "errors": []}
 
-    counts = step(run_java(gateway, java_classes, PROGRAM, "dump", "--output", output,
+    counts = step(run_java(gateway, java_line_classes, PROGRAM, "dump", "--output", output,
                            "--partitions", str(PARTITIONS)), "counts")["counts"]
     expected = Counter(f"user-{n % USERS}" for n in range(FIRST + SECOND))
     assert counts == dict(expected)

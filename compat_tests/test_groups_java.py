@@ -1,8 +1,9 @@
-"""Consumer groups with the Java client (kafka-clients 3.4.1): two members split
-the partitions with the range and cooperative-sticky assignors, commitSync and
-commitAsync, a new incarnation resumes at the committed offsets; and the
-AdminClient's consumer-group calls. Programs: jvm/src/javaclient/GroupCheck.java
-and AdminCheck.java (groups)."""
+"""Consumer groups with the Java client, 3.4.1 and 4.x (``java_line_classes``):
+two members split the partitions with the range and cooperative-sticky
+assignors, commitSync and commitAsync, a new incarnation resumes at the
+committed offsets; and the AdminClient's consumer-group calls. The 4.x
+client's group.protocol=consumer (KIP-848), refused as Kafka 3.4 refuses it.
+Programs: jvm/src/javaclient/GroupCheck.java and AdminCheck.java (groups)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from compat_helpers import create_topic
 from group_helpers import committed_offsets, describe_group, group_gateway
 from java_helpers import by_op, run_java, step
+
+from testkit import jvm
 
 PARTITIONS = 4
 PER_PARTITION = 10
@@ -28,7 +31,7 @@ def group_name() -> str:
 
 
 @pytest.mark.parametrize("assignor", ["range", "cooperative-sticky"])
-def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_classes,
+def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_line_classes,
                                                                  topic_name, assignor):
     """Member a joins alone and holds all four partitions; b joins and they split
     them (eager range revokes everything first, cooperative-sticky only what
@@ -39,7 +42,7 @@ def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_cl
     create_topic(gateway, topic_name, partitions=PARTITIONS)
     group = group_name()
     args = ("--topic", topic_name, "--group", group, "--partitions", str(PARTITIONS))
-    lines = run_java(gateway, java_classes, "GroupCheck", "split", *args,
+    lines = run_java(gateway, java_line_classes, "GroupCheck", "split", *args,
                      "--assignor", assignor, "--per-partition", str(PER_PARTITION))
     split = step(lines, "split")
     if assignor == "range":  # range orders members by id, which starts with the client id
@@ -73,7 +76,7 @@ def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_cl
     assert commits["sent"] == commits["completed"] >= 1
     assert commits["errors"] == []
 
-    lines = run_java(gateway, java_classes, "GroupCheck", "resume", *args)
+    lines = run_java(gateway, java_line_classes, "GroupCheck", "resume", *args)
     assert step(lines, "committed")["offsets"] == {
         str(p): [PER_PARTITION, ""] for p in range(PARTITIONS)}
     c = step(lines, "member")
@@ -84,13 +87,13 @@ def test_two_members_split_partitions_then_a_new_member_resumes(gateway, java_cl
     assert describe_group(gateway, group)["state"] == "Empty"
 
 
-def test_consumer_group_admin(gateway, java_classes, topic_name):
+def test_consumer_group_admin(gateway, java_line_classes, topic_name):
     """listConsumerGroups (with a state filter), describeConsumerGroups,
     listConsumerGroupOffsets, alterConsumerGroupOffsets, deleteConsumerGroupOffsets
     and deleteConsumerGroups, on a group with a subscribed member and on one
     known only by the offsets an assign()-ing consumer committed."""
     group, standalone = group_name(), group_name()
-    lines = run_java(gateway, java_classes, "AdminCheck", "groups", "--topic", topic_name,
+    lines = run_java(gateway, java_line_classes, "AdminCheck", "groups", "--topic", topic_name,
                      "--group", group, "--standalone", standalone)
     ops = by_op(lines)
 
@@ -135,3 +138,33 @@ def test_consumer_group_admin(gateway, java_classes, topic_name):
     assert step(lines, "list_after_delete") == {"groups": {}}
     assert failed("delete_again") == "GroupIdNotFoundException"
     assert committed_offsets(gateway, standalone) == {}
+
+
+@pytest.fixture(scope="module")
+def java4_classes():
+    """The programs compiled against the 4.x client only (compat_tests/jvm/kafka4)."""
+    return jvm.compile_java(pom=jvm.KAFKA4_POM)
+
+
+def test_consumer_group_protocol_is_refused_as_kafka_3_4_refuses_it(gateway, kafka_broker,
+                                                                    java4_classes, topic_name):
+    """A 4.x consumer with group.protocol=consumer (KIP-848) needs
+    ConsumerGroupHeartbeat (API key 68), which neither the gateway nor Kafka 3.4
+    lists in ApiVersions: the client never sends it, fails the member, and its
+    poll() throws UnsupportedVersionException saying to set
+    group.protocol=classic. The same on both, within seconds, nothing polled."""
+    runs = {}
+    for name, broker in (("gateway", gateway), ("kafka", kafka_broker)):
+        create_topic(broker, topic_name, partitions=1)
+        runs[name] = step(run_java(broker, java4_classes, "GroupCheck", "consumer-protocol",
+                                   "--topic", topic_name, "--group", group_name()),
+                          "consumer_protocol")
+        # How long the client took to give up (the program polls for 60 s at most).
+        print(f"{name}: refused after {runs[name].pop('seconds'):.1f} s")
+    assert runs["gateway"] == runs["kafka"] == {
+        "ok": False, "polled": 0, "error": "UnsupportedVersionException",
+        "message": "The cluster does not support the new CONSUMER group protocol. Set "
+                   "group.protocol=classic on the consumer configs to revert to the CLASSIC "
+                   "protocol until the cluster is upgraded.",
+        "causes": ["UnsupportedVersionException: The node does not support "
+                   "CONSUMER_GROUP_HEARTBEAT"]}

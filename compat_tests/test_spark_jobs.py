@@ -20,6 +20,10 @@ from testkit.spark import produce, read_topic
 from testkit.spark import session as spark_session
 
 ROOT = Path(__file__).resolve().parent.parent
+# The Scala build pip's pyspark ships, by Spark major; the Kafka client each
+# tested connector brings (docs/spark.md).
+SCALA = {"3": "2.12", "4": "2.13"}
+KAFKA_CLIENTS = {"3.5.7": "3.4.1", "4.2.0": "3.9.2"}
 
 
 @pytest.fixture(scope="module")
@@ -140,19 +144,24 @@ def test_launcher_without_connector_says_how_to_get_it(tmp_path):
          "--source", "a", "--target", "b", "--checkpoint", str(tmp_path / "ckpt")],
         cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 2
-    coordinates = f"org.apache.spark:spark-sql-kafka-0-10_2.12:{session.spark_version()}"
+    version = session.spark_version()
+    coordinates = f"org.apache.spark:spark-sql-kafka-0-10_{SCALA[version[0]]}:{version}"
     assert coordinates in done.stderr
+    assert f"-f {session.connector_pom(version)} " in done.stderr
     assert "dependency:copy-dependencies" in done.stderr and "--packages" in done.stderr
     assert not (tmp_path / "ckpt").exists()
 
 
 def test_connector_from_the_cache_leaves_out_what_spark_ships():
+    """The connector of the installed pyspark's line, with the Kafka client it
+    brings: 3.4.1 under Spark 3.5, 3.9 under Spark 4."""
     spark_session()  # resolves the connector into the cache
-    jars = session.cached_connector(session.spark_version())
+    version = session.spark_version()
+    scala = SCALA[version[0]]
+    jars = session.cached_connector(version)
     names = sorted(jar.name.rsplit("-", 1)[0] for jar in jars)
-    assert names == ["commons-pool2", "kafka-clients", "spark-sql-kafka-0-10_2.12",
-                     "spark-token-provider-kafka-0-10_2.12"]
-    assert any(jar.name == "kafka-clients-3.4.1.jar" for jar in jars)
+    assert names == ["commons-pool2", "kafka-clients", f"spark-sql-kafka-0-10_{scala}",
+                     f"spark-token-provider-kafka-0-10_{scala}"]
+    assert any(jar.name == f"kafka-clients-{KAFKA_CLIENTS[version]}.jar" for jar in jars)
     assert session.connector_conf(packages=True) == {
-        "spark.jars.packages": f"org.apache.spark:spark-sql-kafka-0-10_2.12:"
-                               f"{session.spark_version()}"}
+        "spark.jars.packages": f"org.apache.spark:spark-sql-kafka-0-10_{scala}:{version}"}

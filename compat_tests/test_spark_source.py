@@ -1,6 +1,7 @@
-"""Spark's own Kafka source and sink (``format("kafka")``, connector 3.5.7 with
-the Kafka 3.4.1 clients) against the gateway: batch and streaming reads with
-exact counts, read_committed over committed and aborted transactions,
+"""Spark's own Kafka source and sink (``format("kafka")``: connector 4.2.0 with
+the Kafka 3.9 clients, or on the PySpark 3.5 line 3.5.7 with the 3.4.1
+clients; tests/run_all.sh runs this file on both) against the gateway:
+batch and streaming reads with exact counts, read_committed over committed and aborted transactions,
 startingOffsetsByTimestamp, and failOnDataLoss after DeleteRecords and after
 retention. Each test but the retention one (Kafka deletes closed segments,
 every 5 minutes) runs against Apache Kafka 3.4.1 too, with the same

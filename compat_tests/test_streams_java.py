@@ -1,4 +1,4 @@
-"""Kafka Streams 3.4.1 with processing.guarantee=exactly_once_v2 against the
+"""Kafka Streams 3.4.1 and 4.4.0 (``java_line_classes``) with exactly_once_v2, against the
 gateway: a stateless reshard (source -> selectKey(user id from the value) ->
 to(target), so the target is partitioned by user), run to completion, then
 killed with SIGKILL mid-stream and restarted with the same application.id.
@@ -125,8 +125,8 @@ def check_exactly_once(records: list[list], total: int) -> None:
 
 
 @pytest.mark.parametrize("repartition", ["", "by-user"])
-def test_streams_eos_v2_reshard_survives_sigkill(gateway, java_classes, tmp_path, topic_name,
-                                                 repartition):
+def test_streams_eos_v2_reshard_survives_sigkill(gateway, java_line_classes, tmp_path,
+                                                 topic_name, repartition):
     """Run the app until the source is done; stop it; add records, start it
     slowed down, SIGKILL it mid-stream (some but not all of the new records
     committed), restart it with the same application.id and state dir; then
@@ -137,7 +137,7 @@ def test_streams_eos_v2_reshard_survives_sigkill(gateway, java_classes, tmp_path
     source, target, app_id = f"{topic_name}-src", f"{topic_name}-dst", f"app-{topic_name}"
     create_topic(gateway, source, partitions=SOURCE_PARTITIONS)
     create_topic(gateway, target, partitions=TARGET_PARTITIONS)
-    produce(gateway, java_classes, source, 0, FIRST)
+    produce(gateway, java_line_classes, source, 0, FIRST)
     args = ("--app-id", app_id, "--source", source, "--target", target,
             "--state-dir", str(tmp_path / "state"), "--repartition", repartition)
 
@@ -146,7 +146,7 @@ def test_streams_eos_v2_reshard_survives_sigkill(gateway, java_classes, tmp_path
     # the source has).
     inputs = [source] + ([f"{app_id}-{repartition}-repartition"] if repartition else [])
 
-    app = JavaProcess(gateway, java_classes, PROGRAM, "run", *args)
+    app = JavaProcess(gateway, java_line_classes, PROGRAM, "run", *args)
     try:
         wait_committed(gateway, app_id, source, FIRST, 180)
         wait_caught_up(gateway, app_id, inputs, 120)
@@ -157,8 +157,8 @@ def test_streams_eos_v2_reshard_survives_sigkill(gateway, java_classes, tmp_path
     assert [s["state"] for s in by_op(first_run)["state"]][-2:] == ["PENDING_SHUTDOWN",
                                                                      "NOT_RUNNING"]
 
-    produce(gateway, java_classes, source, FIRST, SECOND)
-    app = JavaProcess(gateway, java_classes, PROGRAM, "run", *args, "--delay-ms", "3")
+    produce(gateway, java_line_classes, source, FIRST, SECOND)
+    app = JavaProcess(gateway, java_line_classes, PROGRAM, "run", *args, "--delay-ms", "3")
     try:
         at_kill = wait_committed(gateway, app_id, source, FIRST + 100, 180)
     finally:
@@ -166,7 +166,7 @@ def test_streams_eos_v2_reshard_survives_sigkill(gateway, java_classes, tmp_path
     assert FIRST + 100 <= at_kill < FIRST + SECOND, "not killed mid-stream"
 
     before_restart = txn_metrics(gateway)
-    app = JavaProcess(gateway, java_classes, PROGRAM, "run", *args)
+    app = JavaProcess(gateway, java_line_classes, PROGRAM, "run", *args)
     try:
         wait_committed(gateway, app_id, source, FIRST + SECOND, 240)
         wait_caught_up(gateway, app_id, inputs, 120)
@@ -182,7 +182,7 @@ def test_streams_eos_v2_reshard_survives_sigkill(gateway, java_classes, tmp_path
           f"timed out, {after['commits_total'] - before_restart['commits_total']} committed; "
           f"txn metrics {after}")
 
-    lines = run_java(gateway, java_classes, PROGRAM, "dump", "--target", target,
+    lines = run_java(gateway, java_line_classes, PROGRAM, "dump", "--target", target,
                      "--partitions", str(TARGET_PARTITIONS))
     check_exactly_once(step(lines, "records")["records"], FIRST + SECOND)
 

@@ -93,14 +93,14 @@ def spread(prefix: str, count: int) -> dict[str, list[str]]:
     return dict(out)
 
 
-def test_commit_and_abort_across_topics_and_partitions(gateway, kafka_broker, java_classes):
+def test_commit_and_abort_across_topics_and_partitions(gateway, kafka_broker, java_line_classes):
     """A committed transaction over 2 topics and 5 partitions, an aborted one
     (flushed, and read while open), another committed one. read_committed
     consumers see exactly the two committed transactions' records, in order,
     on both brokers (COMMIT markers skipped). The differences: transactional
     acks carry offset -1 on the gateway, and its read_uncommitted consumers
     see nothing of the open or the aborted transaction."""
-    runs = both(gateway, kafka_broker, java_classes, "TxnCheck", "visibility")
+    runs = both(gateway, kafka_broker, java_line_classes, "TxnCheck", "visibility")
     committed = {key: spread("c1", 10)[key] + spread("c3", 5)[key] for key in TPS}
     for target, lines in runs.items():
         assert values(read(lines, "after", "read_committed")["records"]) == committed, target
@@ -136,14 +136,14 @@ def test_commit_and_abort_across_topics_and_partitions(gateway, kafka_broker, ja
     assert ends(read(kafka, "after", "read_committed")["end"]) == dict.fromkeys(TPS, 8)
 
 
-def test_zombie_producer_is_fenced(gateway, kafka_broker, java_classes):
+def test_zombie_producer_is_fenced(gateway, kafka_broker, java_line_classes):
     """Producer 1 writes in a transaction; producer 2 initTransactions with the
     same transactional id. On both brokers producer 1's commit, abort and
     next begin all throw ProducerFencedException (fatal), producer 2 commits,
     and read_committed consumers see only producer 2's records. On Kafka a
     read_uncommitted consumer also sees the zombie's aborted records; on the
     gateway nothing of them exists."""
-    runs = both(gateway, kafka_broker, java_classes, "TxnCheck", "zombie")
+    runs = both(gateway, kafka_broker, java_line_classes, "TxnCheck", "zombie")
     second = {"/0": ["z2-0", "z2-2"], "/1": ["z2-1", "z2-3"]}
     for target, lines in runs.items():
         assert step(lines, "second_init")["outcome"] == "ok", target
@@ -159,7 +159,7 @@ def test_zombie_producer_is_fenced(gateway, kafka_broker, java_classes):
 
 
 def test_send_offsets_moves_the_group_offset_only_on_commit(gateway, kafka_broker,
-                                                            java_classes):
+                                                            java_line_classes):
     """sendOffsetsToTransaction with a member's groupMetadata(): the offsets move
     on commit, not on abort. While a transaction's offsets are pending, the
     Admin client's listConsumerGroupOffsets(requireStable) leaves those
@@ -169,7 +169,7 @@ def test_send_offsets_moves_the_group_offset_only_on_commit(gateway, kafka_broke
     offsets - on both brokers. After the commit both show the new offsets;
     the gateway on the first ask (its commit is one write), Kafka once its
     markers are written."""
-    runs = both(gateway, kafka_broker, java_classes, "OffsetsCheck", "offsets")
+    runs = both(gateway, kafka_broker, java_line_classes, "OffsetsCheck", "offsets")
     for target, lines in runs.items():
         def stable(op: str, lines=lines) -> dict:
             return {k.rsplit("/", 1)[1]: v for k, v in step(lines, op)["stable"]["offsets"].items()}
@@ -197,7 +197,7 @@ def test_send_offsets_moves_the_group_offset_only_on_commit(gateway, kafka_broke
 
 @pytest.mark.parametrize("variant", ["late-offsets", "late-commit"])
 def test_two_transactional_ids_commit_the_same_group_partition(gateway, kafka_broker,
-                                                               java_classes, variant):
+                                                               java_line_classes, variant):
     """Producers A and B (different transactional ids, the same member's group
     metadata) both process offsets [0, 5) of the group's one partition. A
     commits first. On the gateway exactly one lands: B fails with an
@@ -207,7 +207,7 @@ def test_two_transactional_ids_commit_the_same_group_partition(gateway, kafka_br
     when it sent them before (EndTxn: UNKNOWN_PRODUCER_ID) - aborts, and the
     same producer instance then commits a new transaction (KIP-360 epoch
     bump). Kafka has no such check: both land."""
-    runs = both(gateway, kafka_broker, java_classes, "OffsetsCheck", "conflict",
+    runs = both(gateway, kafka_broker, java_line_classes, "OffsetsCheck", "conflict",
                 "--variant", variant)
     for target, lines in runs.items():
         assert step(lines, "a_commit")["outcome"] == "ok", target
@@ -235,13 +235,13 @@ def test_two_transactional_ids_commit_the_same_group_partition(gateway, kafka_br
     assert sorted(got[:2]) == ["a1", "b1"] and got[2:] == ["b2"]
 
 
-def test_transaction_timeout_aborts_and_fences(gateway, kafka_broker, java_classes):
+def test_transaction_timeout_aborts_and_fences(gateway, kafka_broker, java_line_classes):
     """transaction.timeout.ms=2000, left open: the broker aborts it (state
     CompleteAbort) and bumps the epoch; the producer's commit and abort then
     throw ProducerFencedException. Nothing is readable at read_committed on
     either broker; Kafka's read_uncommitted consumers still read the aborted
     records, the gateway's do not, and its log is empty."""
-    runs = both(gateway, kafka_broker, java_classes, "TxnCheck", "timeout")
+    runs = both(gateway, kafka_broker, java_line_classes, "TxnCheck", "timeout")
     for target, lines in runs.items():
         assert step(lines, "open") == {"state": "Ongoing", "epoch": 0, "timeout_ms": 2000}
         assert step(lines, "timed_out") == {"state": "CompleteAbort", "epoch": 1,
@@ -257,7 +257,7 @@ def test_transaction_timeout_aborts_and_fences(gateway, kafka_broker, java_class
 
 
 def test_admin_lists_and_describes_transactions_and_producers(gateway, kafka_broker,
-                                                              java_classes):
+                                                              java_line_classes):
     """Admin listTransactions (all, by state, by producer id),
     describeTransactions and describeProducers for an open transaction (2
     records on each of 2 partitions, offsets of a group) and after its
@@ -269,7 +269,7 @@ def test_admin_lists_and_describes_transactions_and_producers(gateway, kafka_bro
     commit is one write), and its producers carry the open transaction's
     first offset (0) and, after the commit, the coordinator epoch of the
     markers."""
-    runs = both(gateway, kafka_broker, java_classes, "TxnAdminCheck", "admin")
+    runs = both(gateway, kafka_broker, java_line_classes, "TxnAdminCheck", "admin")
     for target, lines in runs.items():
         before, after = step(lines, "open")["window"]
         opened = step(lines, "describe_open")

@@ -1,13 +1,15 @@
 """Starting Spark for the jobs, with Spark's Kafka connector.
 
 The connector is ``org.apache.spark:spark-sql-kafka-0-10_<scala>`` at the
-installed pyspark's version (Scala 2.12 for Spark 3, 2.13 for Spark 4). It
+installed pyspark's version (Scala 2.12 for Spark 3, 2.13 for Spark 4): the
+pair is always pyspark X.Y.Z with ``spark-sql-kafka-0-10_<scala>:X.Y.Z``. It
 comes from one of:
 
 1. the JVM cache, ``$KAFKA_GATEWAY_JVM_CACHE`` (default
    ``~/.cache/kafka-gateway/jvm``): any directory there holding the
    connector's jar with its dependencies, as ``tests/run_all.sh`` leaves it
-   (``mvn dependency:copy-dependencies`` on ``compat_tests/jvm/spark/pom.xml``).
+   (``mvn dependency:copy-dependencies`` on ``compat_tests/jvm/spark/pom.xml``
+   for PySpark 4, ``compat_tests/jvm/spark35/pom.xml`` for 3.5).
    Jars whose artifact pyspark already ships (scala-library, hadoop-client,
    slf4j, snappy, ...) are left out, so Spark keeps its own versions;
 2. Maven Central through ``spark.jars.packages`` (``--packages``), which
@@ -30,7 +32,10 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 ROOT = PACKAGE_DIR.parent
+# The connector poms of the two PySpark lines the project tests: 4.x (the
+# `spark` extra, the default) and 3.5 (the `spark35` extra).
 SPARK_POM = ROOT / "compat_tests" / "jvm" / "spark" / "pom.xml"
+SPARK35_POM = ROOT / "compat_tests" / "jvm" / "spark35" / "pom.xml"
 # "<artifact>-<version>.jar": the version is the first dash-part starting "<digits>."
 _JAR_NAME = re.compile(r"^(?P<artifact>.+?)-(?P<version>\d+\.[\w.\-]*)\.jar$")
 
@@ -98,13 +103,20 @@ def connector_conf(packages: bool = False) -> dict[str, str]:
     return {"spark.jars": ",".join(map(str, jars))}
 
 
+def connector_pom(version: str) -> Path:
+    """The pom pinning ``version``'s connector; Spark 4's (the default) for any other,
+    which the -D overrides of missing_message() then retarget."""
+    return SPARK35_POM if version.startswith("3.") else SPARK_POM
+
+
 def missing_message(version: str) -> str:
     coordinates = connector_coordinates(version)
     return (
         f"Spark's Kafka connector {coordinates} (for the installed pyspark {version}) "
         f"is not in the cache {cache_dir()} and --packages was not given.\n"
         "Either put it in the cache with Maven (what tests/run_all.sh does):\n"
-        f"    mvn -q -f {SPARK_POM} dependency:copy-dependencies -Dspark.version={version} "
+        f"    mvn -q -f {connector_pom(version)} dependency:copy-dependencies "
+        f"-Dspark.version={version} "
         f"-Dscala.binary.version={scala_binary_version(version)} "
         f"-DoutputDirectory={cache_dir() / ('spark-' + version)}\n"
         "or let Spark download it from Maven Central at start-up: add --packages."

@@ -1,6 +1,13 @@
 """Spark in the tests: one local SparkSession per test process, with Spark's
-Kafka connector resolved by Maven into the JVM cache (``jvm.resolve(SPARK_POM)``),
-and the Kafka-side helpers the Spark tests share.
+Kafka connector for the installed pyspark resolved by Maven into the JVM cache
+(``jvm.resolve(jvm.spark_pom(version))``), and the Kafka-side helpers the Spark
+tests share.
+
+Two PySpark lines cannot share one Python environment: the test command runs
+the Spark tests once per line, each in its own interpreter (tests/run_all.sh:
+PySpark 4 in the main environment, 3.5 in a virtualenv). It sets
+``KAFKA_GATEWAY_EXPECT_PYSPARK`` to the version a run must have, and
+``session()`` fails when the interpreter holds another one.
 
     spark = session()            # starts once, reused by every Spark test module
     records = read_topic(gw.bootstrap, "orders")
@@ -10,6 +17,8 @@ from __future__ import annotations
 
 import atexit
 import functools
+import os
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,7 +44,12 @@ TEST_CONF = {
 @functools.cache
 def session() -> Any:
     """The tests' SparkSession (local[2]), stopped when the process exits."""
-    jvm.resolve(jvm.SPARK_POM)
+    version = spark_session.spark_version()
+    expected = os.environ.get("KAFKA_GATEWAY_EXPECT_PYSPARK")
+    if expected and expected != version:
+        raise RuntimeError(f"this run is for pyspark {expected}, but {sys.executable} "
+                           f"imports pyspark {version} ({spark_session.spark_jars_dir()})")
+    jvm.resolve(jvm.spark_pom(version))
     spark = spark_session.start("kafka-gateway-tests", master="local[2]", conf=TEST_CONF)
     atexit.register(spark.stop)
     return spark

@@ -2,13 +2,21 @@
 # Install everything the test suite needs, then run all of it.
 #
 #   ./tests/run_all.sh            # from the repository root, on a fresh machine
+#   ./tests/run_all.sh ARGS...    # pytest ARGS on the default PySpark line only
 #
 # Installs: the gateway with its test extras (pip), Debian's kcat, chromium, curl
 # and iproute2 (apt-get), kafkajs and playwright-core with uPlot (npm), the Java
 # client, Kafka Streams and the Apache Kafka broker (Maven, into a cache outside
-# git), PySpark (pip, the `spark` extra inside the test extras) and Spark's Kafka
-# connector (Maven, into the same cache), the Tansu peer for the benchmark smoke
-# test (pip, in the test extras). Fails loudly at the first step that goes wrong.
+# git), and the 4.x Java client and Kafka Streams beside them (same cache),
+# PySpark 4 (pip, the `spark` extra inside the test extras), PySpark 3.5 (pip,
+# the `spark35` extra's pin, in a virtualenv of its own: two pysparks cannot
+# share one environment) and each line's Kafka connector (Maven, into the same
+# cache), the Tansu peer for the benchmark smoke test (pip, in the test
+# extras). Fails loudly at the first step that goes wrong.
+#
+# Runs pytest on everything with PySpark 4, then the Spark tests
+# (compat_tests/test_spark_*.py) again in the PySpark 3.5 virtualenv. With
+# ARGS, only the first run; the line for the second is printed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,6 +25,31 @@ step() { printf '\n==> %s\n' "$*"; }
 step "Python packages"
 python3 -m pip install --quiet --upgrade pip
 python3 -m pip install --quiet -e '.[test]'
+
+# The pyspark pin of an extra in pyproject.toml: `spark` (4.x) or `spark35`.
+pyspark_pin() {
+  python3 - "$1" <<'PY'
+import sys, tomllib
+extras = tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]
+[pin] = [req for req in extras[sys.argv[1]] if req.startswith("pyspark==")]
+print(pin.split("==")[1])
+PY
+}
+SPARK_VERSION="$(pyspark_pin spark)"
+SPARK35_VERSION="$(pyspark_pin spark35)"
+SPARK35_VENV="${KAFKA_GATEWAY_SPARK35_VENV:-$HOME/.cache/kafka-gateway/venv-pyspark-$SPARK35_VERSION}"
+
+step "PySpark $SPARK35_VERSION (the spark35 extra) in its own virtualenv: $SPARK35_VENV"
+# --system-site-packages: the venv sees the gateway, pytest and the clients
+# installed above; its own pyspark (and py4j) come first.
+if [ ! -x "$SPARK35_VENV/bin/python" ]; then
+  python3 -m venv --system-site-packages "$SPARK35_VENV" || {
+    echo "error: python3 -m venv failed: install the venv module" \
+         "(Debian: apt-get install -y python3-venv)" >&2
+    exit 1
+  }
+fi
+"$SPARK35_VENV/bin/python" -m pip install --quiet "pyspark==$SPARK35_VERSION"
 
 step "kcat (Debian)"
 if ! command -v kcat >/dev/null 2>&1; then
@@ -49,7 +82,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error)
 
-step "JVM: Java 17, Maven, and the jars of compat_tests/jvm/pom.xml"
+step "JVM: Java 17, Maven, and the jars of compat_tests/jvm/pom.xml and kafka4/pom.xml"
 if ! command -v javac >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
   SUDO=""
   [ "$(id -u)" -ne 0 ] && SUDO="sudo"
@@ -64,32 +97,58 @@ for tool in java javac mvn; do
   }
 done
 java -version 2>&1 | head -1
-python3 -c 'from testkit import jvm; print("jars in", jvm.resolve())'
+python3 -c 'from testkit import jvm
+for pom in jvm.LINES:
+    print(f"Java client {jvm.kafka_version(pom)}: jars in", jvm.resolve(pom))'
 
-step "Spark: pyspark and its Kafka connector (compat_tests/jvm/spark/pom.xml)"
-python3 - <<'PY'
+step "Spark: each PySpark line's Kafka connector (compat_tests/jvm/spark/, spark35/)"
+for line in "python3 $SPARK_VERSION" "$SPARK35_VENV/bin/python $SPARK35_VERSION"; do
+  read -r python version <<<"$line"
+  "$python" - "$version" <<'PY'
+import sys
 import pyspark
 from spark_jobs import session
 from testkit import jvm
-lib = jvm.resolve(jvm.SPARK_POM)
+if pyspark.__version__ != sys.argv[1]:
+    raise SystemExit(f"error: {sys.executable} imports pyspark {pyspark.__version__} "
+                     f"from {pyspark.__file__}, not the pinned {sys.argv[1]}")
+lib = jvm.resolve(jvm.spark_pom(pyspark.__version__))
 jars = session.cached_connector(pyspark.__version__)
 if jars is None:
     raise SystemExit(f"error: {lib} has no connector for pyspark {pyspark.__version__}: "
                      "the pom's spark.version must equal the pinned pyspark")
-print(f"pyspark {pyspark.__version__}; connector jars in {lib}:",
+print(f"pyspark {pyspark.__version__} ({sys.executable}); connector jars in {lib}:",
       " ".join(jar.name for jar in jars))
 PY
+done
 
 step "lint"
 python3 -m ruff check .
 
-step "tests"
-set +e
-python3 -m pytest -q -p no:cacheprovider "$@"
-status=$?
-set -e
-if [ "$status" -eq 5 ]; then
-  echo "pytest collected no tests: that is a failure" >&2
-  exit 1
+# pytest exits 5 when it collected nothing: that is a failure too.
+run_pytest() {
+  local status=0
+  "$@" || status=$?
+  if [ "$status" -eq 5 ]; then
+    echo "pytest collected no tests: that is a failure" >&2
+    status=1
+  fi
+  return "$status"
+}
+SPARK_TESTS=(compat_tests/test_spark_*.py)  # the jobs, reshard, Spark's Kafka source
+SPARK35_PYTEST=(env "KAFKA_GATEWAY_EXPECT_PYSPARK=$SPARK35_VERSION" "$SPARK35_VENV/bin/python"
+                -m pytest -q -p no:cacheprovider)
+
+step "tests (PySpark $SPARK_VERSION; the Java client and Kafka Streams 3.4.1 and 4.x)"
+status=0
+run_pytest env "KAFKA_GATEWAY_EXPECT_PYSPARK=$SPARK_VERSION" \
+  python3 -m pytest -q -p no:cacheprovider "$@" || status=$?
+
+if [ "$#" -eq 0 ]; then
+  step "the Spark tests again on PySpark $SPARK35_VERSION ($SPARK35_VENV)"
+  run_pytest "${SPARK35_PYTEST[@]}" "${SPARK_TESTS[@]}" || status=$?
+else
+  step "PySpark $SPARK35_VERSION: not run with arguments; the Spark tests on it are:"
+  echo "${SPARK35_PYTEST[*]} ${SPARK_TESTS[*]}"
 fi
 exit "$status"

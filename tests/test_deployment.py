@@ -27,11 +27,29 @@ def compose() -> dict:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 
 
-def pinned_pyspark() -> str:
+def pinned_pyspark(extra: str = "spark") -> str:
+    """The pyspark pin of the `spark` extra (the default line) or of `spark35`."""
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
         "optional-dependencies"]
-    [pin] = [req for req in extras["spark"] if req.startswith("pyspark")]
+    [pin] = [req for req in extras[extra] if req.startswith("pyspark")]
     return pin.split("==")[1]
+
+
+def test_each_pyspark_line_has_its_connector_pom():
+    """The two extras pin Spark 4 and Spark 3.5, and each connector pom the
+    version and Scala build of its extra's pyspark (what run_all.sh resolves)."""
+    for extra, pom in (("spark", "spark"), ("spark35", "spark35")):
+        version = pinned_pyspark(extra)
+        text = (ROOT / "compat_tests" / "jvm" / pom / "pom.xml").read_text()
+        assert f"<spark.version>{version}</spark.version>" in text, extra
+        assert f"<scala.binary.version>{scala(version)}</scala.binary.version>" in text, extra
+    assert pinned_pyspark("spark").startswith("4.")
+    assert pinned_pyspark("spark35").startswith("3.5.")
+
+
+def scala(version: str) -> str:
+    """The Scala build of a Spark release (pip's pyspark, the images, the connector)."""
+    return "2.13" if int(version.split(".")[0]) >= 4 else "2.12"
 
 
 def job_command(service: str) -> argparse.Namespace:
@@ -76,7 +94,8 @@ def test_spark_services_share_one_image_of_the_pinned_spark():
         assert service["build"] == {"context": ".", "dockerfile": "spark.Dockerfile"}, name
         assert service["image"] == f"kafka-gateway-spark:{version}", name
     dockerfile = (ROOT / "spark.Dockerfile").read_text()
-    assert re.search(rf"^FROM apache/spark:{re.escape(version)}-java17-python3$", dockerfile,
+    image = f"apache/spark:{version}-scala{scala(version)}-java17-python3-ubuntu"
+    assert re.search(rf"^FROM {re.escape(image)}$", dockerfile,
                      re.M), "spark.Dockerfile's Spark must be the pinned pyspark's"
     assert "COPY spark_jobs /opt/kafka-gateway/spark_jobs" in dockerfile
     # the package beside spark_jobs it imports (common.key_value), on PYTHONPATH
@@ -85,6 +104,8 @@ def test_spark_services_share_one_image_of_the_pinned_spark():
     assert "confluent-kafka" in dockerfile
     pom = (ROOT / "compat_tests" / "jvm" / "spark" / "pom.xml").read_text()
     assert f"<spark.version>{version}</spark.version>" in pom
+    # ... and the PySpark the README recommends.
+    assert f"PySpark {version}" in (ROOT / "README.md").read_text()
 
 
 def test_spark_cluster_master_and_worker():
@@ -105,7 +126,8 @@ def test_reshard_job_submits_the_launcher_with_the_matching_connector():
     assert command[0] == "/opt/spark/bin/spark-submit"
     assert command[command.index("--master") + 1] == "spark://spark-master:7077"
     packages = command[command.index("--packages") + 1]
-    assert packages == f"org.apache.spark:spark-sql-kafka-0-10_2.12:{pinned_pyspark()}"
+    version = pinned_pyspark()
+    assert packages == f"org.apache.spark:spark-sql-kafka-0-10_{scala(version)}:{version}"
     script = next(arg for arg in command if arg.endswith(".py"))
     assert script == "/opt/kafka-gateway/spark_jobs/__main__.py"  # where the image copies it
     assert (ROOT / "spark_jobs" / "__main__.py").is_file()

@@ -10,6 +10,7 @@ import java.util.Collection;
 import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Properties;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.TimeUnit;
@@ -38,6 +39,7 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.ConsumerGroupState;
 import org.apache.kafka.common.IsolationLevel;
+import org.apache.kafka.common.KafkaFuture;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
@@ -101,8 +103,8 @@ public final class AdminCheck {
         alter(admin, resource, "invalid", List.of(
                 new AlterConfigOp(new ConfigEntry("retention.ms", "soon"), AlterConfigOp.OpType.SET)));
         // The legacy AlterConfigs replaces every override of the resource.
-        attempt("alter_legacy", () -> admin.alterConfigs(Map.of(resource,
-                new Config(List.of(new ConfigEntry("segment.bytes", "536870912"))))).all().get());
+        attempt("alter_legacy", () -> legacyAlterConfigs(admin, Map.of(resource,
+                new Config(List.of(new ConfigEntry("segment.bytes", "536870912"))))));
         describeConfigs(admin, topic, "configs_after_legacy");
 
         attempt("grow", () -> admin.createPartitions(
@@ -115,6 +117,17 @@ public final class AdminCheck {
         attempt("delete", () -> admin.deleteTopics(List.of(topic)).all().get());
         emit("op", "list_after_delete", "present", admin.listTopics().names().get().contains(topic));
         attempt("describe_deleted", () -> admin.describeTopics(List.of(topic)).allTopicNames().get());
+    }
+
+    /**
+     * Admin.alterConfigs (the legacy AlterConfigs request), called by reflection:
+     * the 4.x client removed it, and one source compiles against both lines. On
+     * 4.x the step fails with NoSuchMethodException, before any request is sent.
+     */
+    private static void legacyAlterConfigs(Admin admin, Map<ConfigResource, Config> configs)
+            throws Exception {
+        Object result = Admin.class.getMethod("alterConfigs", Map.class).invoke(admin, configs);
+        ((KafkaFuture<?>) result.getClass().getMethod("all").invoke(result)).get();
     }
 
     private static void describeTopic(Admin admin, String topic) throws Exception {
@@ -162,7 +175,18 @@ public final class AdminCheck {
         }
         emit("op", "cluster", "cluster_id", cluster.clusterId().get(),
                 "controller", map("id", controller.id(), "host", controller.host(),
-                        "port", controller.port()), "nodes", nodes);
+                        "port", controller.port()), "nodes", nodes,
+                "client_version", clientVersion());
+    }
+
+    /** The kafka-clients version on the classpath, from the file its AppInfoParser
+     *  reads (a class that moved between the lines: the file did not). */
+    static String clientVersion() throws Exception {
+        Properties props = new Properties();
+        try (var in = Admin.class.getResourceAsStream("/kafka/kafka-version.properties")) {
+            props.load(in);
+        }
+        return props.getProperty("version");
     }
 
     // ---------------------------------------------------------------- offsets

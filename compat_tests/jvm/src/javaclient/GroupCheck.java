@@ -32,6 +32,10 @@ import org.apache.kafka.common.TopicPartition;
  *   resume --bootstrap B --topic T --group G --partitions P
  *       a new member of G: the committed offsets it reads back, then every
  *       record from there to the end offsets, committed with commitSync
+ *   consumer-protocol --bootstrap B --topic T --group G
+ *       a member with group.protocol=consumer (KIP-848, the 4.x client's
+ *       new group protocol) subscribes and polls until the client throws, or
+ *       for TIMEOUT; prints what it threw and how long that took
  */
 public final class GroupCheck {
     public static void main(String[] args) throws Exception {
@@ -43,7 +47,28 @@ public final class GroupCheck {
         switch (kit.command) {
             case "split" -> split(kit, tps);
             case "resume" -> resume(kit, tps);
+            case "consumer-protocol" -> consumerProtocol(kit);
             default -> throw new IllegalArgumentException("unknown command " + kit.command);
+        }
+    }
+
+    static void consumerProtocol(Kit kit) {
+        var props = kit.consumer(kit.get("group"));
+        props.put("group.protocol", "consumer");  // a String: compiles on both lines
+        long start = System.nanoTime();
+        int polled = 0;
+        try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
+            consumer.subscribe(List.of(kit.get("topic")));
+            while (System.nanoTime() - start < Kit.TIMEOUT.toNanos()) {
+                polled += consumer.poll(Duration.ofMillis(200)).count();
+            }
+            emit("op", "consumer_protocol", "ok", true, "polled", polled);
+        } catch (Exception e) {
+            Map<String, Object> out = Kit.map("op", "consumer_protocol", "ok", false,
+                    "polled", polled,
+                    "seconds", (System.nanoTime() - start) / 1_000_000_000.0);
+            out.putAll(Kit.error(e));
+            Kit.print(out);
         }
     }
 
