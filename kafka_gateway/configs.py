@@ -91,13 +91,17 @@ def _broker_synonyms(name: str, node_defaults: dict[str, str]) -> list[tuple[str
 
 
 def topic_entries(overrides: dict[str, str], node_defaults: dict[str, str],
-                  include_internal: bool = False) -> list[ConfigEntry]:
+                  include_internal: bool = False,
+                  include_gateway: bool = False) -> list[ConfigEntry]:
     """Every topic config; Kafka's DescribeConfigs leaves out the internal
     ones the topic does not set, which CreateTopics still reports
-    (``include_internal``)."""
+    (``include_internal``). The gateway's own configs are listed only where
+    the topic sets them, or with ``include_gateway`` (asked for by name)."""
     entries = []
     for name, definition in TOPIC_CONFIGS.items():
         if definition.internal and not include_internal and name not in overrides:
+            continue
+        if definition.gateway and not include_gateway and name not in overrides:
             continue
         synonyms = _broker_synonyms(name, node_defaults)
         if name in overrides:

@@ -102,6 +102,9 @@ class TabletSettings:
     segment_ms: int = 604_800_000
     deletes: bool = True  # cleanup.policy has "delete" (DeleteRecords is allowed)
     compaction: CompactionConfig | None = None  # cleanup.policy has "compact"
+    # gateway.important.consumer.groups / .max.bytes (tablets/important.py).
+    important_groups: tuple[str, ...] = ()
+    important_max_bytes: int = -1
 
 
 @dataclass(slots=True)

@@ -95,6 +95,23 @@ def _throttled_replicas(items: list[str]) -> str | None:
         "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
 
 
+IMPORTANT_GROUPS = "gateway.important.consumer.groups"
+IMPORTANT_MAX_BYTES = "gateway.important.consumer.max.bytes"
+MAX_IMPORTANT_GROUPS = 100
+
+
+def _group_names(items: list[str]) -> str | None:
+    # Group ids are free strings in Kafka, but in this list one cannot be
+    # empty (",," or a trailing comma is a typo, not a group) or hold a comma.
+    if any(not item for item in items):
+        return "a consumer group name cannot be empty"
+    if len(set(items)) != len(items):
+        return "a consumer group is named twice"
+    if len(items) > MAX_IMPORTANT_GROUPS:
+        return f"at most {MAX_IMPORTANT_GROUPS} important consumer groups"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     name: str
@@ -105,6 +122,10 @@ class ConfigDef:
     # Kafka 3.4 defines these (tiered storage, early access) but leaves them
     # out of DescribeConfigs; CreateTopics still reports them.
     internal: bool = False
+    # The gateway's own configs (``gateway.*``, not Kafka's): listed only on a
+    # topic that sets them, or when asked for by name, so a topic that does
+    # not use them describes exactly as on Kafka.
+    gateway: bool = False
 
 
 _T = ConfigType
@@ -143,6 +164,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         ConfigDef("segment.jitter.ms", "0", _T.LONG, at_least(0)),
         ConfigDef("segment.ms", "604800000", _T.LONG, at_least(1)),
         ConfigDef("unclean.leader.election.enable", "false", _T.BOOLEAN),
+        # Important consumers (tablets/important.py): retention never deletes
+        # what these groups have not committed, up to an optional ceiling.
+        ConfigDef(IMPORTANT_GROUPS, "", _T.LIST, _group_names, gateway=True),
+        ConfigDef(IMPORTANT_MAX_BYTES, "-1", _T.LONG, at_least(-1), gateway=True),
     )
 }
 

@@ -1,7 +1,8 @@
 """DescribeConfigs (key 32), v1-4: every topic config with its value and source.
 
 Topics report all Kafka 3.4 topic configs (override, node default or Kafka
-default; synonyms on request); the broker resource reports this node's
+default; synonyms on request), and the gateway's own configs (``gateway.*``)
+where the topic sets them or the request names them; the broker resource reports this node's
 settings, read-only. Unknown topics get UNKNOWN_TOPIC_OR_PARTITION.
 
 Needs DESCRIBE_CONFIGS on the topic, or on the cluster for a broker
@@ -43,8 +44,9 @@ async def handle(broker, request):
             if code := authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
                                         resource.resource_type, resource.resource_name):
                 raise KafkaError(code)
-            entries = _entries(broker, resource.resource_type, resource.resource_name)
             keys = resource.configuration_keys
+            entries = _entries(broker, resource.resource_type, resource.resource_name,
+                               asked=bool(keys))
             if keys:
                 entries = [e for e in entries if e.name in set(keys)]
             code, message = ErrorCode.none, None
@@ -64,11 +66,13 @@ async def handle(broker, request):
                  results=tuple(results))
 
 
-def _entries(broker, resource_type: int, name: str):
+def _entries(broker, resource_type: int, name: str, asked: bool = False):
     if resource_type == RESOURCE_TOPIC:
         check_topic_name(name)  # INVALID_TOPIC_EXCEPTION before "unknown", as Kafka
         topic = broker.engine.topic(name)
-        return topic_entries(topic.configs, broker.config.topic_defaults())
+        # The gateway's own configs a topic does not set show only when asked by name.
+        return topic_entries(topic.configs, broker.config.topic_defaults(),
+                             include_gateway=asked)
     if resource_type == RESOURCE_BROKER:
         if name not in ("", str(broker.node_id)):
             raise _invalid(f"unknown broker {name}: this is broker {broker.node_id}")
