@@ -237,6 +237,11 @@ async def _describe(client: KafkaClient, name: str) -> None:
                  if c.config_source == 1]
     print(f"Topic: {name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(partitions)}\t"
           f"Configs: {','.join(overrides)}")
+    # Important consumer groups (a list: its commas would blur into Configs' own).
+    important = [c.value for c in configs.results[0].configs
+                 if c.name == "gateway.important.consumer.groups" and c.value]
+    if important:
+        print(f"\tImportantConsumerGroups: {important[0]}")
     for p in partitions:
         print(f"\tPartition: {p}\tLeader: {response.controller_id}\t"
               f"LogStartOffset: {starts.get((name, p), '-')}\t"
