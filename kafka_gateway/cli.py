@@ -109,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     _topic_name(alter)
     alter.add_argument("--partitions", type=int,
                        help="new, larger partition count (default: unchanged)")
-    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    alter.add_argument("--set", "--config", dest="set", action="append", default=[],
+                       metavar="KEY=VALUE",
                        help="set a topic config (repeatable), as kafka-configs.sh --add-config")
     alter.add_argument("--delete", action="append", default=[], metavar="KEY",
                        help="reset a topic config to the gateway's default (repeatable), as "

@@ -1,0 +1,319 @@
+"""Important consumers with real clients: retention never deletes what a topic's
+``gateway.important.consumer.groups`` have not committed.
+
+Topics keep records for two seconds (``retention.ms``) or a few hundred bytes
+(``retention.bytes``); the gateway's retention pass runs every 200 ms. Each
+record is its own batch (the producer flushes after each), so the log start
+can stop at any offset. That a pass ran and held data back is read from the
+gateway's metrics (``kafka_gateway_important_group_held_bytes``) before any
+assertion that nothing was deleted, so a check cannot pass because retention
+had not run yet.
+
+Clients: confluent-kafka (produce, plain commits, the Admin API), the Java
+client 3.4.1 (offsets committed with ``sendOffsetsToTransaction``), the
+project's CLI (create, alter, describe).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+from compat_helpers import create_topic
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ConfigSource,
+)
+from group_helpers import wait_for
+from java_helpers import by_op, run_java
+
+from testkit import prom
+from testkit.cli import run_cli
+from testkit.gateway import GatewayProcess
+
+GROUPS = "gateway.important.consumer.groups"
+MAX_BYTES = "gateway.important.consumer.max.bytes"
+PREFIX = "kafka_gateway_important_group_"
+RECORDS = 20
+TIMEOUT = 30
+SERVE = ("--admin-listen", "127.0.0.1:0", "--log-retention-check-interval-ms", "200",
+         "--group-initial-rebalance-delay-ms", "0")
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory):
+    with GatewayProcess(tmp_path_factory.mktemp("important") / "data", *SERVE) as gw:
+        yield gw
+
+
+def unique(name: str) -> str:
+    return f"{name}-{uuid.uuid4().hex[:8]}"
+
+
+def produce_each(gateway, topic: str, count: int = RECORDS, keyed: bool = False) -> None:
+    """``count`` records of equal size, one batch each."""
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 0})
+    for i in range(count):
+        producer.produce(topic, key=f"k{i:04d}" if keyed else None, value=f"record-{i:04d}",
+                         partition=0)
+        assert producer.flush(TIMEOUT) == 0
+
+
+def watermarks(gateway, topic: str) -> tuple[int, int]:
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": unique("probe")})
+    try:
+        return consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=TIMEOUT,
+                                              cached=False)
+    finally:
+        consumer.close()
+
+
+def earliest(gateway, topic: str) -> int:
+    return watermarks(gateway, topic)[0]
+
+
+def commit(gateway, group: str, topic: str, offset: int) -> None:
+    """A plain OffsetCommit, as a consumer that read up to ``offset`` makes it."""
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group,
+                         "enable.auto.commit": False})
+    try:
+        consumer.assign([TopicPartition(topic, 0, offset)])
+        consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+    finally:
+        consumer.close()
+
+
+def consume(gateway, group: str, topic: str, until: int) -> list[int]:
+    """A group member reads from its committed offset (earliest without one) to
+    ``until``, commits, leaves; the offsets it read."""
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    read: list[int] = []
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + TIMEOUT
+        while not read or read[-1] < until - 1:
+            assert time.monotonic() < deadline, f"{group} read only {read}"
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                read.append(message.offset())
+        consumer.commit(offsets=[TopicPartition(topic, 0, until)], asynchronous=False)
+    finally:
+        consumer.close()
+    return read
+
+
+def metric(gateway, name: str, group: str, topic: str) -> float:
+    """An important group's metric on partition 0 (KeyError if it is not exported)."""
+    return prom.value(gateway.metrics(), PREFIX + name, group=group, topic=topic,
+                      partition="0")
+
+
+def held(gateway, group: str, topic: str) -> float:
+    """Wait for a retention pass that holds data back for ``group``: its bytes."""
+    return wait_for(lambda: metric(gateway, "held_bytes", group, topic), TIMEOUT,
+                    f"retention to hold {topic} for {group}", gateway)
+
+
+def next_pass(gateway, group: str, topic: str) -> None:
+    """Wait until retention has run again since now (the held age is remeasured
+    at each pass, so it grows)."""
+    before = metric(gateway, "held_age_seconds", group, topic)
+    wait_for(lambda: metric(gateway, "held_age_seconds", group, topic) > before, TIMEOUT,
+             "another retention pass", gateway)
+
+
+def caught_up(gateway, topic: str, offset: int) -> None:
+    wait_for(lambda: earliest(gateway, topic) == offset, TIMEOUT,
+             f"retention to move {topic}'s log start to {offset}", gateway)
+
+
+def test_time_retention_waits_for_the_important_group_only(gateway):
+    topic, billing, casual = unique("orders"), unique("billing"), unique("casual")
+    create_topic(gateway, topic, configs={"retention.ms": "2000", GROUPS: billing})
+    produce_each(gateway, topic)
+    commit(gateway, casual, topic, 0)  # an ordinary group, stopped at the start
+    # billing has never committed: it holds everything from the log start.
+    assert held(gateway, billing, topic) > 0
+    assert earliest(gateway, topic) == 0
+    assert metric(gateway, "lag", billing, topic) == RECORDS
+
+    assert consume(gateway, billing, topic, 5) == [0, 1, 2, 3, 4]
+    caught_up(gateway, topic, 5)  # what billing read goes; the rest stays
+    next_pass(gateway, billing, topic)
+    assert earliest(gateway, topic) == 5
+    assert metric(gateway, "lag", billing, topic) == RECORDS - 5
+    # The ordinary group's unread records fell off: it resumes at the log start.
+    assert consume(gateway, casual, topic, RECORDS)[0] == 5
+
+    # billing comes back: it reads every record it had not committed...
+    assert consume(gateway, billing, topic, RECORDS) == list(range(5, RECORDS))
+    # ...and retention catches up.
+    caught_up(gateway, topic, RECORDS)
+    wait_for(lambda: metric(gateway, "held_bytes", billing, topic) == 0, TIMEOUT,
+             "billing to hold nothing", gateway)
+    assert metric(gateway, "lag", billing, topic) == 0
+    assert metric(gateway, "records_deleted_unread_total", billing, topic) == 0
+
+
+def test_offsets_committed_in_java_transactions_hold_retention(gateway, java_classes):
+    topic, group = unique("txn-in"), unique("txn-billing")
+    create_topic(gateway, topic, configs={"retention.ms": "2000", GROUPS: group})
+    create_topic(gateway, f"{topic}-out")
+    produce_each(gateway, topic)
+    args = ("--topic", topic, "--group", group, "--txn-id", unique("txn"))
+    # 8 records processed and their offsets committed in transactions; then a
+    # transaction sends offset 20 for the group and aborts: it must not count.
+    lines = by_op(run_java(gateway, java_classes, "javatxn.ImportantCheck", "process", *args,
+                           "--count", "8", "--abort-to", str(RECORDS)))
+    assert lines["processed"] == [{"op": "processed", "first": 0, "next": 8}]
+    assert lines["aborted"] == [{"op": "aborted", "offset": RECORDS}]
+    caught_up(gateway, topic, 8)
+    assert held(gateway, group, topic) > 0
+    next_pass(gateway, group, topic)
+    assert earliest(gateway, topic) == 8
+    # The group resumes where its last committed transaction left it: nothing lost.
+    lines = by_op(run_java(gateway, java_classes, "javatxn.ImportantCheck", "process", *args,
+                           "--count", str(RECORDS - 8)))
+    assert lines["processed"] == [{"op": "processed", "first": 8, "next": RECORDS}]
+    caught_up(gateway, topic, RECORDS)
+    assert watermarks(gateway, f"{topic}-out")[1] >= RECORDS  # and the outputs committed
+
+
+def test_size_retention_and_the_ceiling(gateway):
+    topic, group = unique("sized"), unique("billing")
+    create_topic(gateway, topic, configs={"retention.ms": "-1", "retention.bytes": "300",
+                                          GROUPS: group})
+    produce_each(gateway, topic)
+    partition_bytes = prom.value(gateway.metrics(), "kafka_gateway_partition_bytes",
+                                 topic=topic, partition="0")
+    batch = int(partition_bytes) // RECORDS
+    assert batch * RECORDS == partition_bytes and 5 * batch > 300  # equal batches
+    commit(gateway, group, topic, 4)
+    caught_up(gateway, topic, 4)
+    # Size retention would keep the newest batches making at least 300 bytes.
+    due = RECORDS - -(-300 // batch)
+    wait_for(lambda: metric(gateway, "held_bytes", group, topic) == (due - 4) * batch,
+             TIMEOUT, f"the group to hold offsets 4..{due - 1}", gateway)
+    next_pass(gateway, group, topic)
+    assert earliest(gateway, topic) == 4
+    # A ceiling of 10 batches: retention passes the group down to it, and says so.
+    run_cli(gateway.bootstrap, "topics", "alter", topic, "--config",
+            f"{MAX_BYTES}={10 * batch}")
+    caught_up(gateway, topic, RECORDS - 10)
+    wait_for(lambda: metric(gateway, "records_deleted_unread_total", group, topic) == 6,
+             TIMEOUT, "the records passed to be counted", gateway)
+    assert metric(gateway, "retention_passes_total", group, topic) == 1
+    assert (f"retention passed important consumer group {group} on {topic}-0: offsets 4..9 "
+            "deleted before it committed them") in gateway.output()
+    next_pass(gateway, group, topic)
+    assert earliest(gateway, topic) == RECORDS - 10  # at the ceiling: held again
+
+
+def test_deleting_the_group_or_unnaming_it_releases(gateway):
+    topic, billing, audit = unique("released"), unique("billing"), unique("audit")
+    create_topic(gateway, topic, configs={"retention.ms": "2000", GROUPS: f"{billing},{audit}"})
+    produce_each(gateway, topic)
+    commit(gateway, billing, topic, 3)
+    commit(gateway, audit, topic, 6)
+    assert held(gateway, billing, topic) > 0
+    next_pass(gateway, billing, topic)
+    assert earliest(gateway, topic) == 3
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    for future in admin.delete_consumer_groups([billing], request_timeout=TIMEOUT).values():
+        future.result(TIMEOUT)
+    caught_up(gateway, topic, 6)  # billing released; audit holds
+    next_pass(gateway, audit, topic)
+    assert earliest(gateway, topic) == 6
+    # Named no more: audit releases too (the list keeps billing, deleted: it holds nothing).
+    run_cli(gateway.bootstrap, "topics", "alter", topic, "--config", f"{GROUPS}={billing}")
+    caught_up(gateway, topic, RECORDS)
+
+
+def test_compacted_and_deleted_topic_is_held(gateway):
+    topic, group = unique("compact-delete"), unique("billing")
+    create_topic(gateway, topic, configs={"cleanup.policy": "compact,delete",
+                                          "retention.ms": "2000", GROUPS: group})
+    produce_each(gateway, topic, keyed=True)
+    commit(gateway, group, topic, 7)
+    caught_up(gateway, topic, 7)
+    assert held(gateway, group, topic) > 0
+    next_pass(gateway, group, topic)
+    assert earliest(gateway, topic) == 7
+    assert consume(gateway, group, topic, RECORDS) == list(range(7, RECORDS))
+    caught_up(gateway, topic, RECORDS)
+
+
+def test_config_through_admin_api_and_cli(gateway):
+    topic, plain = unique("configured"), unique("plain")
+    out = run_cli(gateway.bootstrap, "topics", "create", topic, "--config",
+                  f"{GROUPS}=billing,audit").stdout
+    assert "Created" in out or topic in out
+    create_topic(gateway, plain)
+    described = run_cli(gateway.bootstrap, "topics", "describe", topic).stdout
+    assert "\tImportantConsumerGroups: billing,audit\n" in described
+    assert "ImportantConsumerGroups" not in run_cli(gateway.bootstrap, "topics", "describe",
+                                                    plain).stdout
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+
+    def describe(name: str) -> dict:
+        resource = ConfigResource(ConfigResource.Type.TOPIC, name)
+        return admin.describe_configs([resource])[resource].result(TIMEOUT)
+
+    entry = describe(topic)[GROUPS]
+    assert (entry.value, entry.source) == ("billing,audit",
+                                           ConfigSource.DYNAMIC_TOPIC_CONFIG.value)
+    assert GROUPS not in describe(plain) and MAX_BYTES not in describe(plain)
+    # APPEND and SUBTRACT work on the list, as on Kafka's list configs.
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(GROUPS, "fraud", incremental_operation=AlterConfigOpType.APPEND),
+        ConfigEntry(MAX_BYTES, "1048576", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry(GROUPS, "audit", incremental_operation=AlterConfigOpType.SUBTRACT)])
+    admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+    configs = describe(topic)
+    assert (configs[GROUPS].value, configs[MAX_BYTES].value) == ("billing,fraud", "1048576")
+    # A malformed value is INVALID_CONFIG with the reason, and changes nothing.
+    for bad in ("billing,,audit", "billing,billing"):
+        resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+            ConfigEntry(GROUPS, bad, incremental_operation=AlterConfigOpType.SET)])
+        with pytest.raises(KafkaException) as refused:
+            admin.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+        assert refused.value.args[0].name() == "INVALID_CONFIG"
+        assert GROUPS in refused.value.args[0].str()
+    assert describe(topic)[GROUPS].value == "billing,fraud"
+    failed = run_cli(gateway.bootstrap, "topics", "create", unique("bad"), "--config",
+                     f"{MAX_BYTES}=-5", check=False)
+    assert failed.returncode != 0 and "INVALID_CONFIG" in failed.stderr
+
+
+def test_kill_9_keeps_holds_and_releases(tmp_path):
+    topic, billing, audit = "killed", "billing", "audit"
+    with GatewayProcess(tmp_path / "data", *SERVE) as gateway:
+        create_topic(gateway, topic, configs={"retention.ms": "2000",
+                                              GROUPS: f"{billing},{audit}"})
+        produce_each(gateway, topic)
+        commit(gateway, billing, topic, 5)
+        commit(gateway, audit, topic, 8)
+        caught_up(gateway, topic, 5)
+        assert held(gateway, billing, topic) > 0
+        gateway.restart(hard=True)  # kill -9 while retention holds, passes every 200 ms
+        assert earliest(gateway, topic) == 5
+        assert held(gateway, billing, topic) > 0  # a pass of the new process held it
+        next_pass(gateway, billing, topic)
+        assert earliest(gateway, topic) == 5
+        admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+        for future in admin.delete_consumer_groups([billing], request_timeout=TIMEOUT).values():
+            future.result(TIMEOUT)
+        gateway.restart(hard=True)  # kill -9 right after the deletion was acknowledged
+        caught_up(gateway, topic, 8)  # the release survived; audit's commit holds
+        next_pass(gateway, audit, topic)
+        assert earliest(gateway, topic) == 8
+        assert consume(gateway, audit, topic, RECORDS) == list(range(8, RECORDS))
+        caught_up(gateway, topic, RECORDS)
