@@ -11,12 +11,13 @@ had not run yet.
 
 Clients: confluent-kafka (produce, plain commits, the Admin API), the Java
 client 3.4.1 (offsets committed with ``sendOffsetsToTransaction``), the
-project's CLI (create, alter, describe).
+project's CLI (create, alter, describe); the web console's topic page.
 """
 
 from __future__ import annotations
 
 import time
+import urllib.request
 import uuid
 
 import pytest
@@ -133,6 +134,15 @@ def caught_up(gateway, topic: str, offset: int) -> None:
              f"retention to move {topic}'s log start to {offset}", gateway)
 
 
+def console_table(gateway, topic: str, table_id: str) -> str:
+    """One table of the web console's page of ``topic``, as HTML."""
+    url = f"http://{gateway.admin_address()}/ui/topics/{topic}"
+    with urllib.request.urlopen(url, timeout=TIMEOUT) as answer:
+        page = answer.read().decode()
+    start = page.index(f'id="{table_id}"')
+    return page[start:page.index("</table>", start)]
+
+
 def test_time_retention_waits_for_the_important_group_only(gateway):
     topic, billing, casual = unique("orders"), unique("billing"), unique("casual")
     create_topic(gateway, topic, configs={"retention.ms": "2000", GROUPS: billing})
@@ -142,6 +152,10 @@ def test_time_retention_waits_for_the_important_group_only(gateway):
     assert held(gateway, billing, topic) > 0
     assert earliest(gateway, topic) == 0
     assert metric(gateway, "lag", billing, topic) == RECORDS
+    # The console's topic page marks the group and shows what it holds.
+    shown = console_table(gateway, topic, "important")
+    assert f">{billing}</a>" in shown and "never: holds from the log start" in shown
+    assert ">0 B<" not in shown and "<td class=\"num\">-</td>" not in shown, shown
 
     assert consume(gateway, billing, topic, 5) == [0, 1, 2, 3, 4]
     caught_up(gateway, topic, 5)  # what billing read goes; the rest stays

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass, field
 
 from tablets import Topic
+from tablets.important import ImportantGroup
 
 from ..broker import Broker
 from ..configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
@@ -184,6 +185,15 @@ def readers_of(broker: Broker, topic_name: str) -> list[tuple[str, int]]:
                                - offset.offset, 0)
             out.append((group_id, lag))
     return out
+
+
+def important_of(broker: Broker, topic_name: str) -> list[ImportantGroup]:
+    """The topic's important consumer groups per partition: lag, and what they
+    hold back from retention (tablets/important.py)."""
+    found = broker.engine.topics.get(topic_name)
+    if found is None or broker.engine.important is None:
+        return []
+    return broker.engine.important.report(found.partitions)
 
 
 def rates(broker: Broker, topic_name: str | None = None) -> dict[str, float]:
