@@ -232,6 +232,8 @@ class StorageEngine:
             ops.delete_range(*keys.topic_range(kind, topic.topic_id))
         if self.consumer_offsets is not None:
             self.consumer_offsets.drop_topic(name, ops)
+        if self.important is not None:
+            self.important.forget(name)
         await self._write(ops)
         self._share_tail_budget()
         log.info("deleted topic %s", name)

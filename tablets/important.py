@@ -73,7 +73,8 @@ class ImportantGroup:
 class ImportantConsumers:
     def __init__(self, offsets: ConsumerOffsets) -> None:
         self.offsets = offsets
-        self._held: dict[GroupKey, Held] = {}
+        # (topic, partition) -> group -> what it held at the last pass.
+        self._held: dict[tuple[str, int], dict[str, Held]] = {}
         self.passes: Counter[GroupKey] = Counter()
         self.records_passed: Counter[GroupKey] = Counter()
 
@@ -97,8 +98,8 @@ class ImportantConsumers:
         due = await tablet.retention_start(now_ms)
         settings = tablet.settings()
         holds = self.holds(tablet)
-        for key in [k for k in self._held if k[:2] == (settings.topic, tablet.partition)]:
-            del self._held[key]  # rebuilt below: a group no longer named leaves
+        # Rebuilt below: a group no longer named (or holding nothing) leaves.
+        self._held.pop((settings.topic, tablet.partition), None)
         new_start = due
         floor = min(holds.values(), default=due)
         ceiling = settings.important_max_bytes
@@ -127,11 +128,11 @@ class ImportantConsumers:
         tail_bytes = [0] * (len(held) + 1)
         for i in range(len(held) - 1, -1, -1):
             tail_bytes[i] = tail_bytes[i + 1] + held[i][1]
-        topic = tablet.settings().topic
+        per_group = self._held[(tablet.settings().topic, tablet.partition)] = {}
         for group, offset in holds.items():
             first = bisect_left(lasts, max(offset, new_start))
             age = now_ms - held[first][2] if first < len(held) else 0
-            self._held[(topic, tablet.partition, group)] = Held(tail_bytes[first], max(age, 0))
+            per_group[group] = Held(tail_bytes[first], max(age, 0))
 
     def _passed(self, tablet: PartitionTablet, group: str, offset: int, new_start: int,
                 ceiling: int) -> None:
@@ -143,6 +144,14 @@ class ImportantConsumers:
             "it committed them (the partition held %d bytes, over "
             "gateway.important.consumer.max.bytes=%d)",
             group, tablet.name, offset, new_start - 1, tablet.size_bytes, ceiling)
+
+    def forget(self, topic: str) -> None:
+        """A deleted topic: its figures go (a topic re-created under the name starts anew)."""
+        for key in [k for k in self._held if k[0] == topic]:
+            del self._held[key]
+        for counter in (self.passes, self.records_passed):
+            for key in [k for k in counter if k[0] == topic]:
+                del counter[key]
 
     def report(self, tablets: list[PartitionTablet]) -> list[ImportantGroup]:
         """Every important group of every partition: live lag, and what the
@@ -160,7 +169,7 @@ class ImportantConsumers:
                 position = committed.offset if committed is not None else tablet.log_start_offset
                 lag = 0 if released else max(0, tablet.high_watermark
                                               - max(position, tablet.log_start_offset))
-                held = self._held.get(key, Held(0, 0))
+                held = self._held.get(key[:2], {}).get(group, Held(0, 0))
                 out.append(ImportantGroup(
                     settings.topic, tablet.partition, group,
                     committed.offset if committed is not None else None, released, lag,

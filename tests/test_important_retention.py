@@ -9,6 +9,7 @@ import logging
 
 import pytest
 
+from kafka_gateway.configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import OffsetCommit
 from tablets.store import Ops
@@ -238,3 +239,30 @@ def test_valid_values_are_stored_as_kafka_shows_lists():
         validate(MAX_BYTES, "-2")
     with pytest.raises(InvalidConfig, match="Not a number"):
         validate(MAX_BYTES, "lots")
+
+
+def test_described_only_where_set_or_asked_for():
+    plain = {e.name: e for e in topic_entries({}, {})}
+    assert GROUPS not in plain and MAX_BYTES not in plain  # as on Kafka
+    asked = {e.name: e for e in topic_entries({}, {}, include_gateway=True)}
+    assert (asked[GROUPS].value, asked[GROUPS].source) == ("", SOURCE_DEFAULT)
+    assert (asked[MAX_BYTES].value, asked[MAX_BYTES].source) == ("-1", SOURCE_DEFAULT)
+    configured = {e.name: e for e in topic_entries({GROUPS: "billing"}, {})}
+    assert (configured[GROUPS].value, configured[GROUPS].source) == ("billing",
+                                                                     SOURCE_DYNAMIC_TOPIC)
+    assert configured[GROUPS].synonyms == ((GROUPS, "billing", SOURCE_DYNAMIC_TOPIC),)
+    assert MAX_BYTES not in configured
+
+
+def test_a_deleted_topic_forgets_its_figures(tmp_path):
+    async def scenario(engine):
+        configs = {"retention.ms": "1000", GROUPS: "billing", MAX_BYTES: "0"}
+        tablet = await fill(engine, "gone", configs)
+        assert await retain(engine, tablet, 5500) == 4
+        assert row(engine, "billing").passed == 1
+        await engine.delete_topic("gone")
+        await engine.create_topic("gone", 1, configs)
+        again = row(engine, "billing")
+        assert (again.passed, again.records_passed, again.held_bytes) == (0, 0, 0)
+
+    run(scenario, tmp_path)
