@@ -5,11 +5,15 @@ config's validation. Real clients over the wire: compat_tests/test_important_con
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 
 import pytest
 
+from kafka_gateway.config import GatewayConfig
 from kafka_gateway.configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
+from kafka_gateway.groups import GroupCoordinator, GroupOffsets
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import OffsetCommit
 from tablets.store import Ops
@@ -208,13 +212,31 @@ def test_compact_delete_topic_is_held_compact_only_has_no_retention(tmp_path):
     run(scenario, tmp_path)
 
 
-def test_expiry_spares_important_groups(tmp_path):
+def test_offset_expiry_spares_important_groups(tmp_path):
     async def scenario(engine):
         await engine.create_topic("e", 1, {GROUPS: "billing"})
         await engine.create_topic("f", 1, {})
-        assert engine.consumer_offsets.is_important("billing", "e")
-        assert not engine.consumer_offsets.is_important("billing", "f")
-        assert not engine.consumer_offsets.is_important("other", "e")
+        offsets = engine.consumer_offsets
+        assert offsets.is_important("billing", "e")
+        assert not offsets.is_important("billing", "f") and not offsets.is_important("x", "e")
+        clock = [time.time_ns() // 1_000_000]
+        config = dataclasses.replace(GatewayConfig(), offsets_retention_minutes=1)
+        coordinator = GroupCoordinator(config, offsets, lambda: clock[0])
+        groups = GroupOffsets(config, coordinator, offsets, lambda: clock[0])
+        try:
+            for group in ("billing", "other"):
+                await offsets.commit(group, {("e", 0): OffsetCommit(1), ("f", 0): OffsetCommit(1)},
+                                     clock[0])
+            clock[0] += 61_000
+            # Everything expires (the groups have no members) but billing's offset of e.
+            assert await groups.expire_offsets() == 3
+            assert set(offsets.group_offsets("billing")) == {("e", 0)}
+            assert not offsets.has_offsets("other")
+            # Expiry is not an operator's deletion: it releases nothing.
+            assert not offsets.is_released("billing", "f", 0)
+            assert not offsets.is_released("other", "e", 0)
+        finally:
+            coordinator.stop()
 
     run(scenario, tmp_path)
 
