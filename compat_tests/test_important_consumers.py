@@ -10,12 +10,14 @@ assertion that nothing was deleted, so a check cannot pass because retention
 had not run yet.
 
 Clients: confluent-kafka (produce, plain commits, the Admin API), the Java
-client 3.4.1 (offsets committed with ``sendOffsetsToTransaction``), the
-project's CLI (create, alter, describe); the web console's topic page.
+client 3.4.1 (offsets committed with ``sendOffsetsToTransaction``), Kafka's
+own kafka-configs.sh (ConfigCommand), the project's CLI (create, alter,
+describe); the web console's topic page.
 """
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 import urllib.request
@@ -34,7 +36,7 @@ from confluent_kafka.admin import (
 from group_helpers import wait_for
 from java_helpers import by_op, run_java
 
-from testkit import prom
+from testkit import jvm, prom
 from testkit.cli import run_cli
 from testkit.gateway import GatewayProcess
 
@@ -390,3 +392,27 @@ def test_kill_9_while_the_group_commits_and_retention_follows(tmp_path):
         # Every record read, none skipped (some read twice: uncommitted at the kill).
         assert sorted(set(read)) == list(range(total)), sorted(set(range(total)) - set(read))
         caught_up(gateway, topic, total)
+
+
+def test_kafkas_config_tool_sets_and_describes_the_groups(gateway):
+    """kafka-configs.sh (Apache Kafka 3.4.1's ConfigCommand, over the Admin
+    client) sets the list with its [a,b] syntax and describes it."""
+    topic = unique("tooled")
+    create_topic(gateway, topic)
+
+    def config_command(*args: str) -> str:
+        line = jvm.java_command("kafka.admin.ConfigCommand", "--bootstrap-server",
+                                gateway.bootstrap, "--entity-type", "topics", "--entity-name",
+                                topic, *args)
+        done = subprocess.run(line, capture_output=True, text=True, timeout=120,
+                              stdin=subprocess.DEVNULL)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert "Completed updating config" in config_command(
+        "--alter", "--add-config", f"{GROUPS}=[billing,audit]")
+    described = config_command("--describe")
+    assert f"{GROUPS}=billing,audit sensitive=false synonyms={{DYNAMIC_TOPIC_CONFIG:" \
+        f"{GROUPS}=billing,audit}}" in described
+    assert "\tImportantConsumerGroups: billing,audit\n" in run_cli(
+        gateway.bootstrap, "topics", "describe", topic).stdout
