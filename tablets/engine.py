@@ -233,7 +233,7 @@ class StorageEngine:
         if self.consumer_offsets is not None:
             self.consumer_offsets.drop_topic(name, ops)
         if self.important is not None:
-            self.important.forget(name)
+            self.important.forget(name, [t.prefix for t in topic.partitions])
         await self._write(ops)
         self._share_tail_budget()
         log.info("deleted topic %s", name)

@@ -22,13 +22,15 @@ would go). Every such pass is logged as a warning and counted per group
 
 Each pass also records, per important group and partition, the bytes and
 age of what it holds back (batches retention would have deleted but kept for
-it); metrics and the console read them with the live lag (``report``).
+it); metrics and the console read them with the live lag (``report``). The
+held batches are read once, as they become due (``_Scanned``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from array import array
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass
@@ -75,6 +77,8 @@ class ImportantConsumers:
         self.offsets = offsets
         # (topic, partition) -> group -> what it held at the last pass.
         self._held: dict[tuple[str, int], dict[str, Held]] = {}
+        # Partition key prefix -> the held batches read so far.
+        self._scanned: dict[bytes, _Scanned] = {}
         self.passes: Counter[GroupKey] = Counter()
         self.records_passed: Counter[GroupKey] = Counter()
 
@@ -114,6 +118,8 @@ class ImportantConsumers:
             for group, offset in holds.items():
                 if offset < new_start:
                     self._passed(tablet, group, offset, new_start, ceiling)
+        else:
+            self._scanned.pop(tablet.prefix, None)  # nothing held back: nothing to keep
         await tablet.truncate_to(new_start)
 
     async def _record(self, tablet: PartitionTablet, holds: dict[str, int], due: int,
@@ -121,18 +127,16 @@ class ImportantConsumers:
         """Remember what each group holds back: batches that stay (last offset
         at or past ``new_start``) though retention is due for them (last offset
         before ``due``), and that the group has not wholly committed."""
+        settings = tablet.settings()
+        scanned = self._scanned.get(tablet.prefix) if settings.compaction is None else None
+        if scanned is None:
+            scanned = self._scanned[tablet.prefix] = _Scanned()
+        scanned.drop_below(new_start)
         loop = asyncio.get_running_loop()
-        held = await loop.run_in_executor(tablet.store.readers, _batches, tablet, new_start, due)
-        lasts = [b[0] for b in held]
-        # Running byte totals from the end, so each group's share is one lookup.
-        tail_bytes = [0] * (len(held) + 1)
-        for i in range(len(held) - 1, -1, -1):
-            tail_bytes[i] = tail_bytes[i + 1] + held[i][1]
-        per_group = self._held[(tablet.settings().topic, tablet.partition)] = {}
-        for group, offset in holds.items():
-            first = bisect_left(lasts, max(offset, new_start))
-            age = now_ms - held[first][2] if first < len(held) else 0
-            per_group[group] = Held(tail_bytes[first], max(age, 0))
+        await loop.run_in_executor(tablet.store.readers, scanned.read, tablet, new_start, due)
+        self._held[(settings.topic, tablet.partition)] = {
+            group: scanned.held_from(max(offset, new_start), due, now_ms)
+            for group, offset in holds.items()}
 
     def _passed(self, tablet: PartitionTablet, group: str, offset: int, new_start: int,
                 ceiling: int) -> None:
@@ -145,8 +149,10 @@ class ImportantConsumers:
             "gateway.important.consumer.max.bytes=%d)",
             group, tablet.name, offset, new_start - 1, tablet.size_bytes, ceiling)
 
-    def forget(self, topic: str) -> None:
+    def forget(self, topic: str, prefixes: list[bytes]) -> None:
         """A deleted topic: its figures go (a topic re-created under the name starts anew)."""
+        for prefix in prefixes:
+            self._scanned.pop(prefix, None)
         for key in [k for k in self._held if k[0] == topic]:
             del self._held[key]
         for counter in (self.passes, self.records_passed):
@@ -177,19 +183,49 @@ class ImportantConsumers:
         return out
 
 
-def _batches(tablet: PartitionTablet, new_start: int, due: int) -> list[tuple[int, int, int]]:
-    """(last offset, size, max timestamp) of the batches that stay though
-    retention is due for them. Reads only entry headers (references too)."""
-    if due <= new_start:
-        return []
-    floor = keys.LOG + tablet.prefix
-    end = keys.offset_key(keys.LOG, tablet.prefix, due)
-    out = []
-    for _key, entry in tablet.store.scan(floor, end):
-        last = rb.last_offset_of(entry)
-        if last < new_start:
-            continue
-        if last >= due:
-            break
-        out.append((last, log_entry.size(entry), rb.max_timestamp_of(entry)))
-    return out
+class _Scanned:
+    """The batches of one partition that retention passes found held back, read
+    once: each pass drops those below the new log start and reads only the
+    batches retention became due for since (a compacted log, whose batches
+    compaction rewrites, is read again each pass). Arrays keep it at 24 bytes
+    a batch."""
+
+    def __init__(self) -> None:
+        self.lasts = array("q")  # last offset of each batch, ascending
+        self.totals = array("q")  # running total of their sizes
+        self.stamps = array("q")  # max timestamp of each batch
+        self.dropped = 0  # the running total before the first batch kept
+        self.end = -1  # the next batch to read starts here (-1: at the log start)
+
+    def drop_below(self, offset: int) -> None:
+        cut = bisect_left(self.lasts, offset)
+        if cut:
+            self.dropped = self.totals[cut - 1]
+            del self.lasts[:cut], self.totals[:cut], self.stamps[:cut]
+
+    def read(self, tablet: PartitionTablet, new_start: int, due: int) -> None:
+        """Read the batches before ``due`` not read yet (on a reader thread)."""
+        floor = keys.LOG + tablet.prefix
+        start = floor if self.end < 0 else keys.offset_key(keys.LOG, tablet.prefix, self.end)
+        total = self.totals[-1] if self.totals else self.dropped
+        for _key, entry in tablet.store.scan(start, floor + b"\xff" * 8):
+            last = rb.last_offset_of(entry)
+            if last >= due:
+                break
+            self.end = last + 1
+            total += log_entry.size(entry)
+            if last < new_start:
+                self.dropped = total
+                continue
+            self.lasts.append(last)
+            self.totals.append(total)
+            self.stamps.append(rb.max_timestamp_of(entry))
+
+    def held_from(self, offset: int, due: int, now_ms: int) -> Held:
+        """What stays for a group at ``offset``: the batches with a last offset
+        at or past it and before ``due``."""
+        first, end = bisect_left(self.lasts, offset), bisect_left(self.lasts, due)
+        if first >= end:
+            return Held(0, 0)
+        before = self.totals[first - 1] if first else self.dropped
+        return Held(self.totals[end - 1] - before, max(now_ms - self.stamps[first], 0))

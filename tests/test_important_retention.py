@@ -16,6 +16,7 @@ from kafka_gateway.configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_en
 from kafka_gateway.groups import GroupCoordinator, GroupOffsets
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import OffsetCommit
+from tablets.important import ImportantConsumers
 from tablets.store import Ops
 from tablets.topic_config import InvalidConfig, validate, validate_all
 from testkit.batches import make_batch
@@ -286,5 +287,42 @@ def test_a_deleted_topic_forgets_its_figures(tmp_path):
         await engine.create_topic("gone", 1, configs)
         again = row(engine, "billing")
         assert (again.passed, again.records_passed, again.held_bytes) == (0, 0, 0)
+
+    run(scenario, tmp_path)
+
+
+def test_held_figures_read_incrementally_match_a_fresh_read(tmp_path):
+    """Passes read only the batches newly due; their figures equal what a
+    first pass over the same log finds, through appends, commits, DeleteRecords
+    and retention changes."""
+    async def scenario(engine):
+        configs = {"retention.ms": "1000", GROUPS: "billing,audit"}
+        tablet = await fill(engine, "inc", configs, timestamps=range(100, 1100, 100))
+        now = 1500  # batches up to ts 400 are due (offsets 0-9)
+        steps = [
+            lambda: commit(engine, "audit", "inc", 3),
+            lambda: tablet.append(make_batch([b"n" * 30] * 3, key=b"k", base_timestamp=700), 0),
+            lambda: commit(engine, "billing", "inc", 5),
+            lambda: tablet.delete_records(4),
+            lambda: commit(engine, "audit", "inc", 16),
+            lambda: engine.set_topic_configs("inc", {**configs, "retention.ms": "1200"}),
+            lambda: commit(engine, "billing", "inc", 12),
+        ]
+        for number, step in enumerate(steps):
+            await step()
+            now += 200
+            fresh = ImportantConsumers(engine.consumer_offsets)
+            # Either one truncates (reading past batches it deletes), then the other
+            # finds the log start already there.
+            order = (engine.important, fresh) if number % 2 else (fresh, engine.important)
+            for important in order:
+                await important.retain(tablet, now)
+            for group in ("billing", "audit"):
+                (mine,) = [r for r in engine.important.report([tablet]) if r.group == group]
+                (theirs,) = [r for r in fresh.report([tablet]) if r.group == group]
+                assert (mine.held_bytes, mine.held_age_ms) == (
+                    theirs.held_bytes, theirs.held_age_ms), (group, now)
+        assert tablet.log_start_offset == 12  # billing at 12 held the last pass
+        assert row(engine, "billing").held_bytes > 0
 
     run(scenario, tmp_path)
