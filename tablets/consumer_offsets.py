@@ -16,8 +16,8 @@ it is acknowledged), so nobody resumes from an offset a crash could lose.
 
 Important consumers (``tablets/important.py``) read these offsets: a named
 group holds retention at its commit, or from the log start where it never
-committed. Deleting a group's offsets (DeleteGroups, OffsetDelete) leaves a
-*released* marker (``keys.RELEASED``) so the group, now without offsets, stops
+committed. Deleting an important group's offsets (DeleteGroups, OffsetDelete)
+leaves a *released* marker (``keys.RELEASED``) so the group, now without offsets, stops
 holding instead of holding from the log start; its next commit clears it.
 """
 
@@ -100,9 +100,10 @@ class ConsumerOffsets:
         # Releases written but not yet durable; a commit staged meanwhile
         # cancels its own (it lands after the release, so it wins).
         self._releasing: set[tuple[str, str | None, int]] = set()
-        # Whether a group is an important consumer of a topic (set by the
-        # engine, which knows the topics' configs): offset expiry spares them.
-        self.is_important: Callable[[str, str], bool] = lambda group, topic: False
+        # Whether a group is an important consumer of a topic (None: of any;
+        # set by the engine, which knows the topics' configs): offset expiry
+        # spares them, and only their deletion leaves a released marker.
+        self.is_important: Callable[[str, str | None], bool] = lambda group, topic: False
 
     def load(self) -> None:
         """Read every committed offset (start-up: small, sequential reads)."""
@@ -234,6 +235,8 @@ class ConsumerOffsets:
         offsets = self._groups.get(group, {})
         doomed = list(offsets) if partitions is None else [tp for tp in partitions
                                                             if tp in offsets]
+        # Only an important consumer leaves a marker (other groups hold nothing).
+        release = release and self.is_important(group, None)
         if not doomed and not (partitions is None and release):
             return 0  # (a whole group without offsets may still hold: released below)
         ops = Ops()
@@ -245,11 +248,12 @@ class ConsumerOffsets:
         else:
             for topic, partition in doomed:
                 ops.delete(keys.consumer_offset_key(group, topic, partition))
-                if release:
+                if release and self.is_important(group, topic):
                     ops.put(keys.released_key(group, topic, partition), b"")
         releases: list[tuple[str, str | None, int]] = []
         if release:
-            releases = [(group, None, 0)] if partitions is None else [(group, *tp) for tp in doomed]
+            releases = [(group, None, 0)] if partitions is None else [
+                (group, *tp) for tp in doomed if self.is_important(group, tp[0])]
         self._releasing.update(releases)
         newest_deleted = self._last_version
         await self.writer.submit(ops)

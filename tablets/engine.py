@@ -281,8 +281,12 @@ class StorageEngine:
                     await self.important.retain(tablet, now)
                     await tablet.expire_producers(now, self.settings.producer_id_expiration_ms)
 
-    def is_important_consumer(self, group: str, topic: str) -> bool:
-        """The topic names the group in gateway.important.consumer.groups."""
+    def is_important_consumer(self, group: str, topic: str | None) -> bool:
+        """The topic (None: any topic) names the group in
+        gateway.important.consumer.groups."""
+        if topic is None:
+            return any(group in self._tablet_settings(t).important_groups
+                       for t in self.topics.values())
         found = self.topics.get(topic)
         return found is not None and group in self._tablet_settings(found).important_groups
 

@@ -14,7 +14,7 @@ import pytest
 from kafka_gateway.config import GatewayConfig
 from kafka_gateway.configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
 from kafka_gateway.groups import GroupCoordinator, GroupOffsets
-from tablets import EngineSettings, StorageEngine
+from tablets import EngineSettings, StorageEngine, keys
 from tablets.consumer_offsets import OffsetCommit
 from tablets.important import ImportantConsumers
 from tablets.store import Ops
@@ -324,5 +324,27 @@ def test_held_figures_read_incrementally_match_a_fresh_read(tmp_path):
                     theirs.held_bytes, theirs.held_age_ms), (group, now)
         assert tablet.log_start_offset == 12  # billing at 12 held the last pass
         assert row(engine, "billing").held_bytes > 0
+
+    run(scenario, tmp_path)
+
+
+def test_only_important_groups_leave_a_released_marker(tmp_path):
+    async def scenario(engine):
+        await fill(engine, "m", {GROUPS: "billing"})
+        await engine.create_topic("n", 1, {})
+        offsets = engine.consumer_offsets
+        for group in ("billing", "other"):
+            await offsets.commit(group, {("m", 0): OffsetCommit(1), ("n", 0): OffsetCommit(1)},
+                                 0)
+        await offsets.delete("billing", [("n", 0)])  # not important on n
+        await offsets.delete("other")  # important nowhere
+        await offsets.delete("ghost")  # no offsets, important nowhere: nothing at all
+        assert list(engine.store.scan(keys.RELEASED, keys.RELEASED + b"\xff")) == []
+        await offsets.delete("billing", [("m", 0)])
+        assert [keys.parse_released_key(k) for k, _ in
+                engine.store.scan(keys.RELEASED, keys.RELEASED + b"\xff")] == [("billing", "m", 0)]
+        assert offsets.is_released("billing", "m", 0)
+        assert not offsets.is_released("billing", "n", 0)
+        assert not offsets.is_released("other", "m", 0)
 
     run(scenario, tmp_path)
