@@ -252,6 +252,34 @@ def test_deleting_the_group_or_unnaming_it_releases(gateway):
     caught_up(gateway, topic, RECORDS)
 
 
+def test_delete_records_is_explicit_and_passes_the_group(gateway):
+    """DeleteRecords (kafka-delete-records.sh) is an operator's action, not
+    retention: it moves the log start past an important group's offset, and the
+    group's consumer resets by auto.offset.reset, as on Kafka."""
+    topic, group = unique("deleted-records"), unique("billing")
+    create_topic(gateway, topic, configs={"retention.ms": "2000", GROUPS: group})
+    produce_each(gateway, topic)
+    commit(gateway, group, topic, 2)
+    assert held(gateway, group, topic) > 0
+    next_pass(gateway, group, topic)
+    assert earliest(gateway, topic) == 2
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    [future] = admin.delete_records([TopicPartition(topic, 0, 10)]).values()
+    assert future.result(TIMEOUT).low_watermark == 10
+    assert earliest(gateway, topic) == 10
+    # The group's committed offset stays where it was: below the log start now.
+    probe = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": group})
+    try:
+        [position] = probe.committed([TopicPartition(topic, 0)], timeout=TIMEOUT)
+    finally:
+        probe.close()
+    assert position.offset == 2
+    assert metric(gateway, "lag", group, topic) == RECORDS - 10
+    # Its consumer (auto.offset.reset=earliest) resumes at the new log start.
+    assert consume(gateway, group, topic, RECORDS) == list(range(10, RECORDS))
+    caught_up(gateway, topic, RECORDS)
+
+
 def test_compacted_and_deleted_topic_is_held(gateway):
     topic, group = unique("compact-delete"), unique("billing")
     create_topic(gateway, topic, configs={"cleanup.policy": "compact,delete",
