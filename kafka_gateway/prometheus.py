@@ -27,6 +27,7 @@ from tablets.tablet import now_ms
 
 from .apis import APIS
 from .broker import Broker
+from .important_metrics import important_families
 
 PREFIX = "kafka_gateway_"
 API_NAMES = sorted(api.name for api in APIS.values())
@@ -63,6 +64,7 @@ class GatewayCollector(Collector):
         yield from self._groups()
         yield from self._transactions()
         yield from compaction_families(self.broker.engine)
+        yield from important_families(self.broker.engine)  # important_metrics.py
 
     def _requests(self) -> Iterator[Metric]:
         metrics = self.broker.metrics

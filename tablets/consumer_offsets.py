@@ -13,13 +13,19 @@ versions for its optimistic conflict checks.
 Every offset is loaded into memory at start-up; reads never touch the disk.
 A commit becomes visible to readers once it is in the WAL (the same moment
 it is acknowledged), so nobody resumes from an offset a crash could lose.
+
+Important consumers (``tablets/important.py``) read these offsets: a named
+group holds retention at its commit, or from the log start where it never
+committed. Deleting an important group's offsets (DeleteGroups, OffsetDelete)
+leaves a *released* marker (``keys.RELEASED``) so the group, now without offsets, stops
+holding instead of holding from the log start; its next commit clears it.
 """
 
 from __future__ import annotations
 
 import struct
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from . import keys
@@ -93,6 +99,17 @@ class ConsumerOffsets:
         # Offsets a transaction has staged but not yet committed, per group:
         # OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them.
         self._pending: dict[str, Counter[TopicPartition]] = {}
+        # Groups (and partitions of groups) whose offsets were deleted: they
+        # hold no retention until they commit again.
+        self._released_groups: set[str] = set()
+        self._released_partitions: set[tuple[str, str, int]] = set()
+        # Releases written but not yet durable; a commit staged meanwhile
+        # cancels its own (it lands after the release, so it wins).
+        self._releasing: set[tuple[str, str | None, int]] = set()
+        # Whether a group is an important consumer of a topic (None: of any;
+        # set by the engine, which knows the topics' configs): offset expiry
+        # spares them, and only their deletion leaves a released marker.
+        self.is_important: Callable[[str, str | None], bool] = lambda group, topic: False
 
     def load(self) -> None:
         """Read every committed offset (start-up: small, sequential reads)."""
@@ -112,6 +129,12 @@ class ConsumerOffsets:
         if upgrade:
             ops.put(_FORMAT_KEY, _FORMAT)
             self.store.write_now(ops)
+        for key, _ in self.store.scan(keys.RELEASED, keys.RELEASED + b"\xff"):
+            group, topic, partition = keys.parse_released_key(key)
+            if topic is None:
+                self._released_groups.add(group)
+            else:
+                self._released_partitions.add((group, topic, partition))
 
     # ------------------------------------------------------------ reading
     def groups(self) -> list[str]:
@@ -127,6 +150,12 @@ class ConsumerOffsets:
     def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         """A copy of every committed offset of a group."""
         return dict(self._groups.get(group, {}))
+
+    def is_released(self, group: str, topic: str, partition: int) -> bool:
+        """The group's offsets (all, or this partition's) were deleted and it has
+        not committed this partition since: it holds no retention there."""
+        return (group in self._released_groups
+                or (group, topic, partition) in self._released_partitions)
 
     def latest(self, group: str, topic: str, partition: int) -> CommittedOffset | None:
         """The newest commit of a partition, counting one staged but not yet
@@ -157,7 +186,17 @@ class ConsumerOffsets:
         the other get increasing versions whatever order they land in.
         """
         staged: dict[TopicPartition, CommittedOffset] = {}
+        # A commit makes a deleted group whole again: it holds retention anew.
+        if group in self._released_groups or (group, None, 0) in self._releasing:
+            self._released_groups.discard(group)
+            self._releasing.discard((group, None, 0))
+            ops.delete(keys.released_key(group))
         for (topic, partition), commit in commits.items():
+            if ((group, topic, partition) in self._released_partitions
+                    or (group, topic, partition) in self._releasing):
+                self._released_partitions.discard((group, topic, partition))
+                self._releasing.discard((group, topic, partition))
+                ops.delete(keys.released_key(group, topic, partition))
             self._last_version += 1
             record = CommittedOffset(commit.offset, commit.leader_epoch, commit.metadata, now_ms,
                                      self._last_version, committer,
@@ -192,8 +231,11 @@ class ConsumerOffsets:
         await self.writer.submit(ops)
         self.publish(group, staged)
 
-    async def delete(self, group: str, partitions: Iterable[TopicPartition] | None = None) -> int:
+    async def delete(self, group: str, partitions: Iterable[TopicPartition] | None = None,
+                     release: bool = True) -> int:
         """Delete some (or, with None, all) offsets of a group; returns how many.
+        With ``release`` (an operator's deletion) the group stops holding
+        retention where it was an important consumer.
 
         They leave memory when the deletion is in the WAL. Writes land in
         submission order, so a commit staged before this deletion is published
@@ -202,17 +244,35 @@ class ConsumerOffsets:
         offsets = self._groups.get(group, {})
         doomed = list(offsets) if partitions is None else [tp for tp in partitions
                                                             if tp in offsets]
-        if not doomed:
-            return 0
+        # Only an important consumer leaves a marker (other groups hold nothing).
+        release = release and self.is_important(group, None)
+        if not doomed and not (partitions is None and release):
+            return 0  # (a whole group without offsets may still hold: released below)
         ops = Ops()
         if partitions is None:
             prefix = keys.consumer_group_prefix(group)
             ops.delete_range(prefix, prefix + b"\xff")
+            if release:
+                ops.put(keys.released_key(group), b"")
         else:
             for topic, partition in doomed:
                 ops.delete(keys.consumer_offset_key(group, topic, partition))
+                if release and self.is_important(group, topic):
+                    ops.put(keys.released_key(group, topic, partition), b"")
+        releases: list[tuple[str, str | None, int]] = []
+        if release:
+            releases = [(group, None, 0)] if partitions is None else [
+                (group, *tp) for tp in doomed if self.is_important(group, tp[0])]
+        self._releasing.update(releases)
         newest_deleted = self._last_version
         await self.writer.submit(ops)
+        for item in releases:
+            if item in self._releasing:  # no commit was staged since
+                self._releasing.discard(item)
+                if item[1] is None:
+                    self._released_groups.add(group)
+                else:
+                    self._released_partitions.add((group, item[1], item[2]))
         offsets = self._groups.get(group, {})
         for tp in doomed:
             record = offsets.get(tp)
@@ -231,6 +291,9 @@ class ConsumerOffsets:
                 ops.delete(keys.consumer_offset_key(group, *tp))
             if not offsets:
                 del self._groups[group]
+        for released in [r for r in self._released_partitions if r[1] == topic]:
+            self._released_partitions.discard(released)
+            ops.delete(keys.released_key(*released))
 
     # ------------------------------------------- transactional (pending) offsets
     def hold_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:

@@ -20,6 +20,7 @@ from uuid import UUID
 from . import keys
 from .cleaner import Cleaner, CleanerSettings
 from .compaction import CompactionConfig, RunStats
+from .config_parsing import parse_list
 from .consumer_offsets import ConsumerOffsets
 from .errors import (
     InvalidPartitions,
@@ -29,9 +30,12 @@ from .errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from .important import ImportantConsumers
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
 from .tablet import PartitionTablet, TabletSettings, now_ms
 from .topic_config import (
+    IMPORTANT_GROUPS,
+    IMPORTANT_MAX_BYTES,
     TOPIC_CONFIGS,
     TXN_OFFSET_LOWER_BOUND,
     TXN_PRODUCE_OFFSET,
@@ -111,6 +115,7 @@ class StorageEngine:
         # loop; two threads bound the memory decompression holds at once.
         self.validators = ThreadPoolExecutor(max_workers=2, thread_name_prefix="validate")
         self.consumer_offsets: ConsumerOffsets | None = None  # set by start()
+        self.important: ImportantConsumers | None = None  # set by start()
         self.cleaner = Cleaner(self.store, self.settings.cleaner)
         self.cluster_id = self._load_cluster_id()
 
@@ -129,6 +134,8 @@ class StorageEngine:
         self._share_tail_budget()
         self.consumer_offsets = ConsumerOffsets(self.store, self.writer)
         self.consumer_offsets.load()
+        self.important = ImportantConsumers(self.consumer_offsets)
+        self.consumer_offsets.is_important = self.is_important_consumer
         self.cleaner.start(loop, self.tablets)
         log.info("loaded %d topics, committed offsets of %d groups", len(self.topics),
                  len(self.consumer_offsets.groups()))
@@ -227,6 +234,8 @@ class StorageEngine:
             ops.delete_range(*keys.topic_range(kind, topic.topic_id))
         if self.consumer_offsets is not None:
             self.consumer_offsets.drop_topic(name, ops)
+        if self.important is not None:
+            self.important.forget(name, [t.prefix for t in topic.partitions])
         await self._write(ops)
         self._share_tail_budget()
         log.info("deleted topic %s", name)
@@ -266,11 +275,22 @@ class StorageEngine:
     async def enforce_retention(self) -> None:
         """Retention of every partition, and expiry of idle producers."""
         now = now_ms()
+        assert self.important is not None, "engine not started"
         for topic in list(self.topics.values()):
             for tablet in topic.partitions:
                 if not tablet.deleted:
-                    await tablet.enforce_retention(now)
+                    # Held back at what important consumer groups have not committed.
+                    await self.important.retain(tablet, now)
                     await tablet.expire_producers(now, self.settings.producer_id_expiration_ms)
+
+    def is_important_consumer(self, group: str, topic: str | None) -> bool:
+        """The topic (None: any topic) names the group in
+        gateway.important.consumer.groups."""
+        if topic is None:
+            return any(group in self._tablet_settings(t).important_groups
+                       for t in self.topics.values())
+        found = self.topics.get(topic)
+        return found is not None and group in self._tablet_settings(found).important_groups
 
     def tablets(self) -> list[PartitionTablet]:
         """Every partition of every topic."""
@@ -349,6 +369,8 @@ class StorageEngine:
                 deletes=deletes,
                 compaction=compaction,
                 txn_offset_lower_bound=values[TXN_PRODUCE_OFFSET] == TXN_OFFSET_LOWER_BOUND,
+                important_groups=tuple(parse_list(values[IMPORTANT_GROUPS])),
+                important_max_bytes=int(values[IMPORTANT_MAX_BYTES]),
             )
         return topic._settings
 

@@ -19,6 +19,9 @@ kind   rest of the key                            value
 ``Y``  transactional id (utf-8)                   transaction state (txn.state)
 ``Q``  id length (2), transactional id, txn        topic name
        instance, topic id, partition              (a partition of an open txn)
+``R``  group, 0x00 [topic, 0x00, partition]       empty: the group's offsets were
+                                                  deleted (all, or one partition's):
+                                                  it no longer holds retention
 ``N``  counter name                               counters (producer ids, ...)
 ``U``  user (utf-8), 0x00, SCRAM mechanism         salted SCRAM credential
 ``A``  an ACL binding (JSON)                       empty
@@ -40,6 +43,7 @@ TIME_INDEX = b"X"
 SEGMENT = b"S"
 PRODUCER = b"P"
 CONSUMER_OFFSET = b"C"
+RELEASED = b"R"
 TXN_BLOB = b"B"
 TXN_STATE = b"Y"
 TXN_PARTITION = b"Q"
@@ -142,6 +146,23 @@ def consumer_offset_key(group: str, topic: str, partition: int) -> bytes:
     return consumer_group_prefix(group) + topic.encode() + b"\x00" + (
         _CONSUMER_PARTITION.pack(partition)
     )
+
+
+def released_key(group: str, topic: str | None = None, partition: int = 0) -> bytes:
+    """The marker of a group (or one partition of it) whose offsets were deleted."""
+    key = RELEASED + group.encode() + b"\x00"
+    if topic is None:
+        return key
+    return key + topic.encode() + b"\x00" + _CONSUMER_PARTITION.pack(partition)
+
+
+def parse_released_key(key: bytes) -> tuple[str, str | None, int]:
+    """(group, topic or None for the whole group, partition) of an ``R`` key."""
+    group, rest = key[1:].split(b"\x00", 1)
+    if not rest:
+        return group.decode(), None, 0
+    return (group.decode(), rest[:-5].decode(),
+            _CONSUMER_PARTITION.unpack_from(key, len(key) - 4)[0])
 
 
 def parse_consumer_offset_key(key: bytes) -> tuple[str, str, int]:

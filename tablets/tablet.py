@@ -105,6 +105,9 @@ class TabletSettings:
     # gateway.transactional.produce.offset=lower-bound: a transactional batch
     # is answered with a lower bound of its offset instead of -1.
     txn_offset_lower_bound: bool = False
+    # gateway.important.consumer.groups / .max.bytes (tablets/important.py).
+    important_groups: tuple[str, ...] = ()
+    important_max_bytes: int = -1
 
 
 @dataclass(slots=True)

@@ -97,6 +97,23 @@ def _throttled_replicas(items: list[str]) -> str | None:
         "[partitionId]:[brokerId],[partitionId]:[brokerId],...")
 
 
+IMPORTANT_GROUPS = "gateway.important.consumer.groups"
+IMPORTANT_MAX_BYTES = "gateway.important.consumer.max.bytes"
+MAX_IMPORTANT_GROUPS = 100
+
+
+def _group_names(items: list[str]) -> str | None:
+    # Group ids are free strings in Kafka, but in this list one cannot be
+    # empty (",," or a trailing comma is a typo, not a group) or hold a comma.
+    if any(not item for item in items):
+        return "a consumer group name cannot be empty"
+    if len(set(items)) != len(items):
+        return "a consumer group is named twice"
+    if len(items) > MAX_IMPORTANT_GROUPS:
+        return f"at most {MAX_IMPORTANT_GROUPS} important consumer groups"
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     name: str
@@ -107,8 +124,9 @@ class ConfigDef:
     # Kafka 3.4 defines these (tiered storage, early access) but leaves them
     # out of DescribeConfigs; CreateTopics still reports them.
     internal: bool = False
-    # The gateway's own: described only where the topic sets it or the
-    # request names it, so a topic without it is described as Kafka would.
+    # The gateway's own configs (``gateway.*``, not Kafka's): listed only on a
+    # topic that sets them, or when asked for by name, so a topic that does
+    # not use them describes exactly as on Kafka.
     gateway: bool = False
 
 
@@ -160,6 +178,10 @@ TOPIC_CONFIGS: dict[str, ConfigDef] = {
         # The gateway's own: outside Kafka's names, so no Kafka tool means them.
         ConfigDef(TXN_PRODUCE_OFFSET, TXN_OFFSET_UNKNOWN, _T.STRING,
                   one_of(TXN_OFFSET_UNKNOWN, TXN_OFFSET_LOWER_BOUND), gateway=True),
+        # Important consumers (tablets/important.py): retention never deletes
+        # what these groups have not committed, up to an optional ceiling.
+        ConfigDef(IMPORTANT_GROUPS, "", _T.LIST, _group_names, gateway=True),
+        ConfigDef(IMPORTANT_MAX_BYTES, "-1", _T.LONG, at_least(-1), gateway=True),
     )
 }
 

@@ -69,6 +69,18 @@ class TruncatedLog:
 
     async def enforce_retention(self, now_ms: int) -> None:
         """Drop the oldest batches past retention.ms or retention.bytes."""
+        new_start = await self.retention_start(now_ms)
+        if new_start > self.log_start_offset:
+            await self._truncate_front(new_start)
+
+    async def truncate_to(self, new_start: int) -> None:
+        """Move the log start offset forward to ``new_start`` (a retention pass
+        that another piece, important consumers, has held back)."""
+        if new_start > self.log_start_offset:
+            await self._truncate_front(new_start)
+
+    async def retention_start(self, now_ms: int) -> int:
+        """Where retention.ms and retention.bytes would put the log start offset."""
         settings = self.settings()
         new_start = self.log_start_offset
         if settings.retention_ms >= 0 and self._ts_values:
@@ -86,8 +98,7 @@ class TruncatedLog:
                 self.store.readers, self._start_for_size, settings.retention_bytes
             )
             new_start = max(new_start, by_size)
-        if new_start > self.log_start_offset:
-            await self._truncate_front(new_start)
+        return new_start
 
     def _start_for_size(self, retention_bytes: int) -> int:
         """The first batch to keep: as in Kafka, the oldest data goes only while

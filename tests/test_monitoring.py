@@ -30,7 +30,8 @@ def traffic(tmp_path_factory):
     with GatewayProcess(data, "--admin-listen", "127.0.0.1:0",
                         "--group-initial-rebalance-delay-ms", "0") as gateway:
         admin = _ADMIN.search(gateway.output()).group(1)
-        run_cli(gateway.bootstrap, "topics", "create", "orders", "--partitions", "2")
+        run_cli(gateway.bootstrap, "topics", "create", "orders", "--partitions", "2",
+                "--config", "gateway.important.consumer.groups=billing,audit")
         producer = Producer({"bootstrap.servers": gateway.bootstrap})
         for i in range(20):
             producer.produce("orders", key=str(i).encode(), value=b"v" * 100, partition=i % 2)
@@ -110,6 +111,18 @@ def test_metrics_after_traffic(traffic):
     for limit in ("transaction", "node"):
         assert value("kafka_gateway_txn_pending_limit_doomed_total", limit=limit) == 0
     assert value("kafka_gateway_producer_ids") >= 1
+    # important consumers of orders: billing committed 4 on partition 0, audit nothing
+    # (it holds from the log start); retention is a week, so nothing is held back yet
+    important = "kafka_gateway_important_group_"
+    assert value(important + "lag", group="billing", topic="orders", partition="0") == 8
+    assert value(important + "lag", group="audit", topic="orders", partition="1") == 10
+    for group in ("billing", "audit"):
+        for partition in ("0", "1"):
+            labels = {"group": group, "topic": "orders", "partition": partition}
+            assert value(important + "held_bytes", **labels) == 0
+            assert value(important + "held_age_seconds", **labels) == 0
+            assert value(important + "retention_passes_total", **labels) == 0
+            assert value(important + "records_deleted_unread_total", **labels) == 0
 
 
 def _exprs_of_rules() -> list[str]:

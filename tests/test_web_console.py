@@ -63,6 +63,9 @@ def gateway_with_data(tmp_path_factory):
         bootstrap = gateway.bootstrap
         run_cli(bootstrap, "topics", "create", "orders", "--partitions", "3",
                 "--config", "retention.ms=3600000")
+        # important consumers of orders: billing (commits below) and fraud (never commits)
+        run_cli(bootstrap, "topics", "alter", "orders", "--config",
+                "gateway.important.consumer.groups=billing,fraud")
         run_cli(bootstrap, "topics", "create", "payments", "--partitions", "1")
         producer = Producer({"bootstrap.servers": bootstrap})
         for i in range(30):
@@ -180,7 +183,9 @@ def test_every_page_in_chromium(gateway_with_data, tmp_path, capsys):
     assert overview["charts"]["#chart-bytes"]["last"]["produced"] > 0
 
     topics = {row[0]: row for row in _cells(report["topics"]["tables"]["topics"])}
-    assert topics["orders"][1:3] == ["3", "30"] and topics["orders"][4] == "retention.ms=3600000"
+    assert topics["orders"][1:3] == ["3", "30"]
+    assert topics["orders"][4] == ("gateway.important.consumer.groups=billing,fraud, "
+                                   "retention.ms=3600000")
     assert report["topics"]["tables"]["topics"][0][0]["href"] == "/ui/topics/orders"
 
     orders = report["topic-orders"]
@@ -192,8 +197,18 @@ def test_every_page_in_chromium(gateway_with_data, tmp_path, capsys):
     configs = {row[0]: row[1:] for row in _cells(orders["tables"]["configs"])}
     assert configs["retention.ms"] == ["3600000", "topic"]
     assert configs["cleanup.policy"] == ["delete", "default"]
-    readers = dict(map(tuple, _cells(orders["tables"]["readers"])))
-    assert readers["billing"] == "18"  # (10-2) + (10-4) + (10-6)
+    readers = {row[0]: row[1:] for row in _cells(orders["tables"]["readers"])}
+    assert readers["billing"] == ["18", "important"]  # (10-2) + (10-4) + (10-6)
+    # what the important groups hold: nothing yet (retention is an hour), fraud
+    # never committed so it holds every partition from its log start
+    assert _cells(orders["tables"]["important"]) == [
+        ["billing", "0", "2", "8", "0 B", "-", "0"],
+        ["fraud", "0", "never: holds from the log start", "10", "0 B", "-", "0"],
+        ["billing", "1", "4", "6", "0 B", "-", "0"],
+        ["fraud", "1", "never: holds from the log start", "10", "0 B", "-", "0"],
+        ["billing", "2", "6", "4", "0 B", "-", "0"],
+        ["fraud", "2", "never: holds from the log start", "10", "0 B", "-", "0"]]
+    assert orders["tables"]["important"][1][0]["href"] == "/ui/groups/fraud"
 
     groups = {row[0]: row for row in _cells(report["groups"]["tables"]["groups"])}
     assert groups["billing"][1:] == ["Stable", "consumer", "range", "1", "18"]

@@ -58,7 +58,8 @@ def add_topics_parser(commands: argparse._SubParsersAction) -> None:
     _topic_name(alter)
     alter.add_argument("--partitions", type=int,
                        help="new, larger partition count (default: unchanged)")
-    alter.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+    alter.add_argument("--set", "--config", dest="set", action="append", default=[],
+                       metavar="KEY=VALUE",
                        help="set a topic config (repeatable), as kafka-configs.sh --add-config")
     alter.add_argument("--delete", action="append", default=[], metavar="KEY",
                        help="reset a topic config to the gateway's default (repeatable), as "
@@ -157,6 +158,11 @@ async def _describe(client: KafkaClient, name: str) -> None:
                  if c.config_source == 1]
     print(f"Topic: {name}\tTopicId: {topic.topic_id}\tPartitionCount: {len(partitions)}\t"
           f"Configs: {','.join(overrides)}")
+    # Important consumer groups (a list: its commas would blur into Configs' own).
+    important = [c.value for c in configs.results[0].configs
+                 if c.name == "gateway.important.consumer.groups" and c.value]
+    if important:
+        print(f"\tImportantConsumerGroups: {important[0]}")
     for p in partitions:
         print(f"\tPartition: {p}\tLeader: {response.controller_id}\t"
               f"LogStartOffset: {starts.get((name, p), '-')}\t"

@@ -4,7 +4,8 @@ The other half of a consumer group (membership is ``coordinator.py``). Offsets
 live in the storage layer (``tablets.consumer_offsets``) and survive restarts;
 a commit passes the membership's fences first (``fence_commit``: generation,
 member, static instance). Offsets of a group without members expire after
-``offsets.retention.minutes``.
+``offsets.retention.minutes``, except an important consumer's (a topic's
+``gateway.important.consumer.groups``), which retention waits for.
 """
 
 from __future__ import annotations
@@ -149,9 +150,11 @@ class GroupOffsets:
                 if subscribed is not None:
                     expired = [tp for tp, c in committed.items() if tp[0] not in subscribed
                                and now - c.commit_timestamp >= retention]
-            expired = [tp for tp in expired if not self.offsets.is_pending(group_id, *tp)]
+            # An important consumer's offsets never expire: retention waits for them.
+            expired = [tp for tp in expired if not self.offsets.is_pending(group_id, *tp)
+                       and not self.offsets.is_important(group_id, tp[0])]
             if expired:
-                deleted += await self.offsets.delete(group_id, expired)
+                deleted += await self.offsets.delete(group_id, expired, release=False)
                 log.info("group %s: %d committed offsets expired", client_text(group_id),
                          len(expired))
             group = groups.get(group_id)  # the await may have let it change

@@ -14,6 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from tablets import Topic
+from tablets.important import ImportantGroup
 from tablets.topic_config import TOPIC_CONFIGS
 from txn.state import TxnMetadata
 
@@ -242,6 +243,15 @@ def readers_of(broker: Broker, topic_name: str) -> list[tuple[str, int]]:
                                - offset.offset, 0)
             out.append((group_id, lag))
     return out
+
+
+def important_of(broker: Broker, topic_name: str) -> list[ImportantGroup]:
+    """The topic's important consumer groups per partition: lag, and what they
+    hold back from retention (tablets/important.py)."""
+    found = broker.engine.topics.get(topic_name)
+    if found is None or broker.engine.important is None:
+        return []
+    return broker.engine.important.report(found.partitions)
 
 
 def rates(broker: Broker, topic_name: str | None = None) -> dict[str, float]:

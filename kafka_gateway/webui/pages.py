@@ -7,6 +7,8 @@ from urllib.parse import quote
 
 from aiohttp import web
 
+from tablets.important import ImportantGroup
+
 from ..broker import Broker
 from . import model
 from .html import CSP, Html, chart, facts, link, page, pager, size, table, tag
@@ -57,6 +59,27 @@ def _pager(request: web.Request, listed: Page, noun: str) -> Html:
     return pager(request.path, listed.previous, listed.next, len(listed.keys), listed.total,
                  noun, size=size if "size" in request.query else None,
                  first=after is None and before is None)
+
+
+def _important(rows: list[ImportantGroup]) -> Html:
+    """Per important group and partition: where it is, and what retention keeps for it."""
+    def committed(row: ImportantGroup) -> object:
+        if row.committed is not None:
+            return row.committed
+        return "deleted: holds nothing" if row.released else "never: holds from the log start"
+
+    return table(
+        ("Group", "Partition", "Committed", "Lag", "Held back from retention",
+         "Oldest held record", "Deleted unread (ceiling)"),
+        [(link(r.group, "groups", r.group), r.partition, committed(r), r.lag,
+          size(r.held_bytes), _age(r.held_age_ms), r.records_passed) for r in rows],
+        id="important", numeric=(1, 3, 4, 5, 6))
+
+
+def _age(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return str(datetime.timedelta(seconds=ms // 1000))
 
 
 class Console:
@@ -112,8 +135,11 @@ class Console:
         configs = table(("Config", "Value", "Source"),
                         [(c.name, c.value, c.source)
                          for c in model.topic_configs(self.broker, name)], id="configs")
-        readers = table(("Group", "Lag"), [(link(g, "groups", g), lag)
-                                           for g, lag in model.readers_of(self.broker, name)],
+        important = model.important_of(self.broker, name)
+        marked = {row.group for row in important}
+        readers = table(("Group", "Lag", "Important"),
+                        [(link(g, "groups", g), lag, "important" if g in marked else "")
+                         for g, lag in model.readers_of(self.broker, name)],
                         id="readers", empty="no group has committed offsets here",
                         numeric=(1,))
         body = [
@@ -123,8 +149,10 @@ class Console:
             _charts(f"/ui/api/rates?topic={quote(name, safe='')}"),
             tag("h2", "Partitions"), partitions,
             tag("h2", "Consumer groups"), readers,
-            tag("h2", "Configs"), configs,
         ]
+        if important:
+            body += [tag("h2", "Important consumer groups"), _important(important)]
+        body += [tag("h2", "Configs"), configs]
         return _response(page(f"Topic {name}", "Topics", *body))
 
     async def groups(self, request: web.Request) -> web.Response:

@@ -1,0 +1,231 @@
+"""Important consumers: retention never deletes what a named group has not read.
+
+A topic's ``gateway.important.consumer.groups`` names consumer groups that
+must see every record (YDB Topics' important consumers). On a topic whose
+cleanup.policy has ``delete``, each retention pass computes where
+retention.ms and retention.bytes would put a partition's log start offset,
+then holds it at the lowest offset any of these groups has committed there
+(``ConsumerOffsets``: plain commits, and transactional ones once their
+transaction commits). A named group that never committed on the partition
+holds it from its log start. A group whose offsets were deleted (DeleteGroups,
+OffsetDelete: ``ConsumerOffsets.is_released``) holds nothing until it commits
+again; so does a group no longer named. Both take effect at the next pass.
+
+DeleteRecords is an operator's explicit action, not retention, and is not
+held back.
+
+Disks are finite: with ``gateway.important.consumer.max.bytes`` set (>= 0),
+once a partition holds more than that, retention may pass the groups as far
+as needed to bring it back to that size (never further than retention itself
+would go). Every such pass is logged as a warning and counted per group
+(records deleted unread).
+
+Each pass also records, per important group and partition, the bytes and
+age of what it holds back (batches retention would have deleted but kept for
+it); metrics and the console read them with the live lag (``report``). The
+held batches are read once, as they become due (``_Scanned``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from array import array
+from bisect import bisect_left
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from . import batch as rb
+from . import keys, log_entry
+
+if TYPE_CHECKING:
+    from .consumer_offsets import ConsumerOffsets
+    from .tablet import PartitionTablet
+
+log = logging.getLogger(__name__)
+
+GroupKey = tuple[str, int, str]  # topic, partition, group
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """What one important group held back on one partition at the last pass."""
+
+    bytes: int  # batches retention would have deleted but kept for this group
+    age_ms: int  # now - max timestamp of the oldest such batch (0: holds nothing)
+
+
+@dataclass(frozen=True, slots=True)
+class ImportantGroup:
+    """One important group on one partition, as metrics and the console show it."""
+
+    topic: str
+    partition: int
+    group: str
+    committed: int | None  # its committed offset; None: never committed here
+    released: bool  # its offsets were deleted: it holds nothing
+    lag: int  # records from its committed offset (or the log start) to the high watermark
+    held_bytes: int
+    held_age_ms: int
+    passed: int  # retention passes that went past it (the ceiling)
+    records_passed: int  # records retention deleted before it committed them
+
+
+class ImportantConsumers:
+    def __init__(self, offsets: ConsumerOffsets) -> None:
+        self.offsets = offsets
+        # (topic, partition) -> group -> what it held at the last pass.
+        self._held: dict[tuple[str, int], dict[str, Held]] = {}
+        # Partition key prefix -> the held batches read so far.
+        self._scanned: dict[bytes, _Scanned] = {}
+        self.passes: Counter[GroupKey] = Counter()
+        self.records_passed: Counter[GroupKey] = Counter()
+
+    def holds(self, tablet: PartitionTablet) -> dict[str, int]:
+        """Group -> the offset it holds this partition's retention at (the
+        groups that hold nothing left out)."""
+        settings = tablet.settings()
+        if not settings.deletes:
+            return {}
+        out = {}
+        for group in settings.important_groups:
+            committed = self.offsets.committed(group, settings.topic, tablet.partition)
+            if committed is not None:
+                out[group] = max(committed.offset, tablet.log_start_offset)
+            elif not self.offsets.is_released(group, settings.topic, tablet.partition):
+                out[group] = tablet.log_start_offset
+        return out
+
+    async def retain(self, tablet: PartitionTablet, now_ms: int) -> None:
+        """One retention pass of one partition, held back for its important groups."""
+        due = await tablet.retention_start(now_ms)
+        settings = tablet.settings()
+        holds = self.holds(tablet)
+        # Rebuilt below: a group no longer named (or holding nothing) leaves.
+        self._held.pop((settings.topic, tablet.partition), None)
+        new_start = due
+        floor = min(holds.values(), default=due)
+        ceiling = settings.important_max_bytes
+        if floor < due:
+            new_start = floor
+            if ceiling >= 0 and tablet.size_bytes > ceiling:
+                loop = asyncio.get_running_loop()
+                allowed = await loop.run_in_executor(
+                    tablet.store.readers, tablet._start_for_size, ceiling)
+                new_start = min(due, max(floor, allowed))
+            await self._record(tablet, holds, due, new_start, now_ms)
+            for group, offset in holds.items():
+                if offset < new_start:
+                    self._passed(tablet, group, offset, new_start, ceiling)
+        else:
+            self._scanned.pop(tablet.prefix, None)  # nothing held back: nothing to keep
+        await tablet.truncate_to(new_start)
+
+    async def _record(self, tablet: PartitionTablet, holds: dict[str, int], due: int,
+                      new_start: int, now_ms: int) -> None:
+        """Remember what each group holds back: batches that stay (last offset
+        at or past ``new_start``) though retention is due for them (last offset
+        before ``due``), and that the group has not wholly committed."""
+        settings = tablet.settings()
+        scanned = self._scanned.get(tablet.prefix) if settings.compaction is None else None
+        if scanned is None:
+            scanned = self._scanned[tablet.prefix] = _Scanned()
+        scanned.drop_below(new_start)
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(tablet.store.readers, scanned.read, tablet, new_start, due)
+        self._held[(settings.topic, tablet.partition)] = {
+            group: scanned.held_from(max(offset, new_start), due, now_ms)
+            for group, offset in holds.items()}
+
+    def _passed(self, tablet: PartitionTablet, group: str, offset: int, new_start: int,
+                ceiling: int) -> None:
+        key = (tablet.settings().topic, tablet.partition, group)
+        self.passes[key] += 1
+        self.records_passed[key] += new_start - offset
+        log.warning(
+            "retention passed important consumer group %s on %s: offsets %d..%d deleted before "
+            "it committed them (the partition held %d bytes, over "
+            "gateway.important.consumer.max.bytes=%d)",
+            group, tablet.name, offset, new_start - 1, tablet.size_bytes, ceiling)
+
+    def forget(self, topic: str, prefixes: list[bytes]) -> None:
+        """A deleted topic: its figures go (a topic re-created under the name starts anew)."""
+        for prefix in prefixes:
+            self._scanned.pop(prefix, None)
+        for key in [k for k in self._held if k[0] == topic]:
+            del self._held[key]
+        for counter in (self.passes, self.records_passed):
+            for key in [k for k in counter if k[0] == topic]:
+                del counter[key]
+
+    def report(self, tablets: list[PartitionTablet]) -> list[ImportantGroup]:
+        """Every important group of every partition: live lag, and what the
+        last retention pass saw it hold back."""
+        out = []
+        for tablet in tablets:
+            settings = tablet.settings()
+            if tablet.deleted or not settings.important_groups:
+                continue
+            for group in settings.important_groups:
+                key = (settings.topic, tablet.partition, group)
+                committed = self.offsets.committed(group, settings.topic, tablet.partition)
+                released = committed is None and self.offsets.is_released(
+                    group, settings.topic, tablet.partition)
+                position = committed.offset if committed is not None else tablet.log_start_offset
+                lag = 0 if released else max(0, tablet.high_watermark
+                                              - max(position, tablet.log_start_offset))
+                held = self._held.get(key[:2], {}).get(group, Held(0, 0))
+                out.append(ImportantGroup(
+                    settings.topic, tablet.partition, group,
+                    committed.offset if committed is not None else None, released, lag,
+                    held.bytes, held.age_ms, self.passes[key], self.records_passed[key]))
+        return out
+
+
+class _Scanned:
+    """The batches of one partition that retention passes found held back, read
+    once: each pass drops those below the new log start and reads only the
+    batches retention became due for since (a compacted log, whose batches
+    compaction rewrites, is read again each pass). Arrays keep it at 24 bytes
+    a batch."""
+
+    def __init__(self) -> None:
+        self.lasts = array("q")  # last offset of each batch, ascending
+        self.totals = array("q")  # running total of their sizes
+        self.stamps = array("q")  # max timestamp of each batch
+        self.dropped = 0  # the running total before the first batch kept
+        self.end = -1  # the next batch to read starts here (-1: at the log start)
+
+    def drop_below(self, offset: int) -> None:
+        cut = bisect_left(self.lasts, offset)
+        if cut:
+            self.dropped = self.totals[cut - 1]
+            del self.lasts[:cut], self.totals[:cut], self.stamps[:cut]
+
+    def read(self, tablet: PartitionTablet, new_start: int, due: int) -> None:
+        """Read the batches before ``due`` not read yet (on a reader thread)."""
+        floor = keys.LOG + tablet.prefix
+        start = floor if self.end < 0 else keys.offset_key(keys.LOG, tablet.prefix, self.end)
+        total = self.totals[-1] if self.totals else self.dropped
+        for _key, entry in tablet.store.scan(start, floor + b"\xff" * 8):
+            last = rb.last_offset_of(entry)
+            if last >= due:
+                break
+            self.end = last + 1
+            total += log_entry.size(entry)
+            if last < new_start:
+                self.dropped = total
+                continue
+            self.lasts.append(last)
+            self.totals.append(total)
+            self.stamps.append(rb.max_timestamp_of(entry))
+
+    def held_from(self, offset: int, due: int, now_ms: int) -> Held:
+        """What stays for a group at ``offset``: the batches with a last offset
+        at or past it and before ``due``."""
+        first, end = bisect_left(self.lasts, offset), bisect_left(self.lasts, due)
+        if first >= end:
+            return Held(0, 0)
+        before = self.totals[first - 1] if first else self.dropped
+        return Held(self.totals[end - 1] - before, max(now_ms - self.stamps[first], 0))
