@@ -18,7 +18,6 @@ it is acknowledged), so nobody resumes from an offset a crash could lose.
 from __future__ import annotations
 
 import struct
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -90,9 +89,6 @@ class ConsumerOffsets:
         self._last_version = 0
         # Commits staged but not yet in the WAL: the newest wins in ``latest``.
         self._in_flight: dict[tuple[str, TopicPartition], CommittedOffset] = {}
-        # Offsets a transaction has staged but not yet committed, per group:
-        # OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them.
-        self._pending: dict[str, Counter[TopicPartition]] = {}
 
     def load(self) -> None:
         """Read every committed offset (start-up: small, sequential reads)."""
@@ -231,33 +227,3 @@ class ConsumerOffsets:
                 ops.delete(keys.consumer_offset_key(group, *tp))
             if not offsets:
                 del self._groups[group]
-
-    # ------------------------------------------- transactional (pending) offsets
-    def hold_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
-        """Mark offsets an open transaction has staged for this group.
-
-        ``partitions`` may be a mapping keyed by partition: only its keys count
-        (``Counter.update`` would add a mapping's values as counts).
-        """
-        pending = self._pending.setdefault(group, Counter())
-        for tp in partitions:
-            pending[tp] += 1
-
-    def release_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
-        """The transaction holding these offsets committed or aborted."""
-        pending = self._pending.get(group)
-        if pending is None:
-            return
-        for tp in partitions:  # keys only, as in hold_pending
-            pending[tp] -= 1
-        for tp in [tp for tp, n in pending.items() if n <= 0]:
-            del pending[tp]
-        if not pending:
-            del self._pending[group]
-
-    def has_pending(self, group: str) -> bool:
-        return bool(self._pending.get(group))
-
-    def is_pending(self, group: str, topic: str, partition: int) -> bool:
-        return self._pending.get(group, {}).get((topic, partition), 0) > 0
-

@@ -27,6 +27,7 @@ from tablets.tablet import PartitionTablet
 from testkit.batches import make_batch
 from testkit.record_batches import decode_batches
 from txn import TransactionCoordinator, TxnSettings, TxnState
+from txn.pending_offsets import PendingOffsets
 
 
 class HeldChecks(Executor):
@@ -111,6 +112,11 @@ class Env:
     def offsets(self) -> ConsumerOffsets:
         assert self.engine.consumer_offsets is not None
         return self.engine.consumer_offsets
+
+    @property
+    def pending_offsets(self) -> PendingOffsets:
+        """Offsets open transactions staged (OffsetFetch's require_stable)."""
+        return self.txns.pending_offsets
 
     def connect(self) -> int:
         """A new client connection: the newest id."""

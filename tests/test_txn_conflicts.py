@@ -38,7 +38,7 @@ def test_conflict_at_txn_offset_commit_when_the_version_moved(tmp_path):
         with pytest.raises(TxnConflict):
             await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {("a", 0): OffsetCommit(9)})
         assert env.txns.stats.conflicts == 1
-        assert not env.offsets.is_pending(GROUP, "a", 0)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 0)
         # Doomed: even an offset that would pass now is refused, and the commit aborts.
         with pytest.raises(TxnConflict):
             await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {("a", 1): OffsetCommit(1)})
@@ -403,7 +403,7 @@ def test_conflict_at_end_txn_exactly_one_of_two_wins(tmp_path):
         env.assert_aborted("t2")
         assert [v for _, v in await env.record_values(("a", 0))] == [b"t1"]
         assert env.offsets.committed(GROUP, "a", 0).offset == 5
-        assert not env.offsets.is_pending(GROUP, "a", 0)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 0)
         assert env.txns.stats.conflicts == 1
 
     run(tmp_path, phase)

@@ -47,7 +47,7 @@ async def doomed_by(env: Env, limit: str, pid: int, epoch: int, tp: tuple[str, i
     doomed[{"gateway.txn.max.bytes": "transaction",
             "gateway.txn.pending.disk.bytes": "node"}[limit]] += 1
     assert env.txns.stats.over_limit == doomed
-    assert env.txns.describe(tid).doomed is not None
+    assert env.txns.describe(tid).abort_only is not None
     assert env.txns.stats.conflicts == 0  # a limit is not an offset conflict
 
 
@@ -68,7 +68,7 @@ def test_a_transaction_past_its_limit_is_doomed_and_its_abort_gives_the_bytes_ba
         with pytest.raises(TxnConflict, match=r"gateway\.txn\.max\.bytes"):
             await env.txns.end_txn(TID, pid, epoch, True)  # aborted instead
         meta = env.txns.describe(TID)
-        assert (meta.state, meta.doomed) == (TxnState.COMPLETE_ABORT, None)
+        assert (meta.state, meta.abort_only) == (TxnState.COMPLETE_ABORT, None)
         assert env.blobs() == [] and await env.log(("a", 0)) == []
         assert (env.txns.pending_bytes, env.txns.pending_memory_bytes) == (0, 0)
         assert env.txns.pending_of(TID) is None
@@ -100,7 +100,7 @@ def test_the_node_limit_dooms_the_transaction_whose_batch_crosses_it(tmp_path):
         await env.produce(second, e2, ("b", 0), [VALUE], tid="second")
         await doomed_by(env, "gateway.txn.pending.disk.bytes", second, e2, ("b", 0),
                         tid="second")
-        assert env.txns.describe("first").doomed is None
+        assert env.txns.describe("first").abort_only is None
         await env.txns.end_txn("first", first, e1, True)  # the other one commits
         assert env.txns.pending_bytes == BATCH == stored_blob_bytes(env)
         # room again, but the doomed transaction stays doomed until it aborts

@@ -234,7 +234,7 @@ def test_an_end_txn_cancelled_after_it_was_staged_still_publishes(tmp_path, comm
         await env.begin(pid, epoch, [A0], group=GROUP)
         assert await env.produce(pid, epoch, A0, [b"v"]) == -1
         await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {A0: OffsetCommit(7)})
-        assert env.txns.budget.used > 0 and env.offsets.is_pending(GROUP, *A0)
+        assert env.txns.budget.used > 0 and env.pending_offsets.is_pending(GROUP, *A0)
         writes = env.txns.writer = HeldWrites(env.txns.writer)
         end = asyncio.create_task(env.txns.end_txn(TID, pid, epoch, commit))
         for _ in range(1000):
@@ -248,7 +248,7 @@ def test_an_end_txn_cancelled_after_it_was_staged_still_publishes(tmp_path, comm
         assert await writes.release() == 1
         await asyncio.sleep(0)  # the write's callbacks
         assert_nothing_pending(env)
-        assert not env.offsets.is_pending(GROUP, *A0)
+        assert not env.pending_offsets.is_pending(GROUP, *A0)
         if commit:
             assert await env.record_values(A0) == [(0, b"v")]
             assert env.engine.partition(*A0).high_watermark == 2

@@ -40,7 +40,7 @@ def test_a_timed_out_transaction_is_aborted_and_its_epoch_bumped(tmp_path):
         assert (meta.state, meta.producer_id, meta.epoch) == (TxnState.COMPLETE_ABORT, pid,
                                                                epoch + 1)
         assert env.txns.stats.timeouts == 1 and env.txns.open_count == 0
-        assert env.blobs() == [] and not env.offsets.is_pending(GROUP, "a", 0)
+        assert env.blobs() == [] and not env.pending_offsets.is_pending(GROUP, "a", 0)
         for commit in (True, False):
             with pytest.raises(ProducerFenced):
                 await env.txns.end_txn(TID, pid, epoch, commit)
@@ -118,7 +118,7 @@ def test_an_open_transaction_survives_a_restart_and_commits(tmp_path):
         assert meta.state is TxnState.ONGOING and env.txns.open_count == 1
         assert meta.partitions == {tp: env.engine.partition(*tp).topic_id for tp in PARTITIONS}
         assert len(env.blobs()) == 8
-        assert env.offsets.is_pending(GROUP, "b", 0)
+        assert env.pending_offsets.is_pending(GROUP, "b", 0)
         assert env.txns.pending_bytes > 0
         # Its sequences are known too: the next batch continues them.
         await env.produce(pid, epoch, ("a", 0), [b"four"], seq=3)
@@ -127,7 +127,7 @@ def test_an_open_transaction_survives_a_restart_and_commits(tmp_path):
             b"one", b"two", b"three", b"four"]
         assert await env.log(("b", 1)) == [(0, False, 2), (2, False, 1), (3, True, 1)]
         assert env.offsets.committed(GROUP, "b", 0).offset == 9
-        assert not env.offsets.is_pending(GROUP, "b", 0)
+        assert not env.pending_offsets.is_pending(GROUP, "b", 0)
 
     async def completed(env: Env) -> None:
         pid, epoch = ids
