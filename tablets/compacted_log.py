@@ -71,8 +71,8 @@ class CompactedLog:
         _tail: MemoryRun
         _ahead: MemoryRun
         _ahead_end: int
-        _ts_offsets: array
-        _ts_values: array
+        _ts_offsets: array[int]
+        _ts_values: array[int]
         _log_lock: asyncio.Lock
         _log_version: int
 

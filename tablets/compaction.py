@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from . import batch as rb
@@ -106,8 +106,8 @@ class Chunk:
     changes: list[Change] = field(default_factory=list)
     index_from: int = 0
     index_to: int = 0
-    bases: array = field(default_factory=lambda: array("q"))
-    maxima: array = field(default_factory=lambda: array("q"))
+    bases: array[int] = field(default_factory=lambda: array("q"))
+    maxima: array[int] = field(default_factory=lambda: array("q"))
     new_bytes: int = 0
     last: bool = False
     clean_end: int = 0  # with ``last``: where the next run starts
@@ -158,7 +158,8 @@ Keep = Callable[[int, bytes | None, bool], bool]
 
 
 def run(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_keys: int,
-        throttle: Throttle, stats: RunStats, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+        throttle: Throttle, stats: RunStats, chunk_bytes: int = CHUNK_BYTES
+        ) -> Generator[Chunk, None, None]:
     """One run, as a generator: each ``next`` reads on until the next chunk
     (about ``chunk_bytes`` of new batches)."""
     latest, map_end = _offset_map(store, prefix, plan, seed, max_keys, throttle, stats)

@@ -49,11 +49,13 @@ class LogReads:
         log_end_offset: int
         high_watermark: int
         _tail: MemoryRun
-        _tail_start: int
+        @property
+        def _tail_start(self) -> int: ...
+
         _ahead: MemoryRun
         _ahead_end: int
-        _ts_offsets: array
-        _ts_values: array
+        _ts_offsets: array[int]
+        _ts_values: array[int]
         _waiters: set[asyncio.Future[None]]
         _log_version: int
 

@@ -34,14 +34,16 @@ class TruncatedLog:
         settings: Callable[[], TabletSettings]
         prefix: bytes
         meta_key: bytes
-        name: str
+        @property
+        def name(self) -> str: ...
+
         log_start_offset: int
         high_watermark: int
         size_bytes: int
         segments: Segments
         _tail: MemoryRun
-        _ts_offsets: array
-        _ts_values: array
+        _ts_offsets: array[int]
+        _ts_values: array[int]
         _log_lock: asyncio.Lock
 
         def _meta(self) -> bytes: ...

@@ -96,6 +96,7 @@ class TransactionLog:
             max_timestamp = rb.max_timestamp_of(blob.header)
             self._index_timestamp(offset, max_timestamp, ops)
             if cached:
+                assert blob.data is not None  # every blob's (``cached``)
                 self._cache(offset, log_entry.patch(blob.data, offset, LEADER_EPOCH))
             size = log_entry.size(blob.header)
             self.size_bytes += size

@@ -83,6 +83,11 @@ PY
 step "lint"
 python3 -m ruff check .
 
+step "types"
+# mypy, configured in pyproject.toml ([tool.mypy]: the packages it checks, and
+# which of them are strict). Any error fails the run here, before the tests.
+python3 -m mypy
+
 step "tests"
 set +e
 python3 -m pytest -q -p no:cacheprovider "$@"

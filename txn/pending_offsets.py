@@ -54,4 +54,5 @@ class PendingOffsets:
 
     def is_pending(self, group: str, topic: str, partition: int) -> bool:
         """Whether an open transaction will commit this partition's offset of ``group``."""
-        return self._groups.get(group, {}).get((topic, partition), 0) > 0
+        pending = self._groups.get(group)
+        return pending is not None and pending[(topic, partition)] > 0
