@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tablets import batch as rb
+from tablets import batch as batch_header
 from tablets import keys, validate
 from tablets.consumer_offsets import OffsetCommit
 from tablets.errors import BatchRefused
@@ -23,7 +23,7 @@ from txn.errors import TxnConflict, TxnDoomed
 VALUE = b"v" * 1000
 # One batch of one VALUE record, as stored (the size does not depend on the ids).
 BATCH = len(make_batch([VALUE], producer_id=1, producer_epoch=0, base_sequence=0,
-                       attributes=rb.ATTR_TRANSACTIONAL))
+                       attributes=batch_header.ATTR_TRANSACTIONAL))
 
 
 def stored_blob_bytes(env: Env) -> int:
@@ -128,9 +128,10 @@ def test_a_batch_checked_off_the_event_loop_is_refused_as_well(tmp_path):
         await env.produce(pid, epoch, ("a", 0), [VALUE])
         sink = env.txns.sink_for(TID, pid, epoch, "a", 0)
         compressed = make_batch([os.urandom(600)], producer_id=pid, producer_epoch=epoch,
-                                base_sequence=1, attributes=rb.ATTR_TRANSACTIONAL, codec=GZIP)
+                                base_sequence=1, attributes=batch_header.ATTR_TRANSACTIONAL,
+                                codec=GZIP)
         assert len(compressed) > 500
-        assert not validate.runs_inline(rb.parse_batches(compressed)[0])
+        assert not validate.runs_inline(batch_header.parse_batches(compressed)[0])
         with pytest.raises(TxnDoomed, match=r"gateway\.txn\.max\.bytes"):
             await env.engine.partition("a", 0).append(compressed, env.clock(), sink)
         assert env.txns.pending_bytes == BATCH == stored_blob_bytes(env)

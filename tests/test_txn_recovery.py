@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tablets import batch as rb
+from tablets import batch as batch_header
 from tablets import keys
 from tablets.consumer_offsets import OffsetCommit
 from tablets.store import Ops
@@ -369,7 +369,7 @@ def test_log_append_time_topics_stamp_transactional_batches(tmp_path):
         await env.begin(pid, epoch, [("lat", 0)])
         batch = make_batch([b"x", b"y"], base_timestamp=5, producer_id=pid,
                            producer_epoch=epoch, base_sequence=0,
-                           attributes=rb.ATTR_TRANSACTIONAL)
+                           attributes=batch_header.ATTR_TRANSACTIONAL)
         sink = env.txns.sink_for(TID, pid, epoch, "lat", 0)
         produced_at = env.clock()
         result = await env.engine.partition("lat", 0).append(batch, produced_at, sink)
@@ -377,8 +377,8 @@ def test_log_append_time_topics_stamp_transactional_batches(tmp_path):
         env.clock.now += 1000
         await env.txns.end_txn(TID, pid, epoch, True)
         read = await env.engine.partition("lat", 0).read(0, 1 << 20)
-        [header] = rb.parse_batches(read.batches[0])  # the CRC still holds
-        assert header.attributes & rb.ATTR_TIMESTAMP_TYPE
+        [header] = batch_header.parse_batches(read.batches[0])  # the CRC still holds
+        assert header.attributes & batch_header.ATTR_TIMESTAMP_TYPE
         assert header.max_timestamp == produced_at
         assert await env.engine.partition("lat", 0).offset_for_timestamp(produced_at) == (
             0, produced_at)
