@@ -27,10 +27,7 @@ from .store import GroupCommitWriter, Ops, RocksStore
 # offset, leader epoch, commit timestamp, version, committer length; then the
 # committer (a transactional id, or empty) and the metadata.
 _VALUE = struct.Struct(">qiqqH")
-_VALUE_V1 = struct.Struct(">qiqq")  # before the committer was kept
 _VERSION_COUNTER = keys.COUNTER + b"consumer.offsets.version"
-_FORMAT_KEY = keys.COUNTER + b"consumer.offsets.format"
-_FORMAT = b"2"
 _COUNTER = struct.Struct(">q")
 
 TopicPartition = tuple[str, int]
@@ -74,11 +71,6 @@ class CommittedOffset:
         return cls(offset, epoch, value[end:].decode(), timestamp, version,
                    value[_VALUE.size:end].decode())
 
-    @classmethod
-    def decode_v1(cls, value: bytes) -> CommittedOffset:
-        offset, epoch, timestamp, version = _VALUE_V1.unpack_from(value)
-        return cls(offset, epoch, value[_VALUE_V1.size:].decode(), timestamp, version)
-
 
 class ConsumerOffsets:
     def __init__(self, store: RocksStore, writer: GroupCommitWriter) -> None:
@@ -94,20 +86,10 @@ class ConsumerOffsets:
         """Read every committed offset (start-up: small, sequential reads)."""
         raw = self.store.get(_VERSION_COUNTER)
         self._last_version = _COUNTER.unpack(raw)[0] if raw else 0
-        # A store written before committers were kept is rewritten once.
-        upgrade = self.store.get(_FORMAT_KEY) != _FORMAT
-        decode = CommittedOffset.decode_v1 if upgrade else CommittedOffset.decode
-        ops = Ops()
         start = keys.CONSUMER_OFFSET
         for key, value in self.store.scan(start, start + b"\xff"):
             group, topic, partition = keys.parse_consumer_offset_key(key)
-            record = decode(value)
-            self._groups.setdefault(group, {})[(topic, partition)] = record
-            if upgrade:
-                ops.put(key, record.encode())
-        if upgrade:
-            ops.put(_FORMAT_KEY, _FORMAT)
-            self.store.write_now(ops)
+            self._groups.setdefault(group, {})[(topic, partition)] = CommittedOffset.decode(value)
 
     # ------------------------------------------------------------ reading
     def groups(self) -> list[str]:

@@ -62,7 +62,7 @@ from .in_memory_batches import InMemoryBatches
 from .log_entry import LEADER_EPOCH
 from .log_reads import LogReads
 from .producers import REFUSED, CachedBatch, ProducerStates, next_seq
-from .segments import NO_TIMESTAMP, Segment, Segments
+from .segments import Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 from .truncation import TruncatedLog
 from .txn_log import BlobSink, TransactionLog
@@ -70,9 +70,8 @@ from .txn_log import BlobSink, TransactionLog
 if TYPE_CHECKING:
     from uuid import UUID
 
-_OLD_META = struct.Struct(">qqq")  # log start offset, log end offset, bytes stored
-# ... then where the next compaction starts, and the active segment (base
-# offset, size, first and largest timestamps).
+# log start offset, log end offset, bytes stored, where the next compaction
+# starts, and the active segment (base offset, size, first and largest timestamps).
 _META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
 
@@ -171,15 +170,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         for key, value in self.store.scan(start, end):
             self._ts_offsets.append(keys.offset_of_key(key))
             self._ts_values.append(_TIMESTAMP.unpack(value)[0])
-        if raw is not None and len(raw) == _OLD_META.size:
-            # Written before segments were kept: the log so far is one segment.
-            self.log_start_offset, self.log_end_offset, self.size_bytes = _OLD_META.unpack(raw)
-            ops = Ops()
-            self.segments.adopt(self.log_start_offset, self.log_end_offset, self.size_bytes,
-                                self._ts_values[-1] if self._ts_values else NO_TIMESTAMP, ops)
-            ops.put(self.meta_key, self._meta())
-            self.store.write_now(ops)
-        elif raw is not None:
+        if raw is not None:
             (self.log_start_offset, self.log_end_offset, self.size_bytes, self.clean_end,
              *active) = _META.unpack(raw)
             self.segments.load(self.store, Segment(*active))

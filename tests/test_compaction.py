@@ -7,15 +7,12 @@ cleaner is off, so nothing happens behind a test's back.
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 
-from tablets import CleanerSettings, keys
+from tablets import CleanerSettings
 from tablets import batch as batch_header
 from tablets.errors import InvalidRecord, InvalidTimestamp, RecordBatchTooLarge
 from tablets.records import RecordWalker
-from tablets.store import Ops
 from testkit.batches import CODECS, GZIP, LZ4, NONE, SNAPPY, ZSTD, encode_record
 from testkit.compaction import (
     EAGER,
@@ -461,30 +458,3 @@ def test_segments_survive_a_restart(tmp_path):
     before = run_engine(write, tmp_path)
     assert len(before[0]) == 3
     assert run_engine(reread, tmp_path) == before
-
-
-def test_a_log_from_before_segments_is_one_closed_segment(tmp_path):
-    """A partition meta in the old format (no segments): the log written so
-    far becomes one closed segment, the active one starts at its end."""
-    async def write(engine):
-        await engine.create_topic("c", 1, {})
-        tablet = engine.partition("c", 0)
-        await produce(tablet, rounds(3, 2))
-        old = struct.pack(">qqq", tablet.log_start_offset, tablet.log_end_offset,
-                          tablet.size_bytes)
-        change = Ops()
-        change.put(tablet.meta_key, old)
-        segment_floor = keys.SEGMENT + tablet.prefix
-        change.delete_range(segment_floor, segment_floor + b"\xff" * 8)
-        await engine.writer.submit(change)
-        return tablet.size_bytes
-
-    async def reread(engine):
-        tablet = engine.partition("c", 0)
-        [closed] = tablet.segments.closed
-        assert (closed.base, closed.size) == (0, size)
-        assert (tablet.segments.active.base, tablet.segments.active.size) == (6, 0)
-        check_log(tablet)
-
-    size = run_engine(write, tmp_path)
-    run_engine(reread, tmp_path)
