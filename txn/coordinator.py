@@ -8,8 +8,15 @@ EndTxn(commit) is ONE store write holding: a log entry per blob at the end of
 each partition, a COMMIT control batch after them, the transaction's consumer
 offsets, and the transaction marked complete. EndTxn(abort) deletes the
 blobs. So no reader ever sees data of an open or aborted transaction, at any
-isolation level, and the states PrepareCommit/PrepareAbort never exist
-(``state.py``).
+isolation level.
+
+Kafka's states, collapsed (``state.py`` keeps all eight names, for
+DescribeTransactions and ListTransactions): Empty, Ongoing, CompleteCommit,
+CompleteAbort and Dead are entered; PrepareCommit, PrepareAbort and
+PrepareEpochFence never are. A commit or an abort goes from Ongoing straight
+to Complete* in its one write, and a fence (InitProducerId, a timeout) aborts
+and bumps the epoch in one write too, so no state waits between the two
+halves of an end.
 
 Requests for one transactional id are served one at a time (a lock per id);
 a transactional Produce only checks, synchronously, that its batches belong
