@@ -1,5 +1,5 @@
 """Transactions, YDB-style: the coordinator (``coordinator.py``, the front of
-``sessions.py``, ``open.py``, ``commit.py`` and ``registry.py``), its state
+``sessions.py``, ``open_transactions.py``, ``commit.py`` and ``registry.py``), its state
 machine (``state.py``), producer-id allocation (``producer_ids.py``), open
 transactions' pending data (``pending.py``) and staged offsets
 (``pending_offsets.py``), and the optimistic offset-range conflict check

@@ -26,7 +26,7 @@ from tablets.store import GroupCommitWriter, Ops
 
 from .conflicts import offset_conflict
 from .errors import InvalidTxnState, TxnConflict, TxnError
-from .open import OpenTransactions
+from .open_transactions import OpenTransactions
 from .partitions import TxnPartitions
 from .pending_offsets import PendingOffsets
 from .registry import TxnRegistry

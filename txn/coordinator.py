@@ -44,7 +44,7 @@ The coordinator is the front of parts that each own one concern:
 
 - ``sessions.py``: producer sessions and epochs (InitProducerId, the fences
   of KIP-98 and KIP-360, timeouts, expiry of ids);
-- ``open.py``: open transactions (beginning one, the connections that carried
+- ``open_transactions.py``: open transactions (beginning one, the connections that carried
   it, marking it abort-only);
 - ``commit.py``: EndTxn, and the commit or abort staged in one write;
 - ``registry.py``: the ids in memory, in order and in the store;
@@ -81,7 +81,7 @@ from tablets.tablet import now_ms
 from .commit import TxnCompletion
 from .conflicts import offset_conflict
 from .errors import ConcurrentTransactions, InvalidTxnState, TxnConflict
-from .open import OpenTransactions
+from .open_transactions import OpenTransactions
 from .ordered import SortedIds
 from .partitions import TxnPartitions
 from .pending import MemoryBudget, PartitionSink, StoredBytes

@@ -97,7 +97,7 @@ class PendingData:
     budget: MemoryBudget
     stored: StoredBytes = field(default_factory=StoredBytes)
     # Called with (which limit, why) when a batch is refused for a limit:
-    # the coordinator makes the transaction abort-only (``open.py``).
+    # the coordinator makes the transaction abort-only (``open_transactions.py``).
     make_abort_only: Callable[[str, str], None] = _no_limit_action
     blobs: dict[TopicPartition, list[PendingBlob]] = field(default_factory=dict)
     # Records of the blobs of each partition, by its key prefix (a topic
