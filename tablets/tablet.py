@@ -388,7 +388,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
                 header: batch_header.BatchHeader, cached: CachedBatch | None,
                 now_ms: int) -> asyncio.Future[AppendResult]:
         """Fail ``appended`` with ``error``, the batch's transaction refusing it
-        (a limit; doomed): nothing of the batch is stored, but its sequence
+        (a limit; abort-only): nothing of the batch is stored, but its sequence
         numbers are kept (``producers.REFUSED``), so the producer's next batch
         may follow them or use them again; a retry of it is never answered as
         a stored duplicate."""
