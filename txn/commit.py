@@ -42,7 +42,7 @@ class TxnCompletion:
                  pending_offsets: PendingOffsets, writer: GroupCommitWriter, stats: TxnStats,
                  clock: Callable[[], int]) -> None:
         self.registry = registry
-        self.open = open_txns
+        self.open_txns = open_txns
         self.partitions = partitions
         self.offsets = offsets
         self.pending_offsets = pending_offsets
@@ -66,7 +66,7 @@ class TxnCompletion:
             outcome = "commit" if commit else "abort"
             raise InvalidTxnState(f"{transactional_id}: EndTxn({outcome}) in state "
                                   f"{meta.state.value}")
-        opened = self.open.by_id[transactional_id]
+        opened = self.open_txns.by_id[transactional_id]
         if (connection not in opened.connections
                 and connection <= opened.newest_connection):
             self.stats.stale_end_txn += 1
@@ -112,7 +112,7 @@ class TxnCompletion:
 
     def stage_commit(self, meta: TxnMetadata, ops: Ops) -> Callable[[], None]:
         """Add the whole commit to ``ops``; returns what publishes it once durable."""
-        opened = self.open.pop(meta.transactional_id)
+        opened = self.open_txns.pop(meta.transactional_id)
         opened.data.end(InvalidTxnState, f"the transaction of {meta.transactional_id} was "
                         "committed before this batch was stored")
         now = self.clock()
@@ -146,7 +146,7 @@ class TxnCompletion:
     def stage_abort(self, meta: TxnMetadata, ops: Ops, error: type[TxnError],
                     message: str) -> Callable[[], None]:
         """Add the abort to ``ops``; a batch still in flight gets ``error``."""
-        opened = self.open.pop(meta.transactional_id)
+        opened = self.open_txns.pop(meta.transactional_id)
         opened.data.end(error, message)
         opened.data.abort(self.partitions.prefixes(meta), ops)
         self.partitions.drop(meta, ops)

@@ -115,11 +115,12 @@ class TransactionCoordinator:
         self.pending_offsets = PendingOffsets()
         self.partitions = TxnPartitions(engine)
         self.registry = TxnRegistry(engine.store, self.partitions)
-        self.open = OpenTransactions(self.registry, self.partitions, self.offsets, self.writer,
-                                     self.budget, self.stored, self.stats, clock,
-                                     newest_connection)
-        self.completion = TxnCompletion(self.registry, self.open, self.partitions, self.offsets,
-                                        self.pending_offsets, self.writer, self.stats, clock)
+        self.open_txns = OpenTransactions(self.registry, self.partitions, self.offsets,
+                                          self.writer, self.budget, self.stored, self.stats,
+                                          clock, newest_connection)
+        self.completion = TxnCompletion(self.registry, self.open_txns, self.partitions,
+                                        self.offsets, self.pending_offsets, self.writer,
+                                        self.stats, clock)
         self.sessions = Sessions(self.registry, self.completion, ProducerIds(engine.store),
                                  self.writer, self.settings, self.stats, clock)
 
@@ -131,7 +132,8 @@ class TransactionCoordinator:
     @writer.setter
     def writer(self, writer: GroupCommitWriter) -> None:
         """Replace it in every part (a test holds writes: ``testkit.txn.HeldWrites``)."""
-        self._writer = self.open.writer = self.completion.writer = self.sessions.writer = writer
+        self._writer = writer
+        self.open_txns.writer = self.completion.writer = self.sessions.writer = writer
 
     @property
     def txns(self) -> dict[str, TxnMetadata]:
@@ -147,11 +149,11 @@ class TransactionCoordinator:
         """Read every transactional id; rebuild open transactions' blob lists."""
         for meta in self.registry.load():
             if meta.is_open:
-                self.open.recover(meta)
+                self.open_txns.recover(meta)
                 for group, commits in meta.offsets.items():
                     self.pending_offsets.hold(group, commits)
         log.info("loaded %d transactional ids, %d open transactions", len(self.txns),
-                 len(self.open.by_id))
+                 len(self.open_txns.by_id))
 
     # ------------------------------------------------------ sessions and ends
     async def init_producer_id(self, transactional_id: str | None, timeout_ms: int,
@@ -182,7 +184,7 @@ class TransactionCoordinator:
         async with self.registry.lock(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             began = not meta.is_open
-            self.open.touch(meta, connection)
+            self.open_txns.touch(meta, connection)
             ops = Ops()
             # Only the partitions added are written (and the state record when
             # the transaction begins): the cost does not grow with the
@@ -198,7 +200,7 @@ class TransactionCoordinator:
                           group: str, connection: int = -1) -> None:
         async with self.registry.lock(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
-            self.open.touch(meta, connection)
+            self.open_txns.touch(meta, connection)
             if group not in meta.groups:
                 meta.groups.add(group)
                 ops = Ops()
@@ -223,13 +225,13 @@ class TransactionCoordinator:
                 raise InvalidTxnState(
                     f"{transactional_id}: group {group} was not added to a transaction "
                     "(AddOffsetsToTxn)")
-            self.open.touch(meta, connection)
+            self.open_txns.touch(meta, connection)
             members = dict.fromkeys(commits, member) if member else {}
             reason = meta.abort_only or offset_conflict(self.offsets, group, commits,
                                                         meta.begin_version, transactional_id,
                                                         members)
             if reason is not None:
-                await self.open.make_abort_only(meta, reason)
+                await self.open_txns.make_abort_only(meta, reason)
                 raise TxnConflict(reason)
             staged = meta.offsets.setdefault(group, {})
             new = [tp for tp in commits if tp not in staged]
@@ -259,7 +261,7 @@ class TransactionCoordinator:
         transaction).
         """
         meta = self.sessions.current(transactional_id, producer_id, epoch)
-        if meta.is_open and self.open.by_id[transactional_id].data.draining:
+        if meta.is_open and self.open_txns.by_id[transactional_id].data.draining:
             raise ConcurrentTransactions(f"the transaction of {transactional_id} is being "
                                          "committed")
         if not meta.is_open or (topic, partition) not in meta.partitions:
@@ -268,7 +270,7 @@ class TransactionCoordinator:
         if not self.partitions.is_current(meta, (topic, partition)):
             raise InvalidTxnState(f"topic {topic} was deleted and recreated after "
                                   f"{meta.transactional_id} added {topic}-{partition}")
-        opened = self.open.by_id[meta.transactional_id]
+        opened = self.open_txns.by_id[meta.transactional_id]
         opened.connections.add(connection)
         return opened.data.sink((topic, partition))
 
@@ -282,7 +284,7 @@ class TransactionCoordinator:
 
     @property
     def open_count(self) -> int:
-        return len(self.open.by_id)
+        return len(self.open_txns.by_id)
 
     @property
     def pending_bytes(self) -> int:
@@ -297,5 +299,5 @@ class TransactionCoordinator:
     def pending_of(self, transactional_id: str) -> tuple[int, int] | None:
         """(bytes stored, bytes of them held in memory) of an id's open
         transaction; None when it has none."""
-        opened = self.open.by_id.get(transactional_id)
+        opened = self.open_txns.by_id.get(transactional_id)
         return None if opened is None else (opened.data.nbytes, opened.data.held)
