@@ -11,7 +11,7 @@ from group_helpers import wait_for
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
-from tablets import batch as rb
+from tablets import batch as batch_header
 from testkit import kafka_requests as rq
 from testkit import prom
 from testkit.compaction import EAGER, Rec, decode
@@ -41,9 +41,9 @@ async def _read(host_port: tuple[str, int], topic: str, partition: int
             if not data.records:
                 break
             raw = bytes(data.records)
-            for header in rb.parse_batches(raw):
+            for header in batch_header.parse_batches(raw):
                 batch = raw[header.start:header.start + header.size]
-                base = rb.base_offset_of(batch)
+                base = batch_header.base_offset_of(batch)
                 batches.append((base, header.is_control, header.record_count))
                 if not header.is_control:
                     records.extend(r for r in decode(batch) if r.offset >= offset)

@@ -76,9 +76,6 @@ class GatewayServer:
         self.engine.start(loop)
         assert self.engine.consumer_offsets is not None
         self.broker.groups = GroupCoordinator(self.config, self.engine.consumer_offsets)
-        self.broker.group_offsets = GroupOffsets(self.config, self.broker.groups,
-                                                 self.engine.consumer_offsets)
-        self.broker.group_offsets.start()
         self.broker.txns = TransactionCoordinator(
             self.engine,
             TxnSettings(self.config.transaction_max_timeout_ms,
@@ -87,6 +84,10 @@ class GatewayServer:
                         self.config.txn_pending_disk_bytes, self.config.txn_max_bytes),
             newest_connection=lambda: self.broker.newest_connection)
         self.broker.txns.load()
+        self.broker.group_offsets = GroupOffsets(self.config, self.broker.groups,
+                                                 self.engine.consumer_offsets,
+                                                 pending=self.broker.txns.pending_offsets)
+        self.broker.group_offsets.start()
         self._txn_expiry = loop.create_task(self._txn_expiry_loop())
         self.broker.credentials = Credentials(NodeRecords(
             self.engine.store, keys.SCRAM_CREDENTIAL, self.engine.writer))

@@ -225,11 +225,14 @@ def set_max_timestamp(batch: bytes, timestamp_ms: int, log_append_time: bool = F
 
 
 def base_offset_of(batch: bytes | memoryview) -> int:
-    return _INT64.unpack_from(batch, 0)[0]
+    base: int = _INT64.unpack_from(batch, 0)[0]
+    return base
 
 
 def last_offset_of(batch: bytes | memoryview) -> int:
-    return _INT64.unpack_from(batch, 0)[0] + _INT32.unpack_from(batch, 23)[0]
+    base: int = _INT64.unpack_from(batch, 0)[0]
+    delta: int = _INT32.unpack_from(batch, 23)[0]
+    return base + delta
 
 
 def transactional_producer(records: bytes | memoryview) -> tuple[int, int] | None:
@@ -247,8 +250,10 @@ def transactional_producer(records: bytes | memoryview) -> tuple[int, int] | Non
 
 
 def record_count_of(batch: bytes | memoryview) -> int:
-    return _INT32.unpack_from(batch, 57)[0]
+    count: int = _INT32.unpack_from(batch, 57)[0]
+    return count
 
 
 def max_timestamp_of(batch: bytes | memoryview) -> int:
-    return _INT64.unpack_from(batch, 35)[0]
+    timestamp: int = _INT64.unpack_from(batch, 35)[0]
+    return timestamp

@@ -35,7 +35,7 @@ from .store import Ops
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from .memory_run import MemoryRun
+    from .in_memory_batches import InMemoryBatches
     from .segments import Segments
     from .store import GroupCommitWriter
     from .tablet import TabletSettings
@@ -68,11 +68,11 @@ class CompactedLog:
         segments: Segments
         writer: GroupCommitWriter
         settings: Callable[[], TabletSettings]
-        _tail: MemoryRun
-        _ahead: MemoryRun
+        _tail: InMemoryBatches
+        _ahead: InMemoryBatches
         _ahead_end: int
-        _ts_offsets: array
-        _ts_values: array
+        _ts_offsets: array[int]
+        _ts_values: array[int]
         _log_lock: asyncio.Lock
         _log_version: int
 

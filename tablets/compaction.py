@@ -42,10 +42,10 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 
-from . import batch as rb
+from . import batch as batch_header
 from . import keys, log_entry
 from .encode import encoder
 from .records import RecordError, RecordWalker, decompressed
@@ -106,8 +106,8 @@ class Chunk:
     changes: list[Change] = field(default_factory=list)
     index_from: int = 0
     index_to: int = 0
-    bases: array = field(default_factory=lambda: array("q"))
-    maxima: array = field(default_factory=lambda: array("q"))
+    bases: array[int] = field(default_factory=lambda: array("q"))
+    maxima: array[int] = field(default_factory=lambda: array("q"))
     new_bytes: int = 0
     last: bool = False
     clean_end: int = 0  # with ``last``: where the next run starts
@@ -158,7 +158,8 @@ Keep = Callable[[int, bytes | None, bool], bool]
 
 
 def run(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_keys: int,
-        throttle: Throttle, stats: RunStats, chunk_bytes: int = CHUNK_BYTES) -> Iterator[Chunk]:
+        throttle: Throttle, stats: RunStats, chunk_bytes: int = CHUNK_BYTES
+        ) -> Generator[Chunk, None, None]:
     """One run, as a generator: each ``next`` reads on until the next chunk
     (about ``chunk_bytes`` of new batches)."""
     latest, map_end = _offset_map(store, prefix, plan, seed, max_keys, throttle, stats)
@@ -174,7 +175,7 @@ def _entries(store: RocksStore, prefix: bytes, start: int, end: int
     floor = keys.LOG + prefix
     for _key, entry in store.scan_from_containing(keys.offset_key(keys.LOG, prefix, start),
                                                   floor, keys.offset_key(keys.LOG, prefix, end)):
-        if rb.last_offset_of(entry) < start:
+        if batch_header.last_offset_of(entry) < start:
             continue
         try:
             batch = log_entry.resolve(entry, store.get)
@@ -184,13 +185,13 @@ def _entries(store: RocksStore, prefix: bytes, start: int, end: int
         yield entry, batch, blob
 
 
-def _walk(batch: bytes, header: rb.BatchHeader, seed: bytes
+def _walk(batch: bytes, header: batch_header.BatchHeader, seed: bytes
           ) -> Iterator[tuple[memoryview | bytes, int, list[KeyedRecord]]]:
     """Each decompressed piece of a batch's records, where it starts in the
     stream, and the records that end in it."""
     walker = RecordWalker(header.record_count, header.base_timestamp, contiguous=False,
                           key_seed=seed, release_gil=True)
-    view = memoryview(batch)[rb.HEADER_SIZE:header.size]
+    view = memoryview(batch)[batch_header.HEADER_SIZE:header.size]
     position = 0
     try:
         for piece in decompressed(header.compression, view):
@@ -198,7 +199,7 @@ def _walk(batch: bytes, header: rb.BatchHeader, seed: bytes
             position += len(piece)
         walker.finish()
     except RecordError as exc:
-        raise rb.InvalidRecordBatch(
+        raise batch_header.InvalidRecordBatch(
             f"stored batch at offset {header.base_offset} is corrupt: {exc}") from None
 
 
@@ -211,7 +212,7 @@ def _offset_map(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_k
     if start >= end:
         return latest, start
     for _entry, batch, _blob in _entries(store, prefix, start, end):
-        header = rb.parse_batches(batch, verify_crc=False)[0]
+        header = batch_header.parse_batches(batch, verify_crc=False)[0]
         throttle(header.size)
         stats.bytes_read += header.size
         if header.is_control:
@@ -236,11 +237,12 @@ def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
     horizons: list[int] = []
     open_txns: set[int] = set()  # producers with a kept batch not yet followed by a marker
     for entry, batch, blob in _entries(store, prefix, 0, map_end):
-        header = rb.parse_batches(batch, verify_crc=False)[0]
+        header = batch_header.parse_batches(batch, verify_crc=False)[0]
         throttle(header.size)
         stats.bytes_read += header.size
         stats.bytes_cleaned += header.size
-        horizon = header.base_timestamp if header.attributes & rb.ATTR_DELETE_HORIZON else None
+        horizon = (header.base_timestamp
+                   if header.attributes & batch_header.ATTR_DELETE_HORIZON else None)
         passed = horizon is not None and now >= horizon
         data: bytes | None = batch
         if header.is_control:
@@ -281,7 +283,7 @@ def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
             throttle(new_size)
         if data is not None:
             chunk.bases.append(header.base_offset)
-            chunk.maxima.append(rb.max_timestamp_of(data))
+            chunk.maxima.append(batch_header.max_timestamp_of(data))
         chunk.index_to = header.base_offset + header.last_offset_delta + 1
         if chunk.new_bytes >= chunk_bytes or len(chunk.bases) + len(chunk.changes) >= \
                 CHUNK_BATCHES:
@@ -306,7 +308,7 @@ def _keeper(base: int, map_end: int, latest: dict[bytes, int], horizon_passed: b
     return keep
 
 
-def _survey(batch: bytes, header: rb.BatchHeader, seed: bytes, keep: Keep,
+def _survey(batch: bytes, header: batch_header.BatchHeader, seed: bytes, keep: Keep,
             stats: RunStats) -> tuple[int, bool, bool]:
     """(records kept, any dropped, any tombstone kept)."""
     kept = 0
@@ -323,13 +325,13 @@ def _survey(batch: bytes, header: rb.BatchHeader, seed: bytes, keep: Keep,
     return kept, dropped, tombstones
 
 
-def _reencode(batch: bytes, header: rb.BatchHeader, seed: bytes, keep: Keep,
+def _reencode(batch: bytes, header: batch_header.BatchHeader, seed: bytes, keep: Keep,
               horizon: int | None) -> bytes:
     """The batch with only the records ``keep`` keeps; with ``horizon``, stamped
     with it (their timestamps are then relative to it). The batch itself when
     a record too long to copy is kept."""
     view = memoryview(batch)
-    out = encoder(header.compression, view[rb.HEADER_SIZE:header.size])
+    out = encoder(header.compression, view[batch_header.HEADER_SIZE:header.size])
     kept = 0
     max_ts = -1
     pending = bytearray()  # the stream from ``start`` on: a record not yet ended
@@ -354,9 +356,10 @@ def _reencode(batch: bytes, header: rb.BatchHeader, seed: bytes, keep: Keep,
                 if horizon is None:
                     run_from = start if run_from is None else run_from
                 else:
-                    moved = rb.zigzag_varint(ts - horizon)
+                    moved = batch_header.zigzag_varint(ts - horizon)
                     rest = data[body - origin:end - origin]
-                    out.write(rb.zigzag_varint(1 + len(moved) + len(rest)) + b"\x00" + moved)
+                    out.write(batch_header.zigzag_varint(1 + len(moved) + len(rest)) + b"\x00"
+                              + moved)
                     out.write(rest)
             elif run_from is not None:
                 out.write(data[run_from - origin:start - origin])
@@ -367,13 +370,14 @@ def _reencode(batch: bytes, header: rb.BatchHeader, seed: bytes, keep: Keep,
         pending = bytearray(data[start - origin:])
         if len(pending) > MAX_RECORD_BYTES:
             return batch
-    if header.attributes & rb.ATTR_TIMESTAMP_TYPE:
+    if header.attributes & batch_header.ATTR_TIMESTAMP_TYPE:
         max_ts = header.max_timestamp  # LogAppendTime: the batch's time stands for all
-    return rb.build_batch(
+    return batch_header.build_batch(
         out.finish(), record_count=kept, base_offset=header.base_offset,
         base_timestamp=header.base_timestamp if horizon is None else horizon,
         max_timestamp=max_ts, producer_id=header.producer_id,
         producer_epoch=header.producer_epoch, base_sequence=header.base_sequence,
-        attributes=header.attributes | (rb.ATTR_DELETE_HORIZON if horizon is not None else 0),
+        attributes=header.attributes
+        | (batch_header.ATTR_DELETE_HORIZON if horizon is not None else 0),
         leader_epoch=_EPOCH.unpack_from(view, 12)[0], last_offset_delta=header.last_offset_delta,
     )

@@ -24,7 +24,6 @@ holding instead of holding from the log start; its next commit clears it.
 from __future__ import annotations
 
 import struct
-from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -34,10 +33,7 @@ from .store import GroupCommitWriter, Ops, RocksStore
 # offset, leader epoch, commit timestamp, version, committer length; then the
 # committer (a transactional id, or empty) and the metadata.
 _VALUE = struct.Struct(">qiqqH")
-_VALUE_V1 = struct.Struct(">qiqq")  # before the committer was kept
 _VERSION_COUNTER = keys.COUNTER + b"consumer.offsets.version"
-_FORMAT_KEY = keys.COUNTER + b"consumer.offsets.format"
-_FORMAT = b"2"
 _COUNTER = struct.Struct(">q")
 
 TopicPartition = tuple[str, int]
@@ -81,11 +77,6 @@ class CommittedOffset:
         return cls(offset, epoch, value[end:].decode(), timestamp, version,
                    value[_VALUE.size:end].decode())
 
-    @classmethod
-    def decode_v1(cls, value: bytes) -> CommittedOffset:
-        offset, epoch, timestamp, version = _VALUE_V1.unpack_from(value)
-        return cls(offset, epoch, value[_VALUE_V1.size:].decode(), timestamp, version)
-
 
 class ConsumerOffsets:
     def __init__(self, store: RocksStore, writer: GroupCommitWriter) -> None:
@@ -96,9 +87,6 @@ class ConsumerOffsets:
         self._last_version = 0
         # Commits staged but not yet in the WAL: the newest wins in ``latest``.
         self._in_flight: dict[tuple[str, TopicPartition], CommittedOffset] = {}
-        # Offsets a transaction has staged but not yet committed, per group:
-        # OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them.
-        self._pending: dict[str, Counter[TopicPartition]] = {}
         # Groups (and partitions of groups) whose offsets were deleted: they
         # hold no retention until they commit again.
         self._released_groups: set[str] = set()
@@ -115,26 +103,16 @@ class ConsumerOffsets:
         """Read every committed offset (start-up: small, sequential reads)."""
         raw = self.store.get(_VERSION_COUNTER)
         self._last_version = _COUNTER.unpack(raw)[0] if raw else 0
-        # A store written before committers were kept is rewritten once.
-        upgrade = self.store.get(_FORMAT_KEY) != _FORMAT
-        decode = CommittedOffset.decode_v1 if upgrade else CommittedOffset.decode
-        ops = Ops()
         start = keys.CONSUMER_OFFSET
         for key, value in self.store.scan(start, start + b"\xff"):
             group, topic, partition = keys.parse_consumer_offset_key(key)
-            record = decode(value)
-            self._groups.setdefault(group, {})[(topic, partition)] = record
-            if upgrade:
-                ops.put(key, record.encode())
-        if upgrade:
-            ops.put(_FORMAT_KEY, _FORMAT)
-            self.store.write_now(ops)
+            self._groups.setdefault(group, {})[(topic, partition)] = CommittedOffset.decode(value)
         for key, _ in self.store.scan(keys.RELEASED, keys.RELEASED + b"\xff"):
-            group, topic, partition = keys.parse_released_key(key)
-            if topic is None:
+            group, released_topic, partition = keys.parse_released_key(key)
+            if released_topic is None:
                 self._released_groups.add(group)
             else:
-                self._released_partitions.add((group, topic, partition))
+                self._released_partitions.add((group, released_topic, partition))
 
     # ------------------------------------------------------------ reading
     def groups(self) -> list[str]:
@@ -294,33 +272,4 @@ class ConsumerOffsets:
         for released in [r for r in self._released_partitions if r[1] == topic]:
             self._released_partitions.discard(released)
             ops.delete(keys.released_key(*released))
-
-    # ------------------------------------------- transactional (pending) offsets
-    def hold_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
-        """Mark offsets an open transaction has staged for this group.
-
-        ``partitions`` may be a mapping keyed by partition: only its keys count
-        (``Counter.update`` would add a mapping's values as counts).
-        """
-        pending = self._pending.setdefault(group, Counter())
-        for tp in partitions:
-            pending[tp] += 1
-
-    def release_pending(self, group: str, partitions: Iterable[TopicPartition]) -> None:
-        """The transaction holding these offsets committed or aborted."""
-        pending = self._pending.get(group)
-        if pending is None:
-            return
-        for tp in partitions:  # keys only, as in hold_pending
-            pending[tp] -= 1
-        for tp in [tp for tp, n in pending.items() if n <= 0]:
-            del pending[tp]
-        if not pending:
-            del self._pending[group]
-
-    def has_pending(self, group: str) -> bool:
-        return bool(self._pending.get(group))
-
-    def is_pending(self, group: str, topic: str, partition: int) -> bool:
-        return self._pending.get(group, {}).get((topic, partition), 0) > 0
 

@@ -8,6 +8,7 @@ implement the same methods; nothing here knows about the Kafka protocol.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -342,7 +343,7 @@ class StorageEngine:
                     self.validators,
                     topic.topic_id,
                     index,
-                    lambda t=topic: self._tablet_settings(t),
+                    functools.partial(self._tablet_settings, topic),
                     self.settings.tail_cache_bytes,
                 )
             )

@@ -153,8 +153,8 @@ class ImportantConsumers:
         """A deleted topic: its figures go (a topic re-created under the name starts anew)."""
         for prefix in prefixes:
             self._scanned.pop(prefix, None)
-        for key in [k for k in self._held if k[0] == topic]:
-            del self._held[key]
+        for held in [k for k in self._held if k[0] == topic]:
+            del self._held[held]
         for counter in (self.passes, self.records_passed):
             for key in [k for k in counter if k[0] == topic]:
                 del counter[key]

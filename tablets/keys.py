@@ -75,7 +75,8 @@ def offset_key(kind: bytes, prefix: bytes, offset: int) -> bytes:
 
 
 def offset_of_key(key: bytes) -> int:
-    return _OFFSET.unpack_from(key, 21)[0]
+    offset: int = _OFFSET.unpack_from(key, 21)[0]
+    return offset
 
 
 _INSTANCE = struct.Struct(">q")
@@ -95,7 +96,8 @@ def blob_key(partition_prefix: bytes, instance: int, ordinal: int) -> bytes:
 
 
 def blob_ordinal(key: bytes) -> int:
-    return _ORDINAL.unpack_from(key, len(key) - 4)[0]
+    ordinal: int = _ORDINAL.unpack_from(key, len(key) - 4)[0]
+    return ordinal
 
 
 def blob_partition(key: bytes) -> bytes:

@@ -52,7 +52,8 @@ def is_reference(entry: bytes | memoryview) -> bool:
 
 def size(entry: bytes | memoryview) -> int:
     """The size of the batch an entry stands for (not of the entry itself)."""
-    return _LENGTH.unpack_from(entry, 8)[0] + LOG_OVERHEAD
+    length: int = _LENGTH.unpack_from(entry, 8)[0]
+    return length + LOG_OVERHEAD
 
 
 def blob_key(entry: bytes | memoryview) -> bytes:

@@ -15,10 +15,10 @@ from bisect import bisect_left
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import batch as rb
+from . import batch as batch_header
 from . import keys, log_entry
 from .errors import OffsetOutOfRange
-from .memory_run import MemoryRun
+from .in_memory_batches import InMemoryBatches
 from .records import first_record_at_or_after
 
 if TYPE_CHECKING:
@@ -48,12 +48,14 @@ class LogReads:
         log_start_offset: int
         log_end_offset: int
         high_watermark: int
-        _tail: MemoryRun
-        _tail_start: int
-        _ahead: MemoryRun
+        _tail: InMemoryBatches
+        @property
+        def _tail_start(self) -> int: ...
+
+        _ahead: InMemoryBatches
         _ahead_end: int
-        _ts_offsets: array
-        _ts_values: array
+        _ts_offsets: array[int]
+        _ts_values: array[int]
         _waiters: set[asyncio.Future[None]]
         _log_version: int
 
@@ -91,10 +93,10 @@ class LogReads:
                 self.store.readers, self._read_disk, offset, hw, max_bytes + READAHEAD_BYTES,
                 min_one,
             )
-            ahead = MemoryRun([rb.base_offset_of(b) for b in loaded], loaded)
+            ahead = InMemoryBatches([batch_header.base_offset_of(b) for b in loaded], loaded)
             if version == self._log_version:  # else compaction changed what it read
                 self._ahead = ahead
-                self._ahead_end = rb.last_offset_of(loaded[-1]) + 1 if loaded else 0
+                self._ahead_end = batch_header.last_offset_of(loaded[-1]) + 1 if loaded else 0
             batches = ahead.slice(offset, hw, max_bytes, min_one)
         return ReadResult(batches, hw, self.log_start_offset)
 
@@ -105,7 +107,7 @@ class LogReads:
         start = keys.offset_key(keys.LOG, self.prefix, offset)
         end = keys.offset_key(keys.LOG, self.prefix, hw)
         for key, entry in self.store.scan_from_containing(start, floor, end):
-            if rb.last_offset_of(entry) < offset:
+            if batch_header.last_offset_of(entry) < offset:
                 continue
             size = log_entry.size(entry)
             if total + size > max_bytes and (out or not min_one):
@@ -159,11 +161,11 @@ class LogReads:
             data = self._batch_at(offset)
             if data is None:
                 return None
-            if rb.max_timestamp_of(data) >= target:
+            if batch_header.max_timestamp_of(data) >= target:
                 found = first_record_at_or_after(data, target, self.log_start_offset)
                 if found is not None:
                     return found
-            offset = rb.last_offset_of(data) + 1
+            offset = batch_header.last_offset_of(data) + 1
         return None
 
     async def offset_for_timestamp(self, target: int) -> tuple[int, int] | None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import cramjam
 import lz4.frame
@@ -206,7 +206,8 @@ def _check_zstd_frames(data: memoryview) -> None:
             raise InvalidRecordBatch("zstd frame cut short")
 
 
-_CODECS = {1: _gzip, 2: _snappy, 3: _lz4, 4: _zstd}
+_CODECS: dict[int, Callable[[memoryview], Iterator[memoryview | bytes]]] = {
+    1: _gzip, 2: _snappy, 3: _lz4, 4: _zstd}
 
 
 def walk(batch: memoryview, header: BatchHeader, walker: RecordWalker) -> None:

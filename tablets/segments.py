@@ -79,15 +79,6 @@ class Segments:
                        for key, value in store.scan(start, start + b"\xff" * 8)]
         self.active = active
 
-    def adopt(self, log_start: int, log_end: int, size: int, largest_ts: int, ops: Ops) -> None:
-        """A log written before segments were kept: all of it is one closed
-        segment (its first timestamp unknown), the active one starts at its end."""
-        if size > 0:
-            segment = Segment(log_start, size, NO_TIMESTAMP, largest_ts)
-            self.closed = [segment]
-            self._put(segment, ops)
-        self.active = Segment(log_end, 0, NO_TIMESTAMP, NO_TIMESTAMP)
-
     def _next_base(self, index: int) -> int:
         return self.closed[index + 1].base if index + 1 < len(self.closed) else self.active.base
 

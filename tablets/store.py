@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from rocksdict import (
     BlockBasedOptions,
@@ -188,7 +188,8 @@ class GroupCommitWriter:
         self.store = store
         self.loop = loop
         self.failed: BaseException | None = None
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        # (ops, future) pairs, then _STOP.
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="rocks-writer", daemon=True)
         self._thread.start()
 

@@ -48,7 +48,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from . import batch as rb
+from . import batch as batch_header
 from . import keys, validate
 from .compacted_log import CompactedLog
 from .compaction import CompactionConfig
@@ -58,11 +58,11 @@ from .errors import (
     UnknownPartition,
     UnsupportedRecordKind,
 )
+from .in_memory_batches import InMemoryBatches
 from .log_entry import LEADER_EPOCH
 from .log_reads import LogReads
-from .memory_run import MemoryRun
 from .producers import REFUSED, CachedBatch, ProducerStates, next_seq
-from .segments import NO_TIMESTAMP, Segment, Segments
+from .segments import Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 from .truncation import TruncatedLog
 from .txn_log import BlobSink, TransactionLog
@@ -70,9 +70,8 @@ from .txn_log import BlobSink, TransactionLog
 if TYPE_CHECKING:
     from uuid import UUID
 
-_OLD_META = struct.Struct(">qqq")  # log start offset, log end offset, bytes stored
-# ... then where the next compaction starts, and the active segment (base
-# offset, size, first and largest timestamps).
+# log start offset, log end offset, bytes stored, where the next compaction
+# starts, and the active segment (base offset, size, first and largest timestamps).
 _META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
 
@@ -117,7 +116,7 @@ class _Checking:
     checked: asyncio.Future[int]  # the batch's max timestamp, once checked
     appended: asyncio.Future[AppendResult]
     view: memoryview
-    header: rb.BatchHeader
+    header: batch_header.BatchHeader
     settings: TabletSettings
     now_ms: int
     sink: BlobSink | None
@@ -148,9 +147,9 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         self.size_bytes = 0
         self.deleted = False
         self._tail_cache_bytes = tail_cache_bytes
-        self._tail = MemoryRun()
+        self._tail = InMemoryBatches()
         # Batches read ahead of a consumer below the tail, up to _ahead_end.
-        self._ahead = MemoryRun()
+        self._ahead = InMemoryBatches()
         self._ahead_end = 0
         self._ts_offsets = array("q")
         self._ts_values = array("q")
@@ -174,15 +173,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         for key, value in self.store.scan(start, end):
             self._ts_offsets.append(keys.offset_of_key(key))
             self._ts_values.append(_TIMESTAMP.unpack(value)[0])
-        if raw is not None and len(raw) == _OLD_META.size:
-            # Written before segments were kept: the log so far is one segment.
-            self.log_start_offset, self.log_end_offset, self.size_bytes = _OLD_META.unpack(raw)
-            ops = Ops()
-            self.segments.adopt(self.log_start_offset, self.log_end_offset, self.size_bytes,
-                                self._ts_values[-1] if self._ts_values else NO_TIMESTAMP, ops)
-            ops.put(self.meta_key, self._meta())
-            self.store.write_now(ops)
-        elif raw is not None:
+        if raw is not None:
             (self.log_start_offset, self.log_end_offset, self.size_bytes, self.clean_end,
              *active) = _META.unpack(raw)
             self.segments.load(self.store, Segment(*active))
@@ -288,7 +279,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
     def _commit(
         self,
         view: memoryview,
-        header: rb.BatchHeader,
+        header: batch_header.BatchHeader,
         max_timestamp: int,
         settings: TabletSettings,
         now_ms: int,
@@ -307,7 +298,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
     def _store(
         self,
         view: memoryview,
-        header: rb.BatchHeader,
+        header: batch_header.BatchHeader,
         max_timestamp: int,
         settings: TabletSettings,
         now_ms: int,
@@ -350,15 +341,15 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
                 return self._write(ops, appended, result, None)
             cached = CachedBatch(header.base_sequence,
                                  next_seq(header.base_sequence, header.record_count - 1), -1)
-        data = rb.stamp(view, header, 0 if sink is not None else self.log_end_offset,
+        data = batch_header.stamp(view, header, 0 if sink is not None else self.log_end_offset,
                         LEADER_EPOCH)
         if settings.log_append_time:  # stamped when stored, as Kafka stamps its log
             max_timestamp = now_ms
-            data = rb.set_max_timestamp(data, now_ms, log_append_time=True)
+            data = batch_header.set_max_timestamp(data, now_ms, log_append_time=True)
         elif max_timestamp != header.max_timestamp:
             # Kafka stores the records' true max timestamp, whatever the
             # producer wrote; the time index relies on it.
-            data = rb.set_max_timestamp(data, max_timestamp)
+            data = batch_header.set_max_timestamp(data, max_timestamp)
         append_time = now_ms if settings.log_append_time else -1
         if sink is not None:
             try:
@@ -397,10 +388,10 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
                                                        self.log_start_offset), offset)
 
     def _refuse(self, ops: Ops, appended: asyncio.Future[AppendResult], error: TabletError,
-                header: rb.BatchHeader, cached: CachedBatch | None,
+                header: batch_header.BatchHeader, cached: CachedBatch | None,
                 now_ms: int) -> asyncio.Future[AppendResult]:
         """Fail ``appended`` with ``error``, the batch's transaction refusing it
-        (a limit; doomed): nothing of the batch is stored, but its sequence
+        (a limit; abort-only): nothing of the batch is stored, but its sequence
         numbers are kept (``producers.REFUSED``), so the producer's next batch
         may follow them or use them again; a retry of it is never answered as
         a stored duplicate."""
@@ -418,7 +409,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         done.add_done_callback(on_written)
         return appended
 
-    def _check_sequence(self, header: rb.BatchHeader) -> CachedBatch | None:
+    def _check_sequence(self, header: batch_header.BatchHeader) -> CachedBatch | None:
         """The batch an idempotent retry repeats, or None; raises on a gap or a
         stale epoch. Called in arrival order, after earlier batches staged."""
         first = header.base_sequence
@@ -466,7 +457,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         garbage collector would free them, and big buffers do not prompt it)."""
         self.deleted = True
         self.wake_waiters()
-        self._tail, self._ahead, self._ahead_end = MemoryRun(), MemoryRun(), 0
+        self._tail, self._ahead, self._ahead_end = InMemoryBatches(), InMemoryBatches(), 0
         self._ts_offsets, self._ts_values = array("q"), array("q")
 
     def set_tail_budget(self, nbytes: int) -> None:

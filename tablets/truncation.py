@@ -12,7 +12,7 @@ import asyncio
 from bisect import bisect_left, bisect_right
 from typing import TYPE_CHECKING
 
-from . import batch as rb
+from . import batch as batch_header
 from . import keys, log_entry
 from .errors import OffsetOutOfRange, PolicyViolation
 from .store import Ops
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from array import array
     from collections.abc import Callable
 
-    from .memory_run import MemoryRun
+    from .in_memory_batches import InMemoryBatches
     from .segments import Segments
     from .store import GroupCommitWriter, RocksStore
     from .tablet import TabletSettings
@@ -34,14 +34,16 @@ class TruncatedLog:
         settings: Callable[[], TabletSettings]
         prefix: bytes
         meta_key: bytes
-        name: str
+        @property
+        def name(self) -> str: ...
+
         log_start_offset: int
         high_watermark: int
         size_bytes: int
         segments: Segments
-        _tail: MemoryRun
-        _ts_offsets: array
-        _ts_values: array
+        _tail: InMemoryBatches
+        _ts_offsets: array[int]
+        _ts_values: array[int]
         _log_lock: asyncio.Lock
 
         def _meta(self) -> bytes: ...
@@ -130,7 +132,7 @@ class TruncatedLog:
             freed = 0
             blobs = []
             for key, entry in self.store.scan(floor, start_key + b"\x00"):
-                if rb.last_offset_of(entry) >= new_start:
+                if batch_header.last_offset_of(entry) >= new_start:
                     break
                 cut = keys.offset_key(keys.LOG, self.prefix, keys.offset_of_key(key) + 1)
                 freed += log_entry.size(entry)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from . import batch as rb
+from . import batch as batch_header
 from . import keys, log_entry
+from .in_memory_batches import InMemoryBatches
 from .log_entry import LEADER_EPOCH
-from .memory_run import MemoryRun
 from .store import Ops
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ class TransactionLog:
         log_end_offset: int
         size_bytes: int
         segments: Segments
-        _tail: MemoryRun
+        _tail: InMemoryBatches
 
         def _meta(self) -> bytes: ...
 
@@ -89,26 +89,29 @@ class TransactionLog:
         settings = self.settings()
         cached = all(blob.data is not None for blob in blobs)
         if not cached:
-            self._tail = MemoryRun()
+            self._tail = InMemoryBatches()
         for blob in blobs:
             ops.put(keys.offset_key(keys.LOG, self.prefix, offset),
                     log_entry.reference(blob.header, offset, LEADER_EPOCH, blob.key))
-            max_timestamp = rb.max_timestamp_of(blob.header)
+            max_timestamp = batch_header.max_timestamp_of(blob.header)
             self._index_timestamp(offset, max_timestamp, ops)
             if cached:
+                assert blob.data is not None  # every blob's (``cached``)
                 self._cache(offset, log_entry.patch(blob.data, offset, LEADER_EPOCH))
             size = log_entry.size(blob.header)
             self.size_bytes += size
             self.segments.add(offset, size, max_timestamp, settings.segment_bytes,
                               settings.segment_ms, settings.compaction is not None, ops)
-            offset += rb.record_count_of(blob.header)
-        data = rb.stamp(memoryview(marker), rb.parse_batches(marker)[0], offset, LEADER_EPOCH)
+            offset += batch_header.record_count_of(blob.header)
+        data = batch_header.stamp(memoryview(marker), batch_header.parse_batches(marker)[0],
+                                  offset, LEADER_EPOCH)
         ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
-        self._index_timestamp(offset, rb.max_timestamp_of(data), ops)
+        self._index_timestamp(offset, batch_header.max_timestamp_of(data), ops)
         self._cache(offset, data)
         self.size_bytes += len(data)
-        self.segments.add(offset, len(data), rb.max_timestamp_of(data), settings.segment_bytes,
-                          settings.segment_ms, settings.compaction is not None, ops)
+        self.segments.add(offset, len(data), batch_header.max_timestamp_of(data),
+                          settings.segment_bytes, settings.segment_ms,
+                          settings.compaction is not None, ops)
         offset += 1
         self.log_end_offset = offset
         ops.put(self.meta_key, self._meta())

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import batch as rb
+from . import batch as batch_header
 from .errors import (
     InvalidRecord,
     InvalidTimestamp,
@@ -63,9 +63,9 @@ MAX_RECORD_ERRORS = 10_000
 NO_LIMIT = 2**63 - 1
 
 
-def check_header(records: memoryview, settings: TabletSettings) -> rb.BatchHeader:
+def check_header(records: memoryview, settings: TabletSettings) -> batch_header.BatchHeader:
     """The batch-level checks; returns the record set's one batch header."""
-    headers = rb.parse_batches(records, verify_crc=False)
+    headers = batch_header.parse_batches(records, verify_crc=False)
     if len(headers) != 1:
         raise InvalidRecord(
             f"a record set must hold exactly one record batch, this one holds {len(headers)}"
@@ -80,7 +80,7 @@ def check_header(records: memoryview, settings: TabletSettings) -> rb.BatchHeade
             f"batch of {header.size} bytes exceeds max.message.bytes="
             f"{settings.max_message_bytes}"
         )
-    rb.check_crc(records, header)
+    batch_header.check_crc(records, header)
     last = header.last_offset_delta
     if last < 0:
         raise InvalidRecord(f"Batch has an invalid offset range: [0, {last}]")
@@ -101,13 +101,13 @@ def check_header(records: memoryview, settings: TabletSettings) -> rb.BatchHeade
     return header
 
 
-def runs_inline(header: rb.BatchHeader) -> bool:
+def runs_inline(header: batch_header.BatchHeader) -> bool:
     """Whether ``check_records`` is cheap enough for the event loop."""
     return header.compression == 0 and header.record_count <= INLINE_RECORDS
 
 
 def check_records(
-    records: memoryview, header: rb.BatchHeader, settings: TabletSettings, now_ms: int,
+    records: memoryview, header: batch_header.BatchHeader, settings: TabletSettings, now_ms: int,
     partition: str = "",
 ) -> int:
     """The record-level checks; returns the largest record timestamp (-1 if none).
@@ -115,7 +115,7 @@ def check_records(
     ``partition`` names the topic partition in messages, as Kafka's do.
     Thread-safe: reads only its arguments.
     """
-    producer_log_append_time = bool(header.attributes & rb.ATTR_TIMESTAMP_TYPE)
+    producer_log_append_time = bool(header.attributes & batch_header.ATTR_TIMESTAMP_TYPE)
     window = _timestamp_window(settings, now_ms)
     walker = RecordWalker(
         header.record_count,
@@ -174,7 +174,7 @@ def _out_of_range(timestamp: int, index: int, now_ms: int, limit: int) -> str:
 
 
 def _log_append_time_refused(
-    header: rb.BatchHeader, window: tuple[int, int] | None, settings: TabletSettings,
+    header: batch_header.BatchHeader, window: tuple[int, int] | None, settings: TabletSettings,
     now_ms: int, keyless: list[tuple[int, str]],
 ) -> RejectedRecords:
     """Kafka refuses every record of a batch whose producer set LogAppendTime

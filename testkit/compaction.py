@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 
 from tablets import CleanerSettings, EngineSettings, PartitionTablet, StorageEngine, keys, log_entry
-from tablets import batch as rb
+from tablets import batch as batch_header
 from tablets.records import decompressed
 from testkit.batches import NONE, compress, encode_record
 
@@ -57,7 +57,7 @@ def keyed_batch(pairs: list[tuple[bytes | None, bytes | None]], codec: int = NON
     deltas = timestamp_deltas or [0] * len(pairs)
     records = b"".join(encode_record(value, i, key, deltas[i])
                        for i, (key, value) in enumerate(pairs))
-    return rb.build_batch(compress(codec, records, xerial), record_count=len(pairs),
+    return batch_header.build_batch(compress(codec, records, xerial), record_count=len(pairs),
                           base_timestamp=base, max_timestamp=base + max(deltas),
                           producer_id=producer_id, producer_epoch=producer_epoch,
                           base_sequence=base_sequence, attributes=attributes | codec)
@@ -65,10 +65,10 @@ def keyed_batch(pairs: list[tuple[bytes | None, bytes | None]], codec: int = NON
 
 def decode(batch: bytes) -> list[Rec]:
     """Every record of one batch (the CRC checked)."""
-    [header] = rb.parse_batches(batch)
+    [header] = batch_header.parse_batches(batch)
     body = b"".join(bytes(piece) for piece in decompressed(
-        header.compression, memoryview(batch)[rb.HEADER_SIZE:header.size]))
-    append_time = header.attributes & rb.ATTR_TIMESTAMP_TYPE
+        header.compression, memoryview(batch)[batch_header.HEADER_SIZE:header.size]))
+    append_time = header.attributes & batch_header.ATTR_TIMESTAMP_TYPE
 
     def zigzag(at: int) -> tuple[int, int]:  # a varint or varlong
         raw = shift = 0
@@ -107,9 +107,9 @@ async def read_batches(tablet: PartitionTablet, start: int | None = None,
         if not read.batches:
             break
         for data in read.batches:
-            if rb.last_offset_of(data) >= offset:
+            if batch_header.last_offset_of(data) >= offset:
                 out.append(data)
-                offset = rb.last_offset_of(data) + 1
+                offset = batch_header.last_offset_of(data) + 1
     return out
 
 
@@ -117,7 +117,7 @@ async def read_all(tablet: PartitionTablet) -> list[Rec]:
     """The data records a consumer reading from the log start sees, in order."""
     out = []
     for data in await read_batches(tablet):
-        if not rb.parse_batches(data)[0].is_control:
+        if not batch_header.parse_batches(data)[0].is_control:
             out.extend(r for r in decode(data) if r.offset >= tablet.log_start_offset)
     return out
 
@@ -140,7 +140,7 @@ def check_log(tablet: PartitionTablet) -> None:
     previous_end = -1
     for key, entry in entries:
         batch = log_entry.resolve(entry, store.get)
-        [header] = rb.parse_batches(batch)  # CRC-checked
+        [header] = batch_header.parse_batches(batch)  # CRC-checked
         assert header.base_offset == keys.offset_of_key(key) > previous_end
         previous_end = header.base_offset + header.last_offset_delta
         index = [i for i, o in enumerate(tablet._ts_offsets) if o <= header.base_offset]

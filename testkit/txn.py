@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tablets import StorageEngine, keys
-from tablets import batch as rb
+from tablets import batch as batch_header
 from tablets.consumer_offsets import ConsumerOffsets
 from tablets.store import GroupCommitWriter, Ops
 from tablets.tablet import PartitionTablet
 from testkit.batches import make_batch
 from testkit.record_batches import decode_batches
 from txn import TransactionCoordinator, TxnSettings, TxnState
+from txn.pending_offsets import PendingOffsets
 
 
 class HeldChecks(Executor):
@@ -112,6 +113,11 @@ class Env:
         assert self.engine.consumer_offsets is not None
         return self.engine.consumer_offsets
 
+    @property
+    def pending_offsets(self) -> PendingOffsets:
+        """Offsets open transactions staged (OffsetFetch's require_stable)."""
+        return self.txns.pending_offsets
+
     def connect(self) -> int:
         """A new client connection: the newest id."""
         self.newest[0] += 1
@@ -125,7 +131,7 @@ class Env:
         key = (pid, *tp)
         first = self.seqs.get(key, 0) if seq is None else seq
         batch = make_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=first,
-                           attributes=rb.ATTR_TRANSACTIONAL)
+                           attributes=batch_header.ATTR_TRANSACTIONAL)
         sink = self.txns.sink_for(tid, pid, epoch, *tp, connection)
         result = await self.engine.partition(*tp).append(batch, self.clock(), sink)
         self.seqs[key] = max(self.seqs.get(key, 0), first + len(values))
@@ -148,8 +154,8 @@ class Env:
         read = await tablet.read(tablet.log_start_offset, 1 << 30)
         out = []
         for data in read.batches:
-            [header] = rb.parse_batches(data)
-            out.append((rb.base_offset_of(data), header.is_control, header.record_count))
+            [header] = batch_header.parse_batches(data)
+            out.append((batch_header.base_offset_of(data), header.is_control, header.record_count))
         return out
 
     async def record_values(self, tp: tuple[str, int]) -> list[tuple[int, bytes]]:
@@ -159,7 +165,7 @@ class Env:
         for batch in read.batches:
             values = batch_values(batch)
             if values is not None:
-                out.extend(enumerate(values, rb.base_offset_of(batch)))
+                out.extend(enumerate(values, batch_header.base_offset_of(batch)))
         return out
 
     def assert_aborted(self, tid: str, tp: tuple[str, int] = ("a", 0)) -> None:
@@ -199,7 +205,7 @@ def run(tmp_path, *phases: Phase, settings: TxnSettings | None = None,
 
 def batch_values(batch: bytes) -> list[bytes] | None:
     """The values of a batch, in any codec (None for a control batch)."""
-    if rb.parse_batches(batch)[0].is_control:
+    if batch_header.parse_batches(batch)[0].is_control:
         return None
     [decoded] = decode_batches(batch)
     return [record["value"] for record in decoded["records"]]

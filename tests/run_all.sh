@@ -125,6 +125,11 @@ done
 step "lint"
 python3 -m ruff check .
 
+step "types"
+# mypy, configured in pyproject.toml ([tool.mypy]: the packages it checks, and
+# which of them are strict). Any error fails the run here, before the tests.
+python3 -m mypy
+
 # pytest exits 5 when it collected nothing: that is a failure too.
 run_pytest() {
   local status=0

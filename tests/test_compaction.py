@@ -7,15 +7,12 @@ cleaner is off, so nothing happens behind a test's back.
 
 from __future__ import annotations
 
-import struct
-
 import pytest
 
-from tablets import CleanerSettings, keys
-from tablets import batch as rb
+from tablets import CleanerSettings
+from tablets import batch as batch_header
 from tablets.errors import InvalidRecord, InvalidTimestamp, RecordBatchTooLarge
 from tablets.records import RecordWalker
-from tablets.store import Ops
 from testkit.batches import CODECS, GZIP, LZ4, NONE, SNAPPY, ZSTD, encode_record
 from testkit.compaction import (
     EAGER,
@@ -52,7 +49,8 @@ def test_the_newest_value_of_each_key_stays_at_its_offset(tmp_path, codec):
         tablet = engine.partition("c", 0)
         before = await produce(tablet, rounds(10, 10, codec))
         written = await read_all(tablet)
-        old = {rb.base_offset_of(b): rb.parse_batches(b)[0] for b in await read_batches(tablet)}
+        old = {batch_header.base_offset_of(b): batch_header.parse_batches(b)[0]
+               for b in await read_batches(tablet)}
         stats = await engine.compact("c", 0)
         assert stats is not None and stats.records_kept == 10 and stats.map_end == 90
         after = await read_all(tablet)
@@ -60,7 +58,7 @@ def test_the_newest_value_of_each_key_stays_at_its_offset(tmp_path, codec):
         assert after == sorted(newest([r for r in written if r.offset < 90]).values(),
                                key=lambda r: r.offset) + head
         for data in await read_batches(tablet):
-            header = rb.parse_batches(data)[0]
+            header = batch_header.parse_batches(data)[0]
             original = old[header.base_offset]
             assert header.compression == codec
             assert header.last_offset_delta == original.last_offset_delta
@@ -87,7 +85,7 @@ def test_offsets_keep_their_gaps_and_timestamps_their_values(tmp_path):
         await engine.compact("c", 0)
         [kept, second, _head] = await read_batches(tablet)
         assert decode(kept) == [Rec(0, 1000, b"a", b"1"), Rec(2, 1009, b"c", b"1")]
-        header = rb.parse_batches(kept)[0]
+        header = batch_header.parse_batches(kept)[0]
         assert (header.record_count, header.last_offset_delta, header.max_timestamp) == (2, 3,
                                                                                          1009)
         assert (await tablet.read(1, 1)).batches == [kept]  # the batch holding offset 1's gap
@@ -133,8 +131,8 @@ def test_a_tombstone_is_stamped_then_dropped_after_delete_retention(tmp_path):
         await engine.compact("c", 0)
         [first, stamped, _head] = await read_batches(tablet)
         assert decode(first) == [Rec(1, 5000, b"b", b"1")]
-        header = rb.parse_batches(stamped)[0]
-        assert header.attributes & rb.ATTR_DELETE_HORIZON
+        header = batch_header.parse_batches(stamped)[0]
+        assert header.attributes & batch_header.ATTR_DELETE_HORIZON
         assert started <= header.base_timestamp <= now_ms()  # delete.retention.ms=0
         assert decode(stamped) == [Rec(2, 6000, b"a", None), Rec(3, 6007, b"c", b"1")]
         await engine.compact("c", 0)
@@ -154,13 +152,13 @@ def test_a_tombstone_stays_until_its_horizon(tmp_path):
         await produce(tablet, [keyed_batch([(b"a", b"1")]), keyed_batch([(b"a", None)]),
                                keyed_batch([(b"b", b"1")])])
         await engine.compact("c", 0)
-        horizon = rb.parse_batches((await read_batches(tablet))[0])[0].base_timestamp
+        horizon = batch_header.parse_batches((await read_batches(tablet))[0])[0].base_timestamp
         assert horizon >= now_ms() + 86_000_000
         await produce(tablet, [keyed_batch([(b"b", b"2")]), keyed_batch([(b"z", b"1")])])
         await engine.compact("c", 0)
         [tombstone, *_] = await read_batches(tablet)
         assert decode(tombstone)[0] == Rec(1, decode(tombstone)[0].timestamp, b"a", None)
-        assert rb.parse_batches(tombstone)[0].base_timestamp == horizon
+        assert batch_header.parse_batches(tombstone)[0].base_timestamp == horizon
         assert tablet._next_horizon == horizon
         # A run is due at the horizon without new dirty data.
         assert tablet.compaction_plan(horizon - 1) is None
@@ -306,12 +304,12 @@ def test_snappy_keeps_its_framing_and_log_append_time_its_timestamp(tmp_path):
             keyed_batch([(b"a", b"1"), (b"b", b"1")], codec=SNAPPY, xerial=False),
             keyed_batch([(b"c", b"1"), (b"b", b"2")], codec=SNAPPY, xerial=True),
             keyed_batch([(b"c", b"2"), (b"d", b"1")]), keyed_batch([(b"h", b"1")])])
-        stamped = [rb.max_timestamp_of(b) for b in await read_batches(tablet)]
+        stamped = [batch_header.max_timestamp_of(b) for b in await read_batches(tablet)]
         await engine.compact("c", 0)
         raw, xerial, _, _ = await read_batches(tablet)
-        assert not raw[rb.HEADER_SIZE:].startswith(b"\x82SNAPPY\x00")
-        assert xerial[rb.HEADER_SIZE:].startswith(b"\x82SNAPPY\x00")
-        assert [rb.max_timestamp_of(b) for b in (raw, xerial)] == stamped[:2]
+        assert not raw[batch_header.HEADER_SIZE:].startswith(b"\x82SNAPPY\x00")
+        assert xerial[batch_header.HEADER_SIZE:].startswith(b"\x82SNAPPY\x00")
+        assert [batch_header.max_timestamp_of(b) for b in (raw, xerial)] == stamped[:2]
         assert [(r.offset, r.timestamp) for r in decode(raw) + decode(xerial)] == [
             (0, stamped[0]), (3, stamped[1])]
 
@@ -460,30 +458,3 @@ def test_segments_survive_a_restart(tmp_path):
     before = run_engine(write, tmp_path)
     assert len(before[0]) == 3
     assert run_engine(reread, tmp_path) == before
-
-
-def test_a_log_from_before_segments_is_one_closed_segment(tmp_path):
-    """A partition meta in the old format (no segments): the log written so
-    far becomes one closed segment, the active one starts at its end."""
-    async def write(engine):
-        await engine.create_topic("c", 1, {})
-        tablet = engine.partition("c", 0)
-        await produce(tablet, rounds(3, 2))
-        old = struct.pack(">qqq", tablet.log_start_offset, tablet.log_end_offset,
-                          tablet.size_bytes)
-        change = Ops()
-        change.put(tablet.meta_key, old)
-        segment_floor = keys.SEGMENT + tablet.prefix
-        change.delete_range(segment_floor, segment_floor + b"\xff" * 8)
-        await engine.writer.submit(change)
-        return tablet.size_bytes
-
-    async def reread(engine):
-        tablet = engine.partition("c", 0)
-        [closed] = tablet.segments.closed
-        assert (closed.base, closed.size) == (0, size)
-        assert (tablet.segments.active.base, tablet.segments.active.size) == (6, 0)
-        check_log(tablet)
-
-    size = run_engine(write, tmp_path)
-    run_engine(reread, tmp_path)

@@ -17,7 +17,7 @@ import threading
 import pytest
 
 from kafka_gateway.prometheus import compaction_families
-from tablets import batch as rb
+from tablets import batch as batch_header
 from tablets import compaction, keys, log_entry
 from tablets.compaction import RunStats, Throttle
 from tablets.errors import PolicyViolation
@@ -64,7 +64,7 @@ async def commit(txns, engine, tid, tp, batches, abort=False):
     sequence = 0
     for pairs in batches:
         data = keyed_batch(pairs, producer_id=pid, producer_epoch=epoch, base_sequence=sequence,
-                           attributes=rb.ATTR_TRANSACTIONAL, codec=ZSTD)
+                           attributes=batch_header.ATTR_TRANSACTIONAL, codec=ZSTD)
         await engine.partition(*tp).append(data, now_ms(), txns.sink_for(tid, pid, epoch, *tp, -1))
         sequence += len(pairs)
     await txns.end_txn(tid, pid, epoch, not abort, -1)
@@ -92,14 +92,16 @@ def test_committed_transactions_are_compacted_inline_and_their_markers_go(tmp_pa
         assert len(references(engine, tablet)) == 3 and len(blob_keys(engine)) == 3
 
         def markers():
-            return [rb.base_offset_of(b) for b in batches if rb.parse_batches(b)[0].is_control]
+            return [batch_header.base_offset_of(b) for b in batches
+                    if batch_header.parse_batches(b)[0].is_control]
 
         await engine.compact("c", 0)
         batches = await read_batches(tablet)
         assert references(engine, tablet) == [4] and len(blob_keys(engine)) == 1
         assert markers() == [3, 5]  # t1's marker is kept this run, t2's still marks a=2
-        [t1_marker] = [b for b in batches if rb.base_offset_of(b) == 3]
-        assert rb.parse_batches(t1_marker)[0].attributes & rb.ATTR_DELETE_HORIZON
+        [t1_marker] = [b for b in batches if batch_header.base_offset_of(b) == 3]
+        [t1_header] = batch_header.parse_batches(t1_marker)
+        assert t1_header.attributes & batch_header.ATTR_DELETE_HORIZON
         await engine.compact("c", 0)
         batches = await read_batches(tablet)
         assert markers() == [5]
@@ -261,8 +263,8 @@ def test_a_read_that_began_before_a_swap_finds_the_inlined_batch(tmp_path):
         await engine.compact("c", 0)
         engine.store.scan_from_containing = lambda *_args: iter(stale)
         batches = tablet._read_disk(0, tablet.high_watermark, 1 << 20, True)
-        assert [rb.base_offset_of(b) for b in batches] == [0, 2, 3, 4]  # 2: the marker
-        assert [rb.record_count_of(b) for b in batches] == [1, 1, 1, 1]
+        assert [batch_header.base_offset_of(b) for b in batches] == [0, 2, 3, 4]  # 2: the marker
+        assert [batch_header.record_count_of(b) for b in batches] == [1, 1, 1, 1]
 
     run_engine(scenario, tmp_path)
 

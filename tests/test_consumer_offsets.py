@@ -128,30 +128,3 @@ def test_deleting_a_topic_drops_its_offsets_in_every_group(tmp_path):
         assert offsets.committed("a", "doomed", 0) is None
 
     run(reread, tmp_path)
-
-
-def test_pending_offsets_are_counted_per_holder(tmp_path):
-    async def test(engine, offsets: ConsumerOffsets):
-        offsets.hold_pending("g", [("t", 0)])
-        offsets.hold_pending("g", [("t", 0), ("t", 1)])
-        offsets.release_pending("g", [("t", 0)])
-        assert offsets.is_pending("g", "t", 0) and offsets.is_pending("g", "t", 1)
-        offsets.release_pending("g", [("t", 0), ("t", 1)])
-        assert not offsets.is_pending("g", "t", 0) and not offsets.is_pending("g", "t", 1)
-        offsets.release_pending("nobody", [("t", 0)])  # harmless
-
-    run(test, tmp_path)
-
-
-def test_pending_offsets_held_and_released_by_mapping(tmp_path):
-    """The coordinator passes its staged offsets (partition -> offset) as they are."""
-
-    async def test(engine, offsets: ConsumerOffsets):
-        offsets.hold_pending("g", {("t", 0): OffsetCommit(5, -1, ""), ("t", 1): OffsetCommit(7)})
-        assert offsets.is_pending("g", "t", 0) and offsets.is_pending("g", "t", 1)
-        offsets.release_pending("g", {("t", 0): OffsetCommit(5, -1, "")})
-        assert not offsets.is_pending("g", "t", 0) and offsets.is_pending("g", "t", 1)
-        offsets.release_pending("g", {("t", 1): OffsetCommit(7)})
-        assert not offsets.is_pending("g", "t", 1)
-
-    run(test, tmp_path)

@@ -25,6 +25,7 @@ from kafka_gateway.groups import (
 from kafka_gateway.groups.consumer_protocol import encode_assignment, encode_subscription
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import OffsetCommit
+from txn.pending_offsets import PendingOffsets
 
 GROUP = "g"
 SESSION_MS = 300
@@ -61,9 +62,11 @@ def run(tmp_path, test: Callable[[GroupCoordinator], Awaitable[None]], **setting
     asyncio.run(main())
 
 
-def offsets_of(coordinator: GroupCoordinator) -> GroupOffsets:
+def offsets_of(coordinator: GroupCoordinator,
+               pending: PendingOffsets | None = None) -> GroupOffsets:
     """The offsets half of the coordinator's groups (stateless but for its expiry loop)."""
-    return GroupOffsets(coordinator.config, coordinator, coordinator.offsets, coordinator.clock)
+    return GroupOffsets(coordinator.config, coordinator, coordinator.offsets, coordinator.clock,
+                        pending)
 
 
 def request(member_id: str = "", instance: str | None = None, topics: tuple[str, ...] = ("t",),
@@ -324,16 +327,17 @@ def test_txn_commit_fences(tmp_path):
 
 def test_require_stable_reports_offsets_a_transaction_holds(tmp_path):
     async def test(coordinator):
-        offsets = offsets_of(coordinator)
+        pending = PendingOffsets()
+        offsets = offsets_of(coordinator, pending)
         await offsets.commit_offsets(GROUP, -1, "", None, {("t", 0): OffsetCommit(9)})
-        coordinator.offsets.hold_pending(GROUP, [("t", 0)])
+        pending.hold(GROUP, [("t", 0)])
         wanted = [("t", 0), ("t", 1)]
         assert offsets.fetch_offsets(GROUP, wanted, require_stable=True)[("t", 0)] == (
             None, ErrorCode.unstable_offset_commit)
         committed, code = offsets.fetch_offsets(GROUP, wanted, require_stable=False)[("t", 0)]
         assert (committed.offset, code) == (9, ErrorCode.none)
         assert offsets.fetch_offsets(GROUP, wanted, True)[("t", 1)] == (None, ErrorCode.none)
-        coordinator.offsets.release_pending(GROUP, [("t", 0)])
+        pending.release(GROUP, [("t", 0)])
         assert offsets.fetch_offsets(GROUP, None, True)[("t", 0)][1] is ErrorCode.none
 
     run(tmp_path, test)

@@ -38,7 +38,7 @@ def test_conflict_at_txn_offset_commit_when_the_version_moved(tmp_path):
         with pytest.raises(TxnConflict):
             await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {("a", 0): OffsetCommit(9)})
         assert env.txns.stats.conflicts == 1
-        assert not env.offsets.is_pending(GROUP, "a", 0)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 0)
         # Doomed: even an offset that would pass now is refused, and the commit aborts.
         with pytest.raises(TxnConflict):
             await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {("a", 1): OffsetCommit(1)})
@@ -360,12 +360,8 @@ def test_the_members_own_auto_commit_is_not_a_rival(tmp_path):
     run(tmp_path, first, after_restart)
 
 
-def test_the_committer_survives_a_restart_and_old_stores_are_upgraded(tmp_path):
-    """A committer is persisted; offsets written before committers were kept
-    (format 1, no format key) are read and rewritten once at start-up."""
-    from tablets import keys
-    from tablets.consumer_offsets import _VALUE_V1
-    from tablets.store import Ops
+def test_the_committer_survives_a_restart(tmp_path):
+    """A committer is persisted."""
 
     async def first(env: Env) -> None:
         pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
@@ -374,20 +370,10 @@ def test_the_committer_survives_a_restart_and_old_stores_are_upgraded(tmp_path):
         await env.txns.end_txn(TID, pid, epoch, True)
 
     async def committer_kept(env: Env) -> None:
-        assert env.offsets.committed(GROUP, "a", 0).committer == TID
-        ops = Ops()  # make the store look like the previous format's
-        ops.put(keys.consumer_offset_key(GROUP, "a", 0), _VALUE_V1.pack(4, -1, 99, 1))
-        ops.put(keys.consumer_offset_key("old", "a", 1), _VALUE_V1.pack(6, -1, 123, 2) + b"m")
-        ops.delete(keys.COUNTER + b"consumer.offsets.format")
-        env.engine.store.write_now(ops)
+        committed = env.offsets.committed(GROUP, "a", 0)
+        assert (committed.offset, committed.committer) == (4, TID)
 
-    async def upgraded(env: Env) -> None:
-        old = env.offsets.committed("old", "a", 1)
-        assert (old.offset, old.metadata, old.commit_timestamp, old.committer) == (6, "m", 123, "")
-        assert (env.offsets.committed(GROUP, "a", 0).offset,
-                env.offsets.committed(GROUP, "a", 0).committer) == (4, "")
-
-    run(tmp_path, first, committer_kept, upgraded, upgraded)
+    run(tmp_path, first, committer_kept, committer_kept)
 
 
 def test_conflict_at_end_txn_exactly_one_of_two_wins(tmp_path):
@@ -403,7 +389,7 @@ def test_conflict_at_end_txn_exactly_one_of_two_wins(tmp_path):
         env.assert_aborted("t2")
         assert [v for _, v in await env.record_values(("a", 0))] == [b"t1"]
         assert env.offsets.committed(GROUP, "a", 0).offset == 5
-        assert not env.offsets.is_pending(GROUP, "a", 0)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 0)
         assert env.txns.stats.conflicts == 1
 
     run(tmp_path, phase)

@@ -13,7 +13,6 @@ from tablets.records import record_timestamps
 from testkit.batches import make_batch
 from testkit.txn import GROUP, PARTITIONS, TID, TIMEOUT_MS, Env, batch_values, run
 from txn import TxnSettings, TxnState
-from txn.coordinator import EPOCH_EXHAUSTED
 from txn.errors import (
     InvalidProducerIdMapping,
     InvalidTransactionTimeout,
@@ -21,6 +20,7 @@ from txn.errors import (
     ProducerFenced,
     TransactionalIdNotFound,
 )
+from txn.sessions import EPOCH_EXHAUSTED
 
 # ------------------------------------------------------------ InitProducerId
 
@@ -63,12 +63,12 @@ def test_init_aborts_the_open_transaction(tmp_path):
         for tp in PARTITIONS:
             assert await env.produce(pid, 0, tp, [b"zombie"]) == -1
         await env.txns.txn_offset_commit(TID, pid, 0, GROUP, {("a", 0): OffsetCommit(5)})
-        assert env.blobs() and env.offsets.is_pending(GROUP, "a", 0)
+        assert env.blobs() and env.pending_offsets.is_pending(GROUP, "a", 0)
         assert await env.txns.init_producer_id(TID, TIMEOUT_MS) == (pid, 1)
         meta = env.txns.describe(TID)
         assert (meta.state, meta.epoch, env.txns.open_count) == (TxnState.EMPTY, 1, 0)
         assert env.blobs() == []
-        assert not env.offsets.is_pending(GROUP, "a", 0)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 0)
         assert env.offsets.committed(GROUP, "a", 0) is None
         for tp in PARTITIONS:
             assert await env.log(tp) == []
@@ -177,8 +177,9 @@ def test_commit_is_one_write_of_references_marker_offsets_and_state(tmp_path):
             assert env.engine.partition(*tp).high_watermark == 0
             assert await env.log(tp) == []
         assert env.offsets.committed(GROUP, "a", 0).offset == 3
-        assert env.offsets.is_pending(GROUP, "a", 0) and env.offsets.is_pending(GROUP, "b", 1)
-        assert not env.offsets.is_pending(GROUP, "a", 1)
+        pending = env.pending_offsets
+        assert pending.is_pending(GROUP, "a", 0) and pending.is_pending(GROUP, "b", 1)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 1)
 
         stats = env.engine.store.stats
         changes, writes = stats.changes, stats.writes
@@ -199,7 +200,7 @@ def test_commit_is_one_write_of_references_marker_offsets_and_state(tmp_path):
         assert env.offsets.committed(GROUP, "a", 0).offset == 10
         assert env.offsets.committed(GROUP, "a", 0).metadata == "m"
         assert env.offsets.committed(GROUP, "b", 1).offset == 7
-        assert not env.offsets.is_pending(GROUP, "a", 0)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 0)
 
     run(tmp_path, phase)
 
@@ -293,7 +294,7 @@ def test_abort_deletes_the_blobs_and_publishes_nothing(tmp_path):
             tablet = env.engine.partition(*tp)
             assert (tablet.log_end_offset, tablet.high_watermark) == (0, 0)
         assert env.offsets.committed(GROUP, "a", 0).offset == 3
-        assert not env.offsets.is_pending(GROUP, "a", 0)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 0)
         # The next transaction of the same producer continues its sequences.
         await env.begin(pid, epoch, [("a", 0)])
         await env.produce(pid, epoch, ("a", 0), [b"z"])
@@ -353,11 +354,11 @@ def test_an_offsets_only_transaction_commits_its_offsets(tmp_path):
         assert env.txns.describe(TID).state is TxnState.ONGOING
         await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {("a", 1): OffsetCommit(4)})
         await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {("a", 1): OffsetCommit(6)})
-        assert env.offsets.is_pending(GROUP, "a", 1)
+        assert env.pending_offsets.is_pending(GROUP, "a", 1)
         assert env.offsets.committed(GROUP, "a", 1) is None
         await env.txns.end_txn(TID, pid, epoch, True)
         assert env.offsets.committed(GROUP, "a", 1).offset == 6
-        assert not env.offsets.is_pending(GROUP, "a", 1)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 1)
         for tp in PARTITIONS:
             assert await env.log(tp) == []  # no partition: no marker
 
@@ -372,10 +373,10 @@ def test_pending_offsets_of_two_transactions_are_counted_apart(tmp_path):
             await env.txns.add_offsets(tid, pid, epoch, GROUP)
             await env.txns.txn_offset_commit(tid, pid, epoch, GROUP, {tp: OffsetCommit(5)})
         await env.txns.end_txn("t1", p1, e1, False)
-        assert not env.offsets.is_pending(GROUP, "a", 0)
-        assert env.offsets.is_pending(GROUP, "a", 1)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 0)
+        assert env.pending_offsets.is_pending(GROUP, "a", 1)
         await env.txns.end_txn("t2", p2, e2, True)
-        assert not env.offsets.is_pending(GROUP, "a", 1)
+        assert not env.pending_offsets.is_pending(GROUP, "a", 1)
 
     run(tmp_path, phase)
 

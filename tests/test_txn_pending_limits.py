@@ -1,7 +1,7 @@
 """The limits on open transactions' stored batches (``gateway.txn.max.bytes``
 per transaction, ``gateway.txn.pending.disk.bytes`` node-wide), over a real
 StorageEngine: the batch that would cross one is refused before anything of
-it is written, its transaction is doomed (later batches and EndTxn(commit)
+it is written, its transaction is made abort-only (later batches and EndTxn(commit)
 fail, an abort gives the bytes back), and the counts survive a restart."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from tablets import batch as rb
+from tablets import batch as batch_header
 from tablets import keys, validate
 from tablets.consumer_offsets import OffsetCommit
 from tablets.errors import BatchRefused
@@ -23,7 +23,7 @@ from txn.errors import TxnConflict, TxnDoomed
 VALUE = b"v" * 1000
 # One batch of one VALUE record, as stored (the size does not depend on the ids).
 BATCH = len(make_batch([VALUE], producer_id=1, producer_epoch=0, base_sequence=0,
-                       attributes=rb.ATTR_TRANSACTIONAL))
+                       attributes=batch_header.ATTR_TRANSACTIONAL))
 
 
 def stored_blob_bytes(env: Env) -> int:
@@ -35,23 +35,23 @@ def stored_blob_bytes(env: Env) -> int:
                    *keys.blob_range(env.engine.partition(*tp).prefix, meta.instance)))
 
 
-async def doomed_by(env: Env, limit: str, pid: int, epoch: int, tp: tuple[str, int],
-                    tid: str = TID) -> None:
+async def made_abort_only_by(env: Env, limit: str, pid: int, epoch: int,
+                             tp: tuple[str, int], tid: str = TID) -> None:
     """The next batch of ``tp`` is refused for ``limit`` and nothing of it is stored."""
     blobs, stored = env.blobs(), env.txns.pending_bytes
-    doomed = dict(env.txns.stats.over_limit)
+    counted = dict(env.txns.stats.over_limit)
     with pytest.raises(TxnDoomed, match=re.escape(limit)):
         await env.produce(pid, epoch, tp, [VALUE], tid=tid)
     env.seqs[(pid, *tp)] += 1  # it took its sequence number all the same
     assert env.blobs() == blobs and env.txns.pending_bytes == stored == stored_blob_bytes(env)
-    doomed[{"gateway.txn.max.bytes": "transaction",
+    counted[{"gateway.txn.max.bytes": "transaction",
             "gateway.txn.pending.disk.bytes": "node"}[limit]] += 1
-    assert env.txns.stats.over_limit == doomed
-    assert env.txns.describe(tid).doomed is not None
+    assert env.txns.stats.over_limit == counted
+    assert env.txns.describe(tid).abort_only is not None
     assert env.txns.stats.conflicts == 0  # a limit is not an offset conflict
 
 
-def test_a_transaction_past_its_limit_is_doomed_and_its_abort_gives_the_bytes_back(tmp_path):
+def test_a_transaction_past_its_limit_is_abort_only_and_its_abort_gives_the_bytes_back(tmp_path):
     async def phase(env: Env) -> None:
         pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
         await env.begin(pid, epoch, [("a", 0), ("a", 1)])
@@ -60,15 +60,15 @@ def test_a_transaction_past_its_limit_is_doomed_and_its_abort_gives_the_bytes_ba
         assert env.txns.pending_bytes == 3 * BATCH == stored_blob_bytes(env)
         assert env.txns.pending_of(TID) == (3 * BATCH, 3 * BATCH)
         assert env.txns.pending_memory_bytes == 3 * BATCH
-        await doomed_by(env, "gateway.txn.max.bytes", pid, epoch, ("a", 0))
-        # Doomed: every later batch is refused, also a small one of another partition.
+        await made_abort_only_by(env, "gateway.txn.max.bytes", pid, epoch, ("a", 0))
+        # Abort-only: every later batch is refused, also a small one of another partition.
         with pytest.raises(TxnDoomed, match="can only abort"):
             await env.produce(pid, epoch, ("a", 1), [b"x"])
         assert env.txns.stats.over_limit == {"transaction": 1, "node": 0}
         with pytest.raises(TxnConflict, match=r"gateway\.txn\.max\.bytes"):
             await env.txns.end_txn(TID, pid, epoch, True)  # aborted instead
         meta = env.txns.describe(TID)
-        assert (meta.state, meta.doomed) == (TxnState.COMPLETE_ABORT, None)
+        assert (meta.state, meta.abort_only) == (TxnState.COMPLETE_ABORT, None)
         assert env.blobs() == [] and await env.log(("a", 0)) == []
         assert (env.txns.pending_bytes, env.txns.pending_memory_bytes) == (0, 0)
         assert env.txns.pending_of(TID) is None
@@ -89,7 +89,7 @@ def test_a_transaction_past_its_limit_is_doomed_and_its_abort_gives_the_bytes_ba
     run(tmp_path, phase, settings=TxnSettings(max_txn_bytes=3 * BATCH))
 
 
-def test_the_node_limit_dooms_the_transaction_whose_batch_crosses_it(tmp_path):
+def test_the_node_limit_makes_the_transaction_whose_batch_crosses_it_abort_only(tmp_path):
     async def phase(env: Env) -> None:
         first, e1 = await env.txns.init_producer_id("first", TIMEOUT_MS)
         second, e2 = await env.txns.init_producer_id("second", TIMEOUT_MS)
@@ -98,12 +98,12 @@ def test_the_node_limit_dooms_the_transaction_whose_batch_crosses_it(tmp_path):
         for _ in range(2):
             await env.produce(first, e1, ("a", 0), [VALUE], tid="first")
         await env.produce(second, e2, ("b", 0), [VALUE], tid="second")
-        await doomed_by(env, "gateway.txn.pending.disk.bytes", second, e2, ("b", 0),
-                        tid="second")
-        assert env.txns.describe("first").doomed is None
+        await made_abort_only_by(env, "gateway.txn.pending.disk.bytes", second, e2, ("b", 0),
+                                 tid="second")
+        assert env.txns.describe("first").abort_only is None
         await env.txns.end_txn("first", first, e1, True)  # the other one commits
         assert env.txns.pending_bytes == BATCH == stored_blob_bytes(env)
-        # room again, but the doomed transaction stays doomed until it aborts
+        # room again, but the abort-only transaction stays so until it aborts
         with pytest.raises(TxnDoomed):
             await env.produce(second, e2, ("b", 0), [VALUE], tid="second")
         env.seqs[(second, "b", 0)] += 1
@@ -128,9 +128,10 @@ def test_a_batch_checked_off_the_event_loop_is_refused_as_well(tmp_path):
         await env.produce(pid, epoch, ("a", 0), [VALUE])
         sink = env.txns.sink_for(TID, pid, epoch, "a", 0)
         compressed = make_batch([os.urandom(600)], producer_id=pid, producer_epoch=epoch,
-                                base_sequence=1, attributes=rb.ATTR_TRANSACTIONAL, codec=GZIP)
+                                base_sequence=1, attributes=batch_header.ATTR_TRANSACTIONAL,
+                                codec=GZIP)
         assert len(compressed) > 500
-        assert not validate.runs_inline(rb.parse_batches(compressed)[0])
+        assert not validate.runs_inline(batch_header.parse_batches(compressed)[0])
         with pytest.raises(TxnDoomed, match=r"gateway\.txn\.max\.bytes"):
             await env.engine.partition("a", 0).append(compressed, env.clock(), sink)
         assert env.txns.pending_bytes == BATCH == stored_blob_bytes(env)
@@ -151,45 +152,45 @@ def test_no_limit(tmp_path):
     run(tmp_path, phase, settings=TxnSettings(pending_disk_bytes=-1, max_txn_bytes=-1))
 
 
-def test_the_counts_and_the_doom_survive_a_restart(tmp_path):
+def test_the_counts_and_the_abort_only_reason_survive_a_restart(tmp_path):
     """After a restart the stored bytes are counted again from the store (and
-    none are held in memory); a doomed transaction is still doomed."""
+    none are held in memory); an abort-only transaction still is."""
     ids: dict[str, tuple[int, int]] = {}
     settings = TxnSettings(pending_disk_bytes=5 * BATCH, max_txn_bytes=3 * BATCH)
 
     async def before(env: Env) -> None:
-        for tid, tp, batches in (("open", ("a", 0), 2), ("doomed", ("b", 0), 3)):
+        for tid, tp, batches in (("open", ("a", 0), 2), ("abort-only", ("b", 0), 3)):
             pid, epoch = ids[tid] = await env.txns.init_producer_id(tid, TIMEOUT_MS)
             await env.begin(pid, epoch, [tp], tid=tid)
             for _ in range(batches):
                 await env.produce(pid, epoch, tp, [VALUE], tid=tid)
-        await doomed_by(env, "gateway.txn.max.bytes", *ids["doomed"], ("b", 0),
-                        tid="doomed")
+        await made_abort_only_by(env, "gateway.txn.max.bytes", *ids["abort-only"], ("b", 0),
+                                 tid="abort-only")
         assert env.txns.pending_bytes == 5 * BATCH
 
     async def after(env: Env) -> None:
         assert env.txns.pending_bytes == 5 * BATCH == stored_blob_bytes(env)
         assert env.txns.pending_memory_bytes == 0
         assert env.txns.pending_of("open") == (2 * BATCH, 0)
-        assert env.txns.pending_of("doomed") == (3 * BATCH, 0)
+        assert env.txns.pending_of("abort-only") == (3 * BATCH, 0)
         pid, epoch = ids["open"]
         env.seqs[(pid, "a", 0)] = 2
         # the node is at its limit, counting what was recovered
-        await doomed_by(env, "gateway.txn.pending.disk.bytes", pid, epoch, ("a", 0),
-                        tid="open")
-        pid, epoch = ids["doomed"]
+        await made_abort_only_by(env, "gateway.txn.pending.disk.bytes", pid, epoch, ("a", 0),
+                                 tid="open")
+        pid, epoch = ids["abort-only"]
         env.seqs[(pid, "b", 0)] = 4
         with pytest.raises(TxnDoomed, match=r"gateway\.txn\.max\.bytes"):
-            await env.produce(pid, epoch, ("b", 0), [b"x"], tid="doomed")
+            await env.produce(pid, epoch, ("b", 0), [b"x"], tid="abort-only")
         with pytest.raises(TxnConflict):
-            await env.txns.end_txn("doomed", pid, epoch, True, env.connect())
+            await env.txns.end_txn("abort-only", pid, epoch, True, env.connect())
         await env.txns.end_txn("open", *ids["open"], False, env.connect())
         assert env.txns.pending_bytes == 0 == stored_blob_bytes(env)
 
     run(tmp_path, before, after, settings=settings)
 
 
-def test_a_transaction_doomed_by_a_conflict_refuses_its_batches_too(tmp_path):
+def test_a_transaction_abort_only_after_a_conflict_refuses_its_batches_too(tmp_path):
     async def phase(env: Env) -> None:
         await env.offsets.commit(GROUP, {("a", 0): OffsetCommit(5)}, env.clock())
         pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)

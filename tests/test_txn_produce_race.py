@@ -16,7 +16,7 @@ import asyncio
 
 import pytest
 
-from tablets import batch as rb
+from tablets import batch as batch_header
 from tablets.consumer_offsets import OffsetCommit
 from tablets.errors import InvalidRecordBatch
 from testkit.batches import GZIP, make_batch
@@ -30,7 +30,7 @@ A0 = ("a", 0)
 def compressed(pid: int, epoch: int, seq: int, values: list[bytes]) -> bytes:
     """A transactional batch checked on a worker thread (compressed)."""
     return make_batch(values, producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                      attributes=rb.ATTR_TRANSACTIONAL, codec=GZIP)
+                      attributes=batch_header.ATTR_TRANSACTIONAL, codec=GZIP)
 
 
 def append(env: Env, pid: int, epoch: int, batch: bytes,
@@ -76,7 +76,7 @@ def test_a_batch_whose_transaction_ended_while_it_was_checked_stores_nothing(tmp
         # An uncompressed batch behind it is checked at once but waits its turn.
         behind = append(env, pid, epoch, make_batch(
             [b"behind"], producer_id=pid, producer_epoch=epoch, base_sequence=2,
-            attributes=rb.ATTR_TRANSACTIONAL))
+            attributes=batch_header.ATTR_TRANSACTIONAL))
         assert len(held.held) == 1 and not late.done() and not behind.done()
 
         if end == "abort":
@@ -180,10 +180,10 @@ def test_a_batch_failing_its_check_does_not_hold_the_commit(tmp_path):
         held = HeldChecks.install(env.engine.partition(*A0))
         pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
         await env.begin(pid, epoch, [A0])
-        undecodable = rb.build_batch(b"not gzip at all", record_count=1, base_timestamp=0,
+        undecodable = batch_header.build_batch(b"not gzip at all", record_count=1, base_timestamp=0,
                                      max_timestamp=0, producer_id=pid,
                                      producer_epoch=epoch, base_sequence=0,
-                                     attributes=rb.ATTR_TRANSACTIONAL | GZIP)
+                                     attributes=batch_header.ATTR_TRANSACTIONAL | GZIP)
         bad = append(env, pid, epoch, undecodable)
         commit = asyncio.create_task(env.txns.end_txn(TID, pid, epoch, True))
         await until_committing(env, pid, epoch)
@@ -234,7 +234,7 @@ def test_an_end_txn_cancelled_after_it_was_staged_still_publishes(tmp_path, comm
         await env.begin(pid, epoch, [A0], group=GROUP)
         assert await env.produce(pid, epoch, A0, [b"v"]) == -1
         await env.txns.txn_offset_commit(TID, pid, epoch, GROUP, {A0: OffsetCommit(7)})
-        assert env.txns.budget.used > 0 and env.offsets.is_pending(GROUP, *A0)
+        assert env.txns.budget.used > 0 and env.pending_offsets.is_pending(GROUP, *A0)
         writes = env.txns.writer = HeldWrites(env.txns.writer)
         end = asyncio.create_task(env.txns.end_txn(TID, pid, epoch, commit))
         for _ in range(1000):
@@ -248,7 +248,7 @@ def test_an_end_txn_cancelled_after_it_was_staged_still_publishes(tmp_path, comm
         assert await writes.release() == 1
         await asyncio.sleep(0)  # the write's callbacks
         assert_nothing_pending(env)
-        assert not env.offsets.is_pending(GROUP, *A0)
+        assert not env.pending_offsets.is_pending(GROUP, *A0)
         if commit:
             assert await env.record_values(A0) == [(0, b"v")]
             assert env.engine.partition(*A0).high_watermark == 2

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
 from kafka_gateway.server import GatewayServer
-from tablets import batch as rb
+from tablets import batch as batch_header
 from tablets import keys
 from testkit import kafka_requests as rq
 from testkit.batches import GZIP, make_batch
@@ -41,7 +41,7 @@ READ_COMMITTED = 1
 
 def transactional(raw: RawTxn, seq: int, values: list[bytes], codec: int = GZIP) -> bytes:
     return make_batch(values, producer_id=raw.producer_id, producer_epoch=raw.epoch,
-                      base_sequence=seq, attributes=rb.ATTR_TRANSACTIONAL, codec=codec)
+                      base_sequence=seq, attributes=batch_header.ATTR_TRANSACTIONAL, codec=codec)
 
 
 async def connect(server: GatewayServer, tid: str | None) -> RawTxn:
@@ -85,7 +85,7 @@ async def committed_values(client: KafkaClient, partition: int = 0) -> list[byte
     data = answer.responses[0].partitions[0]
     assert data.error_code is ErrorCode.none
     return [record["value"] for batch in decode_batches(bytes(data.records or b""))
-            if not batch["attributes"] & rb.ATTR_CONTROL for record in batch["records"]]
+            if not batch["attributes"] & batch_header.ATTR_CONTROL for record in batch["records"]]
 
 
 async def produce_many(client: KafkaClient, tid: str | None,

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from tablets import batch as rb
+from tablets import batch as batch_header
 from tablets import keys
 from tablets.consumer_offsets import OffsetCommit
 from tablets.store import Ops
@@ -40,7 +40,7 @@ def test_a_timed_out_transaction_is_aborted_and_its_epoch_bumped(tmp_path):
         assert (meta.state, meta.producer_id, meta.epoch) == (TxnState.COMPLETE_ABORT, pid,
                                                                epoch + 1)
         assert env.txns.stats.timeouts == 1 and env.txns.open_count == 0
-        assert env.blobs() == [] and not env.offsets.is_pending(GROUP, "a", 0)
+        assert env.blobs() == [] and not env.pending_offsets.is_pending(GROUP, "a", 0)
         for commit in (True, False):
             with pytest.raises(ProducerFenced):
                 await env.txns.end_txn(TID, pid, epoch, commit)
@@ -118,7 +118,7 @@ def test_an_open_transaction_survives_a_restart_and_commits(tmp_path):
         assert meta.state is TxnState.ONGOING and env.txns.open_count == 1
         assert meta.partitions == {tp: env.engine.partition(*tp).topic_id for tp in PARTITIONS}
         assert len(env.blobs()) == 8
-        assert env.offsets.is_pending(GROUP, "b", 0)
+        assert env.pending_offsets.is_pending(GROUP, "b", 0)
         assert env.txns.pending_bytes > 0
         # Its sequences are known too: the next batch continues them.
         await env.produce(pid, epoch, ("a", 0), [b"four"], seq=3)
@@ -127,7 +127,7 @@ def test_an_open_transaction_survives_a_restart_and_commits(tmp_path):
             b"one", b"two", b"three", b"four"]
         assert await env.log(("b", 1)) == [(0, False, 2), (2, False, 1), (3, True, 1)]
         assert env.offsets.committed(GROUP, "b", 0).offset == 9
-        assert not env.offsets.is_pending(GROUP, "b", 0)
+        assert not env.pending_offsets.is_pending(GROUP, "b", 0)
 
     async def completed(env: Env) -> None:
         pid, epoch = ids
@@ -369,7 +369,7 @@ def test_log_append_time_topics_stamp_transactional_batches(tmp_path):
         await env.begin(pid, epoch, [("lat", 0)])
         batch = make_batch([b"x", b"y"], base_timestamp=5, producer_id=pid,
                            producer_epoch=epoch, base_sequence=0,
-                           attributes=rb.ATTR_TRANSACTIONAL)
+                           attributes=batch_header.ATTR_TRANSACTIONAL)
         sink = env.txns.sink_for(TID, pid, epoch, "lat", 0)
         produced_at = env.clock()
         result = await env.engine.partition("lat", 0).append(batch, produced_at, sink)
@@ -377,8 +377,8 @@ def test_log_append_time_topics_stamp_transactional_batches(tmp_path):
         env.clock.now += 1000
         await env.txns.end_txn(TID, pid, epoch, True)
         read = await env.engine.partition("lat", 0).read(0, 1 << 20)
-        [header] = rb.parse_batches(read.batches[0])  # the CRC still holds
-        assert header.attributes & rb.ATTR_TIMESTAMP_TYPE
+        [header] = batch_header.parse_batches(read.batches[0])  # the CRC still holds
+        assert header.attributes & batch_header.ATTR_TIMESTAMP_TYPE
         assert header.max_timestamp == produced_at
         assert await env.engine.partition("lat", 0).offset_for_timestamp(produced_at) == (
             0, produced_at)

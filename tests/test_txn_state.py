@@ -78,7 +78,7 @@ def full(state: TxnState) -> TxnMetadata:
         partitions={("a", 0): TOPIC_A, ("a", 1): TOPIC_A, ("b.c", 7): TOPIC_B},
         offsets={"g1": {("a", 0): OffsetCommit(10, 3, "meta"), ("b.c", 7): OffsetCommit(0)},
                  "g2": {("a", 1): OffsetCommit(2**40, -1, "ünïcode")}},
-        groups={"g1", "g2"}, doomed="conflict: version moved")
+        groups={"g1", "g2"}, abort_only="conflict: version moved")
 
 
 @pytest.mark.parametrize("state", list(TxnState), ids=lambda s: s.value)
@@ -114,6 +114,18 @@ def test_the_earlier_format_still_decodes():
     earlier["partitions"] = sorted(meta.partitions)
     decoded = TxnMetadata.decode(meta.transactional_id, json.dumps(earlier).encode())
     assert decoded.partitions == dict.fromkeys(meta.partitions)
+    decoded.partitions = meta.partitions
+    assert decoded == meta
+
+
+def test_a_state_written_with_the_key_doomed_still_decodes():
+    """The abort-only reason was stored as "doomed" before it was renamed
+    (stores written that day have it)."""
+    meta = full(TxnState.ONGOING)
+    earlier = json.loads(meta.encode())
+    earlier["doomed"] = earlier.pop("abort_only")
+    decoded = TxnMetadata.decode(meta.transactional_id, json.dumps(earlier).encode())
+    assert decoded.abort_only == "conflict: version moved"
     decoded.partitions = meta.partitions
     assert decoded == meta
 

@@ -68,6 +68,11 @@ class TxnPartitions:
         return {tp: tablet for tp, topic_id in meta.partitions.items()
                 if topic_id is not None and (tablet := self.tablet(tp, topic_id)) is not None}
 
+    def prefixes(self, meta: TxnMetadata) -> dict[TopicPartition, bytes]:
+        """The key prefixes of the transaction's partitions that still exist (as
+        the topics they were added as)."""
+        return {tp: tablet.prefix for tp, tablet in self.current(meta).items()}
+
     def is_current(self, meta: TxnMetadata, tp: TopicPartition) -> bool:
         """Whether ``tp`` is in the transaction as the topic it is now."""
         topic_id = meta.partitions.get(tp)

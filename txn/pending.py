@@ -23,7 +23,7 @@ new one, leaving nothing behind: no blob, no sequence, no budget.
 The stored bytes are bounded, per transaction (``gateway.txn.max.bytes``) and
 node-wide (``gateway.txn.pending.disk.bytes``): a batch that would cross
 either limit is refused before anything of it is written (``admit``), and
-its transaction is doomed, so it can only abort and give its bytes back.
+its transaction is made abort-only, so it can only abort and give its bytes back.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class StoredBytes:
         return None
 
 
-def _no_doom(limit: str, reason: str) -> None:
+def _no_limit_action(limit: str, reason: str) -> None:
     pass
 
 
@@ -97,8 +97,8 @@ class PendingData:
     budget: MemoryBudget
     stored: StoredBytes = field(default_factory=StoredBytes)
     # Called with (which limit, why) when a batch is refused for a limit:
-    # the coordinator dooms the transaction.
-    doom: Callable[[str, str], None] = _no_doom
+    # the coordinator makes the transaction abort-only (``open_transactions.py``).
+    make_abort_only: Callable[[str, str], None] = _no_limit_action
     blobs: dict[TopicPartition, list[PendingBlob]] = field(default_factory=dict)
     # Records of the blobs of each partition, by its key prefix (a topic
     # deleted and recreated under the transaction is another partition),
@@ -209,7 +209,7 @@ class PartitionSink:
     def admit(self, nbytes: int) -> None:
         """Raise TxnDoomed, before anything of it is stored, for a batch that
         would take the transaction or the node past a limit (the transaction
-        is doomed then), or whose transaction was doomed so already."""
+        is abort-only then), or whose transaction is abort-only already."""
         pending = self.pending
         if pending.refused is not None:
             raise TxnDoomed(f"{self.tp[0]}-{self.tp[1]}: the transaction can only abort: "
@@ -218,7 +218,7 @@ class PartitionSink:
         if over is not None:
             limit, reason = over
             pending.refused = reason
-            pending.doom(limit, reason)
+            pending.make_abort_only(limit, reason)
             raise TxnDoomed(f"{self.tp[0]}-{self.tp[1]}: {reason}; the transaction can only "
                             "abort")
 

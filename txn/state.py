@@ -87,7 +87,7 @@ class TxnMetadata:
     # group -> partition -> offset, staged by TxnOffsetCommit, written at commit
     offsets: dict[str, dict[TopicPartition, OffsetCommit]] = field(default_factory=dict)
     groups: set[str] = field(default_factory=set)  # AddOffsetsToTxn
-    doomed: str | None = None  # why the open transaction can only abort
+    abort_only: str | None = None  # why the open transaction can only abort
     # group -> partition -> the member (kafka_gateway.groups.fences.member_tag) whose
     # TxnOffsetCommit staged it, for staged offsets that were member-fenced
     # (KIP-447): EndTxn's re-check applies the same rule (txn.conflicts).
@@ -114,7 +114,7 @@ class TxnMetadata:
             "offsets": {g: [[t, p, c.offset, c.leader_epoch, c.metadata]
                             for (t, p), c in sorted(o.items())]
                         for g, o in self.offsets.items()},
-            "doomed": self.doomed,
+            "abort_only": self.abort_only,
             "members": {g: [[t, p, m] for (t, p), m in sorted(o.items())]
                         for g, o in self.members.items() if o},
         }, separators=(",", ":")).encode()
@@ -130,7 +130,8 @@ class TxnMetadata:
             d["begin_version"], {(t, p): None for t, p in d.get("partitions", ())},
             {g: {(t, p): OffsetCommit(o, e, m) for t, p, o, e, m in rows}
              for g, rows in d["offsets"].items()},
-            set(d["groups"]), d["doomed"],
+            # "doomed": the key's name in states written before 2026-11-27.
+            set(d["groups"]), d["abort_only"] if "abort_only" in d else d["doomed"],
             # Absent in states written before member-fenced offsets were kept.
             {g: {(t, p): m for t, p, m in rows} for g, rows in d.get("members", {}).items()},
         )

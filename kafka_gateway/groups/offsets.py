@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from common.logtext import client_text
 from tablets.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCommit, TopicPartition
 from tablets.tablet import now_ms
+from txn.pending_offsets import PendingOffsets
 
 from ..config import GatewayConfig
 from .consumer_protocol import PROTOCOL_TYPE
@@ -35,10 +36,13 @@ DEAD = GroupState.DEAD
 
 class GroupOffsets:
     def __init__(self, config: GatewayConfig, membership: GroupCoordinator,
-                 offsets: ConsumerOffsets, clock: Callable[[], int] = now_ms) -> None:
+                 offsets: ConsumerOffsets, clock: Callable[[], int] = now_ms,
+                 pending: PendingOffsets | None = None) -> None:
         self.config = config
         self.membership = membership
         self.offsets = offsets
+        # Offsets open transactions staged (the transaction coordinator's).
+        self.pending = pending if pending is not None else PendingOffsets()
         self.clock = clock
         self._expiry_task: asyncio.Task[None] | None = None
 
@@ -80,7 +84,7 @@ class GroupOffsets:
         wanted = sorted(committed) if partitions is None else partitions
         out: dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]] = {}
         for tp in wanted:
-            if require_stable and self.offsets.is_pending(group_id, *tp):
+            if require_stable and self.pending.is_pending(group_id, *tp):
                 out[tp] = (None, ErrorCode.unstable_offset_commit)
             else:
                 out[tp] = (committed.get(tp), ErrorCode.none)
@@ -90,7 +94,7 @@ class GroupOffsets:
     async def delete_group(self, group_id: str) -> ErrorCode:
         if not is_valid_group_id(group_id, allow_empty=True):
             return ErrorCode.invalid_group_id
-        if self.offsets.has_pending(group_id):
+        if self.pending.has_pending(group_id):
             # An open transaction will commit offsets for it: Kafka refuses too.
             return ErrorCode.non_empty_group
         group = self.membership.groups.get(group_id)
@@ -151,7 +155,7 @@ class GroupOffsets:
                     expired = [tp for tp, c in committed.items() if tp[0] not in subscribed
                                and now - c.commit_timestamp >= retention]
             # An important consumer's offsets never expire: retention waits for them.
-            expired = [tp for tp in expired if not self.offsets.is_pending(group_id, *tp)
+            expired = [tp for tp in expired if not self.pending.is_pending(group_id, *tp)
                        and not self.offsets.is_important(group_id, tp[0])]
             if expired:
                 deleted += await self.offsets.delete(group_id, expired, release=False)

@@ -13,7 +13,7 @@ from bisect import bisect_right
 _COMPACT_AT = 1024  # dropped entries before the lists are shortened
 
 
-class MemoryRun:
+class InMemoryBatches:
     __slots__ = ("_batches", "_head", "_offsets", "nbytes")
 
     def __init__(self, offsets: list[int] | None = None,

@@ -1,12 +1,12 @@
-"""MemoryRun: batches held in memory, trimmed from the front in O(1)."""
+"""InMemoryBatches: batches held in memory, trimmed from the front in O(1)."""
 
 from __future__ import annotations
 
-from tablets.memory_run import MemoryRun
+from tablets.in_memory_batches import InMemoryBatches
 
 
-def run_of(count: int, size: int = 10) -> MemoryRun:
-    run = MemoryRun()
+def run_of(count: int, size: int = 10) -> InMemoryBatches:
+    run = InMemoryBatches()
     for i in range(count):
         run.append(i * 2, bytes([i % 256]) * size)  # batches of two records
     return run
@@ -36,4 +36,4 @@ def test_drop_below_keeps_the_batch_containing_the_offset():
     run.drop_below(7)  # offset 7 is in the batch starting at 6
     assert run.first_offset(default=-1) == 6
     assert run.nbytes == 70  # batches 6, 8, ..., 18
-    assert MemoryRun().first_offset(default=42) == 42
+    assert InMemoryBatches().first_offset(default=42) == 42

@@ -1,0 +1,40 @@
+# The types of the C record walker (tablets/_records.c), for the type checker.
+from typing import Any
+
+class RecordError(ValueError): ...
+
+class RecordWalker:
+    def __init__(
+        self,
+        count: int,
+        base_timestamp: int,
+        contiguous: bool = ...,
+        timestamp_range: tuple[int, int] | None = ...,
+        max_errors: int = ...,
+        target: int | None = ...,
+        min_delta: int = ...,
+        collect: bool = ...,
+        release_gil: bool = ...,
+        require_keys: bool = ...,
+        key_seed: bytes | None = ...,
+    ) -> None: ...
+    # None, or a list of tuples whose shape the constructor's flags choose
+    # (collect: (offset delta, timestamp); key_seed: six fields, see _records.c).
+    def feed(self, chunk: bytes | memoryview, /) -> Any: ...
+    def finish(self) -> None: ...
+    @property
+    def records(self) -> int: ...
+    @property
+    def max_timestamp(self) -> int: ...
+    @property
+    def found(self) -> tuple[int, int] | None: ...
+    @property
+    def bad_timestamps(self) -> list[tuple[int, int]]: ...
+    @property
+    def bad_timestamp_count(self) -> int: ...
+    @property
+    def keyless(self) -> list[int]: ...
+    @property
+    def keyless_count(self) -> int: ...
+    @property
+    def position(self) -> int: ...

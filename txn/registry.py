@@ -1,0 +1,86 @@
+"""The transactional ids: in memory, in order, and in the store.
+
+Every change of an id's state is one ``put`` into the store write that makes
+it durable (the state record, the partitions not written yet, and the
+node-wide counter of transaction instances when this change took a new one).
+Requests for one id are served one at a time: ``lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from tablets import keys
+from tablets.store import Ops, RocksStore
+
+from .errors import TransactionalIdNotFound
+from .ordered import SortedIds
+from .partitions import TxnPartitions
+from .state import TxnMetadata, TxnState
+
+_INSTANCE_KEY = keys.COUNTER + b"txn.instance"
+
+
+class TxnRegistry:
+    def __init__(self, store: RocksStore, partitions: TxnPartitions) -> None:
+        self.store = store
+        self.partitions = partitions
+        self.txns: dict[str, TxnMetadata] = {}
+        self.ordered = SortedIds()  # the keys of txns, in order (the console pages them)
+        self._locks: dict[str, asyncio.Lock] = {}
+        raw = store.get(_INSTANCE_KEY)
+        self._last_instance = int.from_bytes(raw, "big") if raw else 0
+
+    def load(self) -> list[TxnMetadata]:
+        """Read every transactional id (start-up); returns them."""
+        start = keys.TXN_STATE
+        loaded = []
+        for key, value in self.store.scan(start, start + b"\xff"):
+            meta = TxnMetadata.decode(key[1:].decode(), value)
+            self.register(meta)
+            self._last_instance = max(self._last_instance, meta.instance)
+            self.partitions.load(meta)
+            loaded.append(meta)
+        return loaded
+
+    def register(self, meta: TxnMetadata) -> None:
+        if meta.transactional_id not in self.txns:
+            self.ordered.add(meta.transactional_id)
+        self.txns[meta.transactional_id] = meta
+
+    def forget(self, meta: TxnMetadata) -> None:
+        """The id expired and its deletion is durable."""
+        del self.txns[meta.transactional_id]
+        self.ordered.discard(meta.transactional_id)
+        self._locks.pop(meta.transactional_id, None)
+
+    def lock(self, transactional_id: str) -> asyncio.Lock:
+        lock = self._locks.get(transactional_id)
+        if lock is None:
+            lock = self._locks[transactional_id] = asyncio.Lock()
+        return lock
+
+    def next_instance(self) -> int:
+        """A new node-wide transaction instance (persisted by the next ``put``
+        of the transaction that takes it)."""
+        self._last_instance += 1
+        return self._last_instance
+
+    def put(self, meta: TxnMetadata, ops: Ops) -> None:
+        """Add the id's state to ``ops``."""
+        ops.put(keys.txn_state_key(meta.transactional_id), meta.encode())
+        self.partitions.put_unsaved(meta, ops)
+        if meta.instance == self._last_instance:
+            ops.put(_INSTANCE_KEY, self._last_instance.to_bytes(8, "big"))
+
+    def describe(self, transactional_id: str) -> TxnMetadata:
+        meta = self.txns.get(transactional_id)
+        if meta is None:
+            raise TransactionalIdNotFound(f"transactional id {transactional_id!r} is unknown")
+        return meta
+
+    def matching(self, states: set[TxnState] | None = None,
+             producer_ids: set[int] | None = None) -> list[TxnMetadata]:
+        return [meta for meta in self.txns.values()
+                if (not states or meta.state in states)
+                and (not producer_ids or meta.producer_id in producer_ids)]
