@@ -21,18 +21,18 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from common.clock import now_ms
 from common.histogram import Histogram
 from tablets import StorageEngine
-from tablets.tablet import now_ms
 
 from .apis import APIS
-from .broker import Broker
+from .context import HandlerContext
 
 PREFIX = "kafka_gateway_"
 API_NAMES = sorted(api.name for api in APIS.values())
 
 
-def render(broker: Broker) -> bytes:
+def render(broker: HandlerContext) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GatewayCollector(broker))
     return generate_latest(registry)
@@ -52,7 +52,7 @@ def _add_histogram(family: HistogramMetricFamily, labels: list[str], hist: Histo
 
 
 class GatewayCollector(Collector):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: HandlerContext) -> None:
         self.broker = broker
 
     def collect(self) -> Iterator[Metric]:

@@ -15,10 +15,9 @@ from txn import TransactionCoordinator, TxnSettings
 
 from .acceptor import Acceptor, listening_sockets
 from .admin_http import AdminHttp
-from .broker import Broker
-from .config import GatewayConfig
 from .connection import KafkaConnection
 from .connection import log as connection_log
+from .context import HandlerContext
 from .groups import GroupCoordinator, GroupOffsets
 from .limits import ConnectionLimits
 from .quotas import ConnectionQuotas
@@ -27,6 +26,7 @@ from .security.listeners import Listener
 from .security.sasl import enabled_mechanisms
 from .security.scram import Credentials
 from .security.tls import HandshakeWatch, server_context
+from .settings import GatewayConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class GatewayServer:
                                         config.cleaner_io_buffer_size),
             ),
         )
-        self.broker = Broker(config, self.engine)
+        self.broker = HandlerContext(config, self.engine)
         self.connections: set[KafkaConnection] = set()
         self.limits = ConnectionLimits.from_config(config, self.broker.metrics, connection_log)
         self.quotas = ConnectionQuotas.from_config(config, self.broker.metrics,

@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from common.clock import now_ms
+
 from . import keys
 from .cleaner import Cleaner, CleanerSettings
 from .compaction import CompactionConfig, RunStats
@@ -30,7 +32,7 @@ from .errors import (
     UnknownTopic,
 )
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
-from .tablet import PartitionTablet, TabletSettings, now_ms
+from .tablet import PartitionTablet, TabletSettings
 from .topic_config import (
     TOPIC_CONFIGS,
     TXN_OFFSET_LOWER_BOUND,

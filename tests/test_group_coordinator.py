@@ -14,7 +14,6 @@ from collections.abc import Awaitable, Callable
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafka_gateway.config import GatewayConfig
 from kafka_gateway.groups import (
     GroupCoordinator,
     GroupOffsets,
@@ -23,6 +22,7 @@ from kafka_gateway.groups import (
     JoinResult,
 )
 from kafka_gateway.groups.consumer_protocol import encode_assignment, encode_subscription
+from kafka_gateway.settings import GatewayConfig
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import OffsetCommit
 

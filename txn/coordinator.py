@@ -53,13 +53,13 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from common.clock import now_ms
 from common.logtext import client_text
 from tablets import keys
 from tablets.consumer_offsets import OffsetCommit, TopicPartition
 from tablets.control import commit_marker
 from tablets.engine import StorageEngine
 from tablets.store import Ops
-from tablets.tablet import now_ms
 
 from .conflicts import offset_conflict
 from .errors import (

@@ -17,11 +17,11 @@ from tablets.engine import check_topic_name
 from tablets.topic_config import validate_all
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..configs import RESOURCE_TOPIC
 from ..errors import KafkaError, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
 from ..slicing import sliced
+from ..topic_configs import RESOURCE_TOPIC
 
 API_KEY = 33
 VERSIONS = (0, 2)

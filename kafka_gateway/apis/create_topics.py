@@ -18,11 +18,11 @@ from uuid import UUID, uuid4
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..configs import topic_entries
 from ..errors import KafkaError, error_code, error_message
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, authorize_cluster
 from ..slicing import sliced
+from ..topic_configs import topic_entries
 
 API_KEY = 19
 VERSIONS = (2, 7)

@@ -16,8 +16,12 @@ from kio.schema.errors import ErrorCode
 from tablets.engine import check_topic_name
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..config import GatewayConfig
-from ..configs import (
+from ..errors import KafkaError, error_code, error_message
+from ..security.acls import Operation
+from ..security.authorizer import authorize_config
+from ..settings import GatewayConfig
+from ..slicing import sliced
+from ..topic_configs import (
     RESOURCE_BROKER,
     RESOURCE_BROKER_LOGGER,
     RESOURCE_TOPIC,
@@ -25,10 +29,6 @@ from ..configs import (
     broker_entries,
     topic_entries,
 )
-from ..errors import KafkaError, error_code, error_message
-from ..security.acls import Operation
-from ..security.authorizer import authorize_config
-from ..slicing import sliced
 
 API_KEY = 32
 VERSIONS = (1, 4)

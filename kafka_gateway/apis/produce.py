@@ -64,8 +64,8 @@ import weakref
 
 from kio.schema.errors import ErrorCode
 
+from common.clock import now_ms
 from tablets.batch import transactional_producer
-from tablets.tablet import now_ms
 
 from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
 from ..errors import KafkaError, error_message, record_errors, txn_error_code

@@ -36,11 +36,11 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from common.clock import now_ms
 from common.logtext import client_text
 from tablets.consumer_offsets import ConsumerOffsets
-from tablets.tablet import now_ms
 
-from ..config import GatewayConfig
+from ..settings import GatewayConfig
 from .fences import Fences
 from .fences import is_valid_group_id as is_valid_group_id  # the handlers' import
 from .fences import member_tag as member_tag

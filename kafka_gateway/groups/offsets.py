@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
 
+from common.clock import now_ms
 from common.logtext import client_text
 from tablets.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCommit, TopicPartition
-from tablets.tablet import now_ms
 
-from ..config import GatewayConfig
+from ..settings import GatewayConfig
 from .consumer_protocol import PROTOCOL_TYPE
 from .coordinator import GroupCoordinator
 from .fences import is_valid_group_id, member_tag

@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from ..broker import Broker
+from ..context import HandlerContext
 from . import model
 from .html import CSP, Html, chart, facts, link, page, pager, size, table, tag
 from .paging import Page, page_size
@@ -60,7 +60,7 @@ def _pager(request: web.Request, listed: Page, noun: str) -> Html:
 
 
 class Console:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: HandlerContext) -> None:
         self.broker = broker
 
     async def home_redirect(self, _request: web.Request) -> web.Response:

@@ -11,17 +11,17 @@ from tablets import StorageEngine, Topic
 from tablets.errors import TopicAlreadyExists
 from txn import TransactionCoordinator
 
-from .config import GatewayConfig
 from .groups import GroupCoordinator, GroupOffsets
 from .metrics import Metrics
 from .security.authorizer import Authorizer
 from .security.scram import Credentials
+from .settings import GatewayConfig
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class Broker:
+class HandlerContext:
     config: GatewayConfig
     engine: StorageEngine
     metrics: Metrics = field(default_factory=Metrics)
