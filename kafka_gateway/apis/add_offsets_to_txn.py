@@ -14,7 +14,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
+from ..errors import error_code
 from ..groups.coordinator import is_valid_group_id
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
@@ -39,5 +39,5 @@ async def handle(broker: Any, request: Request) -> Any:
                                           body.producer_epoch, body.group_id,
                                           request.connection)
         except Exception as exc:
-            code = txn_error_code(exc, request.version, fenced_since=2)
+            code = error_code(exc, API_KEY, request.version)
     return build(schema.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

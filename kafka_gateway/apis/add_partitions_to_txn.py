@@ -17,7 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
+from ..errors import error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
@@ -53,7 +53,7 @@ async def handle(broker: Any, request: Request) -> Any:
                 body.v3_and_below_producer_epoch, wanted, request.connection)
             code = ErrorCode.none
         except Exception as exc:
-            code = txn_error_code(exc, request.version, fenced_since=2)
+            code = error_code(exc, API_KEY, request.version)
         codes = dict.fromkeys(wanted, code)
     by_topic: dict[str, list[Any]] = {}
     async for (topic, index), code in sliced(codes.items()):

@@ -17,7 +17,7 @@ from tablets.engine import check_topic_name
 from tablets.topic_config import validate_all
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code, error_message
+from ..errors import InvalidRequest, error_class, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
 from ..slicing import sliced
@@ -39,8 +39,7 @@ def refuse_null_values(configs) -> None:
     """A null value is a malformed request here (Kafka: INVALID_REQUEST)."""
     for config in configs:
         if config.value is None:
-            raise KafkaError(ErrorCode.invalid_request,
-                             f"Null value not supported for : {config.name}")
+            raise InvalidRequest(f"Null value not supported for : {config.name}")
 
 
 async def alter(broker, request, api_key: int,
@@ -53,10 +52,9 @@ async def alter(broker, request, api_key: int,
         try:
             if code := authorize_config(broker, request, Operation.ALTER_CONFIGS,
                                         resource.resource_type, resource.resource_name):
-                raise KafkaError(code)
+                raise error_class(code)()
             if resource.resource_type != RESOURCE_TOPIC:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 "only topic configs can be altered; broker settings are set "
+                raise InvalidRequest("only topic configs can be altered; broker settings are set "
                                  "with flags or the config file")
             check_topic_name(resource.resource_name)  # INVALID_TOPIC_EXCEPTION, as Kafka
             topic = broker.engine.topic(resource.resource_name)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code, error_message
+from ..errors import InvalidReplicaAssignment, error_class, error_code, error_message
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import sliced
@@ -28,11 +28,11 @@ async def handle(broker, request):
         try:
             if code := authorize(broker, request, Operation.ALTER, ResourceType.TOPIC,
                                  topic.name):
-                raise KafkaError(code, "The topic authorization is failed.")
+                raise error_class(code)("The topic authorization is failed.")
             for assignment in topic.assignments or ():
                 if tuple(assignment.broker_ids) != (broker.node_id,):
-                    raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                     f"replicas must be [{broker.node_id}], the only broker")
+                    raise InvalidReplicaAssignment(
+                        f"replicas must be [{broker.node_id}], the only broker")
             if body.validate_only:
                 broker.engine.check_new_partitions(topic.name, topic.count)
             else:

@@ -18,7 +18,13 @@ from uuid import UUID, uuid4
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code, error_message
+from ..errors import (
+    InvalidReplicaAssignment,
+    InvalidRequest,
+    error_class,
+    error_code,
+    error_message,
+)
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, authorize_cluster
 from ..slicing import sliced
@@ -43,11 +49,10 @@ async def handle(broker, request):
         answered.add(topic.name)
         try:
             if counts[topic.name] > 1:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 f"topic {topic.name} appears more than once in the request")
+                raise InvalidRequest(f"topic {topic.name} appears more than once in the request")
             if per_topic and (code := authorize(broker, request, Operation.CREATE,
                                                 ResourceType.TOPIC, topic.name)):
-                raise KafkaError(code, "Authorization failed.")
+                raise error_class(code)("Authorization failed.")
             partitions, configs = _plan(broker, topic)
             broker.engine.check_new_topic(topic.name, partitions, topic.replication_factor,
                                           configs)
@@ -71,12 +76,12 @@ def _plan(broker, topic) -> tuple[int, dict[str, str | None]]:
     partitions = topic.num_partitions
     if topic.assignments:
         if partitions != -1 or topic.replication_factor != -1:
-            raise KafkaError(ErrorCode.invalid_request, "both partitions/replication factor "
+            raise InvalidRequest("both partitions/replication factor "
                              "and manual assignments were given")
         for assignment in topic.assignments:
             if tuple(assignment.broker_ids) != (broker.node_id,):
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"replicas must be [{broker.node_id}], the only broker")
+                raise InvalidReplicaAssignment(
+                    f"replicas must be [{broker.node_id}], the only broker")
         partitions = len(topic.assignments)
     elif partitions == -1:
         partitions = broker.config.num_partitions

@@ -12,7 +12,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code
+from ..errors import error_class, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
 from ..slicing import sliced
@@ -31,7 +31,7 @@ async def handle(broker, request):
         async for part in sliced(topic.partitions):
             try:
                 if code := denied.get(topic.name):
-                    raise KafkaError(code)
+                    raise error_class(code)()
                 tablet = broker.engine.partition(topic.name, part.partition_index)
                 low = await tablet.delete_records(part.offset)
                 code = ErrorCode.none

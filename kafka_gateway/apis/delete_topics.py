@@ -13,7 +13,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code, error_message
+from ..errors import error_class, error_code, error_message
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import sliced
@@ -43,9 +43,9 @@ async def handle(broker, request):
                 name = topic.name
             if by_id and (code := authorize(broker, request, Operation.DESCRIBE,
                                             ResourceType.TOPIC, name)):
-                raise KafkaError(code, "Authorization failed.")
+                raise error_class(code)("Authorization failed.")
             if code := authorize(broker, request, Operation.DELETE, ResourceType.TOPIC, name):
-                raise KafkaError(code, "Authorization failed.")
+                raise error_class(code)("Authorization failed.")
             topic = await broker.engine.delete_topic(name)
             results.append(_result(schema, name, topic.topic_id, ErrorCode.none, None))
         except Exception as exc:

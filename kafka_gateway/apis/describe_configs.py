@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from tablets.engine import check_topic_name
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code, error_message
+from ..errors import InvalidRequest, KafkaError, error_class, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
 from ..settings import GatewayConfig
@@ -44,7 +44,7 @@ async def handle(broker, request):
         try:
             if code := authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
                                         resource.resource_type, resource.resource_name):
-                raise KafkaError(code)
+                raise error_class(code)()
             keys = resource.configuration_keys
             entries = _entries(broker, resource.resource_type, resource.resource_name,
                                keys or ())
@@ -83,7 +83,7 @@ def _entries(broker, resource_type: int, name: str, keys: tuple[str, ...]):
 
 
 def _invalid(message: str) -> KafkaError:
-    return KafkaError(ErrorCode.invalid_request, message)
+    return InvalidRequest(message)
 
 
 def _entry(schema, entry, include_synonyms: bool):

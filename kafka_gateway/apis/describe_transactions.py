@@ -17,7 +17,7 @@ from kio.static.primitive import i32Timedelta
 from txn.state import TxnState
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import KafkaError, error_code
+from ..errors import error_class, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -32,7 +32,7 @@ async def handle(broker: Any, request: Request) -> Any:
         try:
             if code := authorize(broker, request, Operation.DESCRIBE,
                                  ResourceType.TRANSACTIONAL_ID, transactional_id):
-                raise KafkaError(code)
+                raise error_class(code)()
             meta = broker.txns.describe(transactional_id)
         except Exception as exc:
             states.append(build(

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
+from ..errors import error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -38,5 +38,5 @@ async def handle(broker: Any, request: Request) -> Any:
         await broker.txns.end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
                                   body.committed, request.connection)
     except Exception as exc:
-        code = txn_error_code(exc, request.version, fenced_since=2)
+        code = error_code(exc, API_KEY, request.version)
     return build(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -7,11 +7,9 @@ others, as in Kafka.
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
 from tablets.topic_config import TOPIC_CONFIGS, ConfigType, InvalidConfig
 
-from ..errors import KafkaError
+from ..errors import InvalidRequest
 from .alter_configs import alter, refuse_null_values
 
 API_KEY = 44
@@ -27,7 +25,7 @@ async def handle(broker, request):
 def _apply(current: dict[str, str], configs) -> dict[str, str]:
     names = [c.name for c in configs]
     if len(names) != len(set(names)):
-        raise KafkaError(ErrorCode.invalid_request, "a config appears more than once")
+        raise InvalidRequest("a config appears more than once")
     refuse_null_values(c for c in configs if c.config_operation == SET)
     for config in configs:
         op, name, value = config.config_operation, config.name, config.value
@@ -51,5 +49,5 @@ def _apply(current: dict[str, str], configs) -> dict[str, str]:
                     items.remove(item)
             current[name] = ",".join(items)
         else:
-            raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {op}")
+            raise InvalidRequest(f"unknown config operation {op}")
     return current

@@ -25,7 +25,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
+from ..errors import error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, authorize_any, authorize_cluster
 
@@ -62,6 +62,6 @@ async def handle(broker: Any, request: Request) -> Any:
                 body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000),
                 getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
         except Exception as exc:
-            code = txn_error_code(exc, request.version, fenced_since=4)
+            code = error_code(exc, API_KEY, request.version)
     return build(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=code,
                  producer_id=producer_id, producer_epoch=epoch)

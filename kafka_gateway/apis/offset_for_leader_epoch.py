@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 from tablets.tablet import LEADER_EPOCH
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code
+from ..errors import error_class, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize_cluster, denied_names
@@ -37,7 +37,7 @@ async def handle(broker, request):
             epoch, end = -1, -1
             try:
                 if code := denied.get(topic.topic):
-                    raise KafkaError(code)
+                    raise error_class(code)()
                 code = leader_epoch_error(part.current_leader_epoch)
                 tablet = broker.engine.partition(topic.topic, part.partition)
                 if code is ErrorCode.none and part.leader_epoch == LEADER_EPOCH:

@@ -68,7 +68,19 @@ from common.clock import now_ms
 from tablets.batch import transactional_producer
 
 from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
-from ..errors import KafkaError, error_message, record_errors, txn_error_code
+from ..errors import (
+    CorruptMessage,
+    InvalidProducerIdMapping,
+    InvalidRequest,
+    InvalidRequiredAcks,
+    KafkaError,
+    NotEnoughReplicas,
+    TransactionalIdAuthorizationFailed,
+    answer_class,
+    error_class,
+    error_message,
+    record_errors,
+)
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
@@ -154,14 +166,12 @@ def _refused(broker, request) -> KafkaError | None:
         return None
     txn_id = body.transactional_id
     if txn_id is None:
-        return KafkaError(ErrorCode.transactional_id_authorization_failed,
-                          "transactional batches need a transactional id")
+        return TransactionalIdAuthorizationFailed("transactional batches need a transactional id")
     if broker.authorizer is not None and (code := authorize(
             broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)):
-        return KafkaError(code)
+        return error_class(code)()
     if len(producers) > 1:
-        return KafkaError(ErrorCode.invalid_producer_id_mapping,
-                          "Transactional records contained more than one producer ID")
+        return InvalidProducerIdMapping("Transactional records contained more than one producer ID")
     return None
 
 
@@ -173,21 +183,19 @@ async def _append_all(broker, request, body, acks: int, now: int,
                                          for p in t.partition_data):
         try:
             if acks not in (-1, 0, 1):
-                raise KafkaError(
-                    ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
+                raise InvalidRequiredAcks(f"acks must be -1, 0 or 1, not {acks}"
                 )
             if refused is not None:
                 raise refused
             if denied and topic_data.name in denied:
-                raise KafkaError(denied[topic_data.name])
+                raise error_class(denied[topic_data.name])()
             tablet = broker.engine.partition(topic_data.name, part.index)
             if part.records is None:
-                raise KafkaError(ErrorCode.corrupt_message, "null record set")
+                raise CorruptMessage("null record set")
             sink = None
             if (producer := transactional_producer(part.records)) is not None:
                 if not body.transactional_id:
-                    raise KafkaError(ErrorCode.invalid_request,
-                                     "a transactional id must not be empty")
+                    raise InvalidRequest("a transactional id must not be empty")
                 sink = broker.txns.sink_for(body.transactional_id, *producer,
                                             topic_data.name, part.index, request.connection)
             outcome = tablet.append(part.records, now, sink)
@@ -215,15 +223,15 @@ def _denied(broker, request) -> dict[str, ErrorCode]:
 
 
 def _error(exc: BaseException, version: int) -> tuple[ErrorCode, str]:
-    """A partition's code and message. As Kafka 3.6+ translates a transaction
-    verification's CONCURRENT_TRANSACTIONS for Produce: NOT_ENOUGH_REPLICAS,
-    which every client retries without a metadata refresh."""
-    code = txn_error_code(exc, version, fenced_since=None)
-    if code is ErrorCode.concurrent_transactions:
-        return ErrorCode.not_enough_replicas, (
+    """A partition's code and message (errors.OVERRIDES: a fenced producer gets
+    INVALID_PRODUCER_EPOCH; CONCURRENT_TRANSACTIONS becomes NOT_ENOUGH_REPLICAS,
+    as Kafka 3.6+ translates a transaction verification's, with its message)."""
+    answer = answer_class(exc, API_KEY, version)
+    if answer is NotEnoughReplicas:
+        return answer.code, (
             "Unable to verify the partition has been added to the transaction. Underlying "
             f"error: CONCURRENT_TRANSACTIONS ({error_message(exc)})")
-    return code, error_message(exc)
+    return answer.code, error_message(exc)
 
 
 def _legacy_response(version: int, results: dict[str, list]) -> EncodedBody:

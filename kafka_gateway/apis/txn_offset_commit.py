@@ -30,10 +30,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tablets.consumer_offsets import OffsetCommit
-from txn.errors import TxnConflict
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
+from ..errors import error_code
 from ..groups.coordinator import is_valid_group_id, member_tag
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
@@ -82,10 +81,8 @@ async def handle(broker: Any, request: Request) -> Any:
             await broker.txns.txn_offset_commit(
                 body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
                 commits, request.connection, member_tag(generation, member_id or ""))
-        except TxnConflict:
-            code = ErrorCode.illegal_generation
         except Exception as exc:
-            code = txn_error_code(exc, request.version, fenced_since=None)
+            code = error_code(exc, API_KEY, request.version)
     codes.update(dict.fromkeys(commits, code))
     by_topic: dict[str, list[Any]] = {}
     async for (topic, index), each in sliced(codes.items()):
