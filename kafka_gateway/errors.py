@@ -19,8 +19,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from kio.schema.errors import ErrorCode
 
@@ -192,6 +193,26 @@ class InvalidRecord(KafkaError):
     code = ErrorCode.invalid_record
 
 
+class InvalidGroupId(KafkaError):
+    code = ErrorCode.invalid_group_id
+
+
+class UnknownMemberId(KafkaError):
+    code = ErrorCode.unknown_member_id
+
+
+class CoordinatorNotAvailable(KafkaError):
+    code = ErrorCode.coordinator_not_available
+
+
+class FencedInstanceId(KafkaError):
+    code = ErrorCode.fenced_instance_id
+
+
+class RebalanceInProgress(KafkaError):
+    code = ErrorCode.rebalance_in_progress
+
+
 # ------------------------------- the layers below, mapped in this one table
 BY_TYPE: dict[type[Exception], type[KafkaError]] = {
     storage.UnknownTopic: UnknownTopicOrPartition,
@@ -303,6 +324,17 @@ def answer_class(exc: BaseException, api_key: int | None = None,
 def error_code(exc: BaseException, api_key: int | None = None, version: int = 0) -> ErrorCode:
     """The protocol's code for an exception raised while serving a request."""
     return answer_class(exc, api_key, version).code
+
+
+def code_of(check: Callable[..., object], *args: Any, **kwargs: Any) -> ErrorCode:
+    """ErrorCode.none if ``check`` passes, else the code of the KafkaError it
+    raises: where an answer holds a check's outcome as a value (a group's code
+    over its partitions' answers)."""
+    try:
+        check(*args, **kwargs)
+    except KafkaError as exc:
+        return exc.code
+    return ErrorCode.none
 
 
 def error_message(exc: BaseException) -> str:

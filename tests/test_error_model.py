@@ -3,6 +3,8 @@ layers below mapped in one table, and the per-API overrides answering as Kafka 3
 
 from __future__ import annotations
 
+import asyncio
+import datetime
 import inspect
 
 import pytest
@@ -10,7 +12,11 @@ from kio.schema.errors import ErrorCode
 
 from kafka_gateway import errors
 from kafka_gateway.apis import APIS
+from kafka_gateway.client import KafkaClient
+from kafka_gateway.codec import request_schema
 from tablets import errors as storage
+from tablets.tablet import PartitionTablet
+from testkit.inprocess import serve
 from txn import errors as txn
 
 
@@ -82,3 +88,44 @@ def test_each_override_is_for_a_served_api_and_changes_the_answer():
         mapped = raised if issubclass(raised, errors.KafkaError) else errors.BY_TYPE[raised]
         assert mapped is not override.answer, override
         assert override.why, override
+
+
+DELETE_RECORDS, CREATE_TOPICS = 21, 19
+
+
+def test_a_bug_fails_the_request_counted_and_an_expected_error_answers_its_partition(
+        tmp_path, monkeypatch):
+    """Per partition a handler catches only EXPECTED: an expected error is that
+    partition's answer; a bug is not hidden as one partition's
+    UNKNOWN_SERVER_ERROR but fails the request at the dispatch, counted."""
+    def delete(offset: int):
+        schema = request_schema(DELETE_RECORDS, 2)
+        return schema.DeleteRecordsRequest(
+            topics=(schema.DeleteRecordsTopic(name="t", partitions=(
+                schema.DeleteRecordsPartition(partition_index=0, offset=offset),)),),
+            timeout=datetime.timedelta(seconds=5))
+
+    async def scenario(client: KafkaClient, server) -> None:
+        schema = request_schema(CREATE_TOPICS, 7)
+        await client.request(schema.CreateTopicsRequest(
+            topics=(schema.CreatableTopic(name="t", num_partitions=1, replication_factor=1,
+                                          assignments=(), configs=()),),
+            timeout=datetime.timedelta(seconds=5), validate_only=False))
+        answer = await client.request(delete(5))  # past the end: an expected error
+        part = answer.topics[0].partitions[0]
+        assert part.error_code is ErrorCode.offset_out_of_range
+        assert server.broker.metrics.request_errors == {}
+
+        async def bug(self, offset):
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr(PartitionTablet, "delete_records", bug)
+        other = await KafkaClient.connect(*server.config.listen)
+        try:
+            with pytest.raises((asyncio.IncompleteReadError, ConnectionError)):
+                await other.request(delete(0))
+        finally:
+            await other.close()
+        assert server.broker.metrics.request_errors == {"delete_records": 1}
+
+    serve(tmp_path, scenario)

@@ -17,7 +17,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import error_code
+from ..errors import EXPECTED, KafkaError, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
@@ -33,8 +33,12 @@ async def handle(broker: Any, request: Request) -> Any:
                                         for index in topic.partitions)]
     unknown = {tp async for tp in sliced(wanted) if not broker.engine.has_partition(*tp)}
     codes: dict[tuple[str, int], ErrorCode]
-    txn_denied = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                           body.v3_and_below_transactional_id)
+    txn_denied = None
+    try:
+        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                  body.v3_and_below_transactional_id)
+    except KafkaError as exc:
+        txn_denied = exc.code
     denied = {} if txn_denied else denied_names(broker, request, Operation.WRITE,
                                                 ResourceType.TOPIC, (t for t, _i in wanted))
     if txn_denied:
@@ -52,7 +56,7 @@ async def handle(broker: Any, request: Request) -> Any:
                 body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                 body.v3_and_below_producer_epoch, wanted, request.connection)
             code = ErrorCode.none
-        except Exception as exc:
+        except EXPECTED as exc:
             code = error_code(exc, API_KEY, request.version)
         codes = dict.fromkeys(wanted, code)
     by_topic: dict[str, list[Any]] = {}

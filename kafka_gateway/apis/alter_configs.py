@@ -17,7 +17,7 @@ from tablets.engine import check_topic_name
 from tablets.topic_config import validate_all
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import InvalidRequest, error_class, error_code, error_message
+from ..errors import EXPECTED, InvalidRequest, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
 from ..slicing import sliced
@@ -50,9 +50,8 @@ async def alter(broker, request, api_key: int,
     responses = []
     async for resource in sliced(body.resources):
         try:
-            if code := authorize_config(broker, request, Operation.ALTER_CONFIGS,
-                                        resource.resource_type, resource.resource_name):
-                raise error_class(code)()
+            authorize_config(broker, request, Operation.ALTER_CONFIGS,
+                             resource.resource_type, resource.resource_name)
             if resource.resource_type != RESOURCE_TOPIC:
                 raise InvalidRequest("only topic configs can be altered; broker settings are set "
                                  "with flags or the config file")
@@ -62,7 +61,7 @@ async def alter(broker, request, api_key: int,
             if not body.validate_only:
                 await broker.engine.set_topic_configs(topic.name, overrides)
             code, message = ErrorCode.none, None
-        except Exception as exc:
+        except EXPECTED as exc:
             code, message = error_code(exc), error_message(exc)
         responses.append(build(schema.AlterConfigsResourceResponse, error_code=code,
                                error_message=message, resource_type=resource.resource_type,

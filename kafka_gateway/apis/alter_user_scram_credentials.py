@@ -17,6 +17,7 @@ from collections import Counter
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import code_of
 from ..security.acls import Operation
 from ..security.authorizer import authorize_cluster
 from ..security.scram import BY_CODE, MAX_ITERATIONS, MIN_ITERATIONS, from_salted_password
@@ -50,7 +51,7 @@ async def handle(broker, request):
                                          error_message=errors.get(user, (None, None))[1])
                                    for user in users))
 
-    if denied := authorize_cluster(broker, request, Operation.ALTER):
+    if denied := code_of(authorize_cluster, broker, request, Operation.ALTER):
         return response({user: (denied, None) for user in users})
     errors: dict[str, tuple[ErrorCode, str | None]] = {}
     for item in (*body.deletions, *body.upsertions):

@@ -13,6 +13,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import code_of
 from ..security.acls import (
     AclBinding,
     InvalidAcl,
@@ -44,7 +45,7 @@ async def handle(broker, request):
     creations = request.body.creations
     results: list[tuple[ErrorCode, str | None]] = []
     valid: list[AclBinding] = []
-    denied = authorize_cluster(broker, request, Operation.ALTER)
+    denied = code_of(authorize_cluster, broker, request, Operation.ALTER)
     async for item in sliced(creations):
         if denied:
             results.append((denied, None))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import InvalidReplicaAssignment, error_class, error_code, error_message
+from ..errors import EXPECTED, InvalidReplicaAssignment, error_code, error_message
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import sliced
@@ -26,9 +26,8 @@ async def handle(broker, request):
     results = []
     async for topic in sliced(body.topics):
         try:
-            if code := authorize(broker, request, Operation.ALTER, ResourceType.TOPIC,
-                                 topic.name):
-                raise error_class(code)("The topic authorization is failed.")
+            authorize(broker, request, Operation.ALTER, ResourceType.TOPIC, topic.name,
+                      "The topic authorization is failed.")
             for assignment in topic.assignments or ():
                 if tuple(assignment.broker_ids) != (broker.node_id,):
                     raise InvalidReplicaAssignment(
@@ -38,7 +37,7 @@ async def handle(broker, request):
             else:
                 await broker.engine.create_partitions(topic.name, topic.count)
             code, message = ErrorCode.none, None
-        except Exception as exc:
+        except EXPECTED as exc:
             code, message = error_code(exc), error_message(exc)
         results.append(build(schema.CreatePartitionsTopicResult, name=topic.name,
                              error_code=code, error_message=message))

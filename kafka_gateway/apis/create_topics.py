@@ -19,14 +19,14 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
 from ..errors import (
+    EXPECTED,
     InvalidReplicaAssignment,
     InvalidRequest,
-    error_class,
     error_code,
     error_message,
 )
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, authorize_cluster
+from ..security.authorizer import authorize, cluster_allowed
 from ..slicing import sliced
 from ..topic_configs import topic_entries
 
@@ -39,7 +39,7 @@ async def handle(broker, request):
     body = request.body
     counts = Counter(t.name for t in body.topics)
     # Without CREATE on the cluster, each topic needs its own (asked in the loop).
-    per_topic = bool(authorize_cluster(broker, request, Operation.CREATE, log=False))
+    per_topic = not cluster_allowed(broker, request, Operation.CREATE)
     results = []
     answered = set()
     described_by: dict = {}
@@ -50,9 +50,9 @@ async def handle(broker, request):
         try:
             if counts[topic.name] > 1:
                 raise InvalidRequest(f"topic {topic.name} appears more than once in the request")
-            if per_topic and (code := authorize(broker, request, Operation.CREATE,
-                                                ResourceType.TOPIC, topic.name)):
-                raise error_class(code)("Authorization failed.")
+            if per_topic:
+                authorize(broker, request, Operation.CREATE, ResourceType.TOPIC, topic.name,
+                          "Authorization failed.")
             partitions, configs = _plan(broker, topic)
             broker.engine.check_new_topic(topic.name, partitions, topic.replication_factor,
                                           configs)
@@ -63,7 +63,7 @@ async def handle(broker, request):
                 topic_id = created.topic_id
             results.append(_result(schema, broker, topic.name, topic_id, partitions, configs,
                                    described_by))
-        except Exception as exc:
+        except EXPECTED as exc:
             results.append(
                 build(schema.CreatableTopicResult, name=topic.name, topic_id=UUID(int=0),
                       error_code=error_code(exc), error_message=error_message(exc),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import code_of
 from ..security.acls import AclFilter, InvalidAcl, Operation
 from ..security.authorizer import authorize_cluster
 from ..slicing import sliced
@@ -37,7 +38,7 @@ async def handle(broker, request):
                      filter_results=tuple([r async for r in sliced(results)]))
 
     filters = request.body.filters
-    if denied := authorize_cluster(broker, request, Operation.ALTER):
+    if denied := code_of(authorize_cluster, broker, request, Operation.ALTER):
         return await response(result(denied, None) for _ in filters)
     if broker.authorizer is None:
         return await response(

@@ -10,6 +10,7 @@ Needs DELETE on each group (GROUP_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -21,7 +22,8 @@ async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     results = []
     for group_id in request.body.groups_names:
-        code = authorize(broker, request, Operation.DELETE, ResourceType.GROUP, group_id)
+        code = code_of(authorize, broker, request, Operation.DELETE, ResourceType.GROUP,
+                       group_id)
         if not code:
             code = await broker.group_offsets.delete_group(group_id)
         results.append(build(schema.DeletableGroupResult, group_id=group_id, error_code=code))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_class, error_code
+from ..errors import EXPECTED, error_class, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
 from ..slicing import sliced
@@ -35,7 +35,7 @@ async def handle(broker, request):
                 tablet = broker.engine.partition(topic.name, part.partition_index)
                 low = await tablet.delete_records(part.offset)
                 code = ErrorCode.none
-            except Exception as exc:
+            except EXPECTED as exc:
                 low, code = -1, error_code(exc)
             partitions.append(build(schema.DeleteRecordsPartitionResult,
                                     partition_index=part.partition_index, low_watermark=low,

@@ -13,7 +13,7 @@ from uuid import UUID
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_class, error_code, error_message
+from ..errors import EXPECTED, error_code, error_message
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import sliced
@@ -41,14 +41,14 @@ async def handle(broker, request):
                                            f"no topic with id {topic_id}"))
                     continue
                 name = topic.name
-            if by_id and (code := authorize(broker, request, Operation.DESCRIBE,
-                                            ResourceType.TOPIC, name)):
-                raise error_class(code)("Authorization failed.")
-            if code := authorize(broker, request, Operation.DELETE, ResourceType.TOPIC, name):
-                raise error_class(code)("Authorization failed.")
+            if by_id:
+                authorize(broker, request, Operation.DESCRIBE, ResourceType.TOPIC, name,
+                          "Authorization failed.")
+            authorize(broker, request, Operation.DELETE, ResourceType.TOPIC, name,
+                      "Authorization failed.")
             topic = await broker.engine.delete_topic(name)
             results.append(_result(schema, name, topic.topic_id, ErrorCode.none, None))
-        except Exception as exc:
+        except EXPECTED as exc:
             results.append(_result(schema, name, topic_id or _NO_ID, error_code(exc),
                                    error_message(exc)))
     return build(schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))

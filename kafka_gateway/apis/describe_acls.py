@@ -12,6 +12,7 @@ from itertools import groupby
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import KafkaError
 from ..security.acls import (
     AclFilter,
     InvalidAcl,
@@ -47,8 +48,10 @@ async def handle(broker, request):
         return build(schema.DescribeAclsResponse, throttle_time=NO_THROTTLE, error_code=code,
                      error_message=message, resources=tuple(resources))
 
-    if denied := authorize_cluster(broker, request, Operation.DESCRIBE):
-        return response(denied, None)
+    try:
+        authorize_cluster(broker, request, Operation.DESCRIBE)
+    except KafkaError as exc:
+        return response(exc.code, None)
     if broker.authorizer is None:
         return response(ErrorCode.security_disabled, "No Authorizer is configured on the broker")
     try:

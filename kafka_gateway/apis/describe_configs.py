@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from tablets.engine import check_topic_name
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import InvalidRequest, KafkaError, error_class, error_code, error_message
+from ..errors import EXPECTED, InvalidRequest, KafkaError, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
 from ..settings import GatewayConfig
@@ -42,9 +42,8 @@ async def handle(broker, request):
     results = []
     async for resource in sliced(body.resources):
         try:
-            if code := authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
-                                        resource.resource_type, resource.resource_name):
-                raise error_class(code)()
+            authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
+                             resource.resource_type, resource.resource_name)
             keys = resource.configuration_keys
             entries = _entries(broker, resource.resource_type, resource.resource_name,
                                keys or ())
@@ -52,7 +51,7 @@ async def handle(broker, request):
                 wanted = set(keys)
                 entries = [e for e in entries if e.name in wanted]
             code, message = ErrorCode.none, None
-        except Exception as exc:
+        except EXPECTED as exc:
             entries, code, message = [], error_code(exc), error_message(exc)
         results.append(
             build(

@@ -15,6 +15,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import sliced
@@ -34,7 +35,8 @@ async def handle(broker, request):
                   else _NOT_REQUESTED)
     groups = []
     async for group_id in sliced(body.groups):
-        if code := authorize(broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        if code := code_of(authorize, broker, request, Operation.DESCRIBE, ResourceType.GROUP,
+                           group_id):
             groups.append(build(schema.DescribedGroup, error_code=code, group_id=group_id,
                                 group_state="", protocol_type="", protocol_data="",
                                 authorized_operations=_NOT_REQUESTED, members=()))

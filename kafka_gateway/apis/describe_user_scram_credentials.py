@@ -11,6 +11,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import KafkaError
 from ..security.acls import Operation
 from ..security.authorizer import authorize_cluster
 from ..security.scram import MECHANISMS
@@ -33,8 +34,10 @@ async def handle(broker, request):
                          build(schema.CredentialInfo, mechanism=MECHANISMS[c.mechanism][1],
                                iterations=c.iterations) for c in credentials))
 
-    if denied := authorize_cluster(broker, request, Operation.DESCRIBE):
-        return response(denied, [])
+    try:
+        authorize_cluster(broker, request, Operation.DESCRIBE)
+    except KafkaError as exc:
+        return response(exc.code, [])
     users = broker.credentials.users()
     wanted = [u.name for u in request.body.users or ()]
     if not wanted:

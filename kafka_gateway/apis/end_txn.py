@@ -18,8 +18,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import error_code
+from ..errors import EXPECTED, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -30,13 +32,12 @@ VERSIONS = (0, 3)
 async def handle(broker: Any, request: Request) -> Any:
     body = request.body
     schema = response_schema(API_KEY, request.version)
-    code = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                     body.transactional_id)
-    if code:
-        return build(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
+    code = ErrorCode.none
     try:
+        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                  body.transactional_id)
         await broker.txns.end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
                                   body.committed, request.connection)
-    except Exception as exc:
+    except EXPECTED as exc:
         code = error_code(exc, API_KEY, request.version)
     return build(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

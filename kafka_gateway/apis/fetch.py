@@ -29,7 +29,7 @@ from kio.schema.errors import ErrorCode
 from tablets.tablet import PartitionTablet
 
 from ..codec import EncodedBody
-from ..errors import error_code
+from ..errors import EXPECTED, code_of, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
@@ -115,7 +115,8 @@ def _authorize(broker, request, wanted: list[_Wanted], by_id: bool) -> None:
             continue  # nothing to name: unknown ids stay unknown
         if want.key not in codes:
             name = broker.engine.topics_by_id[want.key].name if by_id else want.key
-            codes[want.key] = authorize(broker, request, Operation.READ, ResourceType.TOPIC, name)
+            codes[want.key] = code_of(authorize, broker, request, Operation.READ,
+                                      ResourceType.TOPIC, name)
         if codes[want.key]:
             want.tablet, want.error = None, codes[want.key]
 
@@ -138,7 +139,7 @@ async def _read_all(wanted: list[_Wanted], max_bytes: int):
             continue
         try:
             result = await tablet.read(want.fetch_offset, min(want.max_bytes, room))
-        except Exception as exc:
+        except EXPECTED as exc:
             parts.append((error_code(exc), -1, -1, []))  # as Kafka: no offsets with an error
             failed = True
             continue

@@ -15,6 +15,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import InvalidGroupId, InvalidRequest, code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -25,15 +26,17 @@ GROUP_KEY = 0
 TRANSACTION_KEY = 1
 
 
-def _error_for(broker, request, key_type: int, key: str) -> ErrorCode:
+def _check(broker, request, key_type: int, key: str) -> None:
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
-        return ErrorCode.invalid_request
+        raise InvalidRequest()
     rtype = ResourceType.GROUP if key_type == GROUP_KEY else ResourceType.TRANSACTIONAL_ID
-    if code := authorize(broker, request, Operation.DESCRIBE, rtype, key):
-        return code
+    authorize(broker, request, Operation.DESCRIBE, rtype, key)
     if key_type == GROUP_KEY and "\x00" in key:
-        return ErrorCode.invalid_group_id
-    return ErrorCode.none
+        raise InvalidGroupId()
+
+
+def _error_for(broker, request, key_type: int, key: str) -> ErrorCode:
+    return code_of(_check, broker, request, key_type, key)
 
 
 async def handle(broker, request):

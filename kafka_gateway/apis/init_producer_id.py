@@ -25,24 +25,24 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import error_code
+from ..errors import EXPECTED, error_code
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, authorize_any, authorize_cluster
+from ..security.authorizer import authorize, authorize_any, authorize_cluster, cluster_allowed
 
 API_KEY = 22
 VERSIONS = (0, 4)
 
 
-def _denied(broker, request, transactional_id: str | None) -> ErrorCode:
+def _authorize(broker, request, transactional_id: str | None) -> None:
     if transactional_id is not None:
-        return authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                         transactional_id)
-    if broker.authorizer is None or not authorize_cluster(
-            broker, request, Operation.IDEMPOTENT_WRITE, log=False):
-        return ErrorCode.none
-    if authorize_any(broker, request, Operation.WRITE, ResourceType.TOPIC):
-        return ErrorCode.none  # KIP-679: WRITE on any topic allows idempotence
-    return authorize_cluster(broker, request, Operation.IDEMPOTENT_WRITE)
+        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                  transactional_id)
+    elif cluster_allowed(broker, request, Operation.IDEMPOTENT_WRITE):
+        pass
+    elif authorize_any(broker, request, Operation.WRITE, ResourceType.TOPIC):
+        pass  # KIP-679: WRITE on any topic allows idempotence
+    else:
+        authorize_cluster(broker, request, Operation.IDEMPOTENT_WRITE)
 
 
 async def handle(broker: Any, request: Request) -> Any:
@@ -54,14 +54,13 @@ async def handle(broker: Any, request: Request) -> Any:
             transactional_id is not None
             and len(transactional_id.encode()) > broker.config.transactional_id_max_bytes):
         code = ErrorCode.invalid_request
-    elif code := _denied(broker, request, body.transactional_id):
-        pass
     else:
         try:
+            _authorize(broker, request, body.transactional_id)
             producer_id, epoch = await broker.txns.init_producer_id(
                 body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000),
                 getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
-        except Exception as exc:
+        except EXPECTED as exc:
             code = error_code(exc, API_KEY, request.version)
     return build(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=code,
                  producer_id=producer_id, producer_epoch=epoch)

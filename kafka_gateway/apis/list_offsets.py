@@ -22,7 +22,7 @@ from kio.schema.errors import ErrorCode
 from tablets.tablet import LEADER_EPOCH
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code
+from ..errors import EXPECTED, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
@@ -62,7 +62,7 @@ async def handle(broker, request):
                 partitions.append(
                     _answer(schema, part.partition_index, ErrorCode.none, offset, timestamp)
                 )
-            except Exception as exc:
+            except EXPECTED as exc:
                 partitions.append(_answer(schema, part.partition_index, error_code(exc)))
         topics.append(build(schema.ListOffsetsTopicResponse, name=topic.name,
                             partitions=tuple(partitions)))

@@ -15,7 +15,7 @@ from txn.state import TxnState
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
+from ..security.authorizer import allowed
 
 API_KEY = 66
 VERSIONS = (0, 0)
@@ -38,6 +38,6 @@ async def handle(broker: Any, request: Request) -> Any:
                                        producer_id=meta.producer_id,
                                        transaction_state=meta.state.value)
                                  for meta in sorted(listed, key=lambda m: m.transactional_id)
-                                 if not authorize(broker, request, Operation.DESCRIBE,
-                                                  ResourceType.TRANSACTIONAL_ID,
-                                                  meta.transactional_id, log=False)))
+                                 if allowed(broker, request, Operation.DESCRIBE,
+                                            ResourceType.TRANSACTIONAL_ID,
+                                            meta.transactional_id)))

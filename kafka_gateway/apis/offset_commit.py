@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from tablets.consumer_offsets import OffsetCommit
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code
+from ..errors import EXPECTED, code_of, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
@@ -38,7 +38,8 @@ async def handle(broker, request):
     max_metadata = broker.config.offset_metadata_max_bytes
     codes: dict[tuple[str, int], ErrorCode] = {}
     commits: dict[tuple[str, int], OffsetCommit] = {}
-    group_denied = authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    group_denied = code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
+                           body.group_id)
     denied = {} if group_denied else denied_names(broker, request, Operation.READ,
                                                   ResourceType.TOPIC,
                                                   (topic.name for topic in body.topics))
@@ -59,7 +60,7 @@ async def handle(broker, request):
             group_code = await broker.group_offsets.commit_offsets(
                 body.group_id, body.generation_id_or_member_epoch, body.member_id,
                 getattr(body, "group_instance_id", None), commits)
-        except Exception as exc:  # the store refused the write
+        except EXPECTED as exc:  # the store refused the write
             group_code = error_code(exc)
         codes.update(dict.fromkeys(commits, group_code))
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code
+from ..errors import EXPECTED, code_of, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 
@@ -26,7 +26,8 @@ VERSIONS = (0, 0)
 async def handle(broker, request):
     schema = response_schema(API_KEY, request.version)
     body = request.body
-    group_code = authorize(broker, request, Operation.DELETE, ResourceType.GROUP, body.group_id)
+    group_code = code_of(authorize, broker, request, Operation.DELETE, ResourceType.GROUP,
+                         body.group_id)
     protected = None
     if not group_code:
         group_code, protected = broker.group_offsets.check_offset_delete(body.group_id)
@@ -50,7 +51,7 @@ async def handle(broker, request):
         if doomed:
             try:
                 await broker.group_offsets.offsets.delete(body.group_id, doomed)
-            except Exception as exc:  # the store refused the write
+            except EXPECTED as exc:  # the store refused the write
                 codes.update(dict.fromkeys(doomed, error_code(exc)))
     return build(
         schema.OffsetDeleteResponse,

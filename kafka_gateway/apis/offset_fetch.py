@@ -19,6 +19,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
+from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
@@ -47,7 +48,7 @@ async def handle(broker, request):
 
 
 def _group_denied(broker, request, group_id: str) -> ErrorCode:
-    return authorize(broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+    return code_of(authorize, broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id)
 
 
 async def _group(broker, request, schema, group_id, topics, require_stable):

@@ -69,6 +69,7 @@ from tablets.batch import transactional_producer
 
 from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
 from ..errors import (
+    EXPECTED,
     CorruptMessage,
     InvalidProducerIdMapping,
     InvalidRequest,
@@ -127,7 +128,7 @@ async def handle(broker, request):
                 record_errors=(),
                 error_message=None,
             )
-        except Exception as exc:
+        except EXPECTED as exc:
             code, message = _error(exc, request.version)
             part = build(
                 schema.PartitionProduceResponse,
@@ -167,9 +168,10 @@ def _refused(broker, request) -> KafkaError | None:
     txn_id = body.transactional_id
     if txn_id is None:
         return TransactionalIdAuthorizationFailed("transactional batches need a transactional id")
-    if broker.authorizer is not None and (code := authorize(
-            broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)):
-        return error_class(code)()
+    try:
+        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
+    except KafkaError as exc:
+        return exc
     if len(producers) > 1:
         return InvalidProducerIdMapping("Transactional records contained more than one producer ID")
     return None
@@ -201,7 +203,7 @@ async def _append_all(broker, request, body, acks: int, now: int,
             outcome = tablet.append(part.records, now, sink)
             broker.metrics.produced_bytes += len(part.records)
             broker.metrics.topic_bytes_in[tablet.topic_id] += len(part.records)
-        except Exception as exc:
+        except EXPECTED as exc:
             outcome = exc
         pending.append((topic_data.name, part.index, outcome))
 

@@ -19,6 +19,7 @@ from common.clock import now_ms
 from common.logtext import client_text
 from tablets.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCommit, TopicPartition
 
+from ..errors import KafkaError
 from ..settings import GatewayConfig
 from .consumer_protocol import PROTOCOL_TYPE
 from .coordinator import GroupCoordinator
@@ -61,14 +62,16 @@ class GroupOffsets:
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              instance_id: str | None,
                              commits: Mapping[TopicPartition, OffsetCommit]) -> ErrorCode:
-        error = self.membership.fence_commit(group_id, generation_id, member_id, instance_id)
-        if error is ErrorCode.none:
-            # The member is kept with the offsets: a transaction of the same
-            # member (auto-commit left on in an EOS loop) does not take this
-            # commit for a rival's (txn.conflicts).
-            await self.offsets.commit(group_id, commits, self.clock(),
-                                      member_tag(generation_id, member_id))
-        return error
+        try:
+            self.membership.fence_commit(group_id, generation_id, member_id, instance_id)
+        except KafkaError as exc:
+            return exc.code
+        # The member is kept with the offsets: a transaction of the same
+        # member (auto-commit left on in an EOS loop) does not take this
+        # commit for a rival's (txn.conflicts).
+        await self.offsets.commit(group_id, commits, self.clock(),
+                                  member_tag(generation_id, member_id))
+        return ErrorCode.none
 
     # ---------------------------------------------------------- OffsetFetch
     def fetch_offsets(
