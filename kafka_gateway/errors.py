@@ -213,6 +213,26 @@ class RebalanceInProgress(KafkaError):
     code = ErrorCode.rebalance_in_progress
 
 
+class FencedLeaderEpoch(KafkaError):
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpoch(KafkaError):
+    code = ErrorCode.unknown_leader_epoch
+
+
+class OffsetMetadataTooLarge(KafkaError):
+    code = ErrorCode.offset_metadata_too_large
+
+
+class GroupSubscribedToTopic(KafkaError):
+    code = ErrorCode.group_subscribed_to_topic
+
+
+class SecurityDisabled(KafkaError):
+    code = ErrorCode.security_disabled
+
+
 # ------------------------------- the layers below, mapped in this one table
 BY_TYPE: dict[type[Exception], type[KafkaError]] = {
     storage.UnknownTopic: UnknownTopicOrPartition,

@@ -16,8 +16,7 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import EXPECTED, InvalidGroupId, error_code
 from ..groups.coordinator import is_valid_group_id
-from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
+from ..security.authorizer import authorize_txn
 
 API_KEY = 25
 VERSIONS = (0, 3)
@@ -28,9 +27,7 @@ async def handle(broker: Any, request: Request) -> Any:
     schema = response_schema(API_KEY, request.version)
     code = ErrorCode.none
     try:
-        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                  body.transactional_id)
-        authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+        authorize_txn(broker, request, body.transactional_id, body.group_id)
         if not is_valid_group_id(body.group_id, allow_empty=False):
             raise InvalidGroupId()
         await broker.txns.add_offsets(body.transactional_id, body.producer_id,

@@ -17,9 +17,9 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import EXPECTED, KafkaError, error_code
+from ..errors import EXPECTED, code_of, error_code
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, denied_names
+from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
 
 API_KEY = 24
@@ -33,12 +33,7 @@ async def handle(broker: Any, request: Request) -> Any:
                                         for index in topic.partitions)]
     unknown = {tp async for tp in sliced(wanted) if not broker.engine.has_partition(*tp)}
     codes: dict[tuple[str, int], ErrorCode]
-    txn_denied = None
-    try:
-        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                  body.v3_and_below_transactional_id)
-    except KafkaError as exc:
-        txn_denied = exc.code
+    txn_denied = code_of(authorize_txn, broker, request, body.v3_and_below_transactional_id)
     denied = {} if txn_denied else denied_names(broker, request, Operation.WRITE,
                                                 ResourceType.TOPIC, (t for t, _i in wanted))
     if txn_denied:

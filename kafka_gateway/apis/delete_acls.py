@@ -11,9 +11,9 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import code_of
+from ..errors import KafkaError
 from ..security.acls import AclFilter, InvalidAcl, Operation
-from ..security.authorizer import authorize_cluster
+from ..security.authorizer import acl_authorizer
 from ..slicing import sliced
 from .describe_acls import acl_filter
 
@@ -38,11 +38,11 @@ async def handle(broker, request):
                      filter_results=tuple([r async for r in sliced(results)]))
 
     filters = request.body.filters
-    if denied := code_of(authorize_cluster, broker, request, Operation.ALTER):
-        return await response(result(denied, None) for _ in filters)
-    if broker.authorizer is None:
-        return await response(
-            result(ErrorCode.security_disabled, "No Authorizer is configured.") for _ in filters)
+    try:
+        authorizer = acl_authorizer(broker, request, Operation.ALTER,
+                                    "No Authorizer is configured.")
+    except KafkaError as exc:
+        return await response(result(exc.code, exc.message) for _ in filters)
     parsed: list[AclFilter | InvalidAcl] = []
     async for item in sliced(filters):
         try:
@@ -50,6 +50,6 @@ async def handle(broker, request):
         except InvalidAcl as exc:
             parsed.append(exc)
     valid = [f for f in parsed if isinstance(f, AclFilter)]
-    deleted = iter(await broker.authorizer.delete(valid))
+    deleted = iter(await authorizer.delete(valid))
     return await response(result(ErrorCode.invalid_request, str(f)) if isinstance(f, InvalidAcl)
                     else result(ErrorCode.none, None, next(deleted)) for f in parsed)

@@ -22,8 +22,7 @@ from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import EXPECTED, error_code
-from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
+from ..security.authorizer import authorize_txn
 
 API_KEY = 26
 VERSIONS = (0, 3)
@@ -34,8 +33,7 @@ async def handle(broker: Any, request: Request) -> Any:
     schema = response_schema(API_KEY, request.version)
     code = ErrorCode.none
     try:
-        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                  body.transactional_id)
+        authorize_txn(broker, request, body.transactional_id)
         await broker.txns.end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
                                   body.committed, request.connection)
     except EXPECTED as exc:

@@ -27,7 +27,12 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..errors import EXPECTED, error_code
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, authorize_any, authorize_cluster, cluster_allowed
+from ..security.authorizer import (
+    authorize_any,
+    authorize_cluster,
+    authorize_txn,
+    cluster_allowed,
+)
 
 API_KEY = 22
 VERSIONS = (0, 4)
@@ -35,8 +40,7 @@ VERSIONS = (0, 4)
 
 def _authorize(broker, request, transactional_id: str | None) -> None:
     if transactional_id is not None:
-        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                  transactional_id)
+        authorize_txn(broker, request, transactional_id)
     elif cluster_allowed(broker, request, Operation.IDEMPOTENT_WRITE):
         pass
     elif authorize_any(broker, request, Operation.WRITE, ResourceType.TOPIC):

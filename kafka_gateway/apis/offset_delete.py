@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..answers import answer_each, refuse_denied
 from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import EXPECTED, code_of, error_code
+from ..errors import EXPECTED, GroupSubscribedToTopic, UnknownTopicOrPartition, code_of, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 
@@ -33,21 +34,24 @@ async def handle(broker, request):
         group_code, protected = broker.group_offsets.check_offset_delete(body.group_id)
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic.name for topic in body.topics)) if not group_code else {}
-    codes: dict[tuple[str, int], ErrorCode] = {}
     doomed = []
+
+    async def check(item) -> tuple[tuple[str, int], ErrorCode]:
+        topic, part = item
+        tp = (topic.name, part.partition_index)
+        refuse_denied(denied, topic.name)
+        if not broker.engine.has_partition(*tp):
+            raise UnknownTopicOrPartition()
+        if protected is None or topic.name in protected:
+            raise GroupSubscribedToTopic()
+        doomed.append(tp)
+        return tp, ErrorCode.none
+
+    codes: dict[tuple[str, int], ErrorCode] = {}
     if group_code is ErrorCode.none:
-        for topic in body.topics:
-            for part in topic.partitions:
-                tp = (topic.name, part.partition_index)
-                if code := denied.get(topic.name):
-                    codes[tp] = code
-                elif not broker.engine.has_partition(*tp):
-                    codes[tp] = ErrorCode.unknown_topic_or_partition
-                elif protected is None or topic.name in protected:
-                    codes[tp] = ErrorCode.group_subscribed_to_topic
-                else:
-                    codes[tp] = ErrorCode.none
-                    doomed.append(tp)
+        codes = dict(await answer_each(
+            ((t, p) for t in body.topics for p in t.partitions), check,
+            lambda item, exc: ((item[0].name, item[1].partition_index), error_code(exc))))
         if doomed:
             try:
                 await broker.group_offsets.offsets.delete(body.group_id, doomed)

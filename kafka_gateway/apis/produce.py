@@ -83,7 +83,7 @@ from ..errors import (
     record_errors,
 )
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, denied_names
+from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
 from .produce_request import decode
 
@@ -169,7 +169,7 @@ def _refused(broker, request) -> KafkaError | None:
     if txn_id is None:
         return TransactionalIdAuthorizationFailed("transactional batches need a transactional id")
     try:
-        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
+        authorize_txn(broker, request, txn_id)
     except KafkaError as exc:
         return exc
     if len(producers) > 1:

@@ -32,10 +32,10 @@ from kio.schema.errors import ErrorCode
 from tablets.consumer_offsets import OffsetCommit
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import EXPECTED, KafkaError, code_of, error_code
+from ..errors import EXPECTED, code_of, error_code
 from ..groups.coordinator import is_valid_group_id, member_tag
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, denied_names
+from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
 
 API_KEY = 28
@@ -49,13 +49,7 @@ async def handle(broker: Any, request: Request) -> Any:
                   part.committed_offset, getattr(part, "committed_leader_epoch", -1),
                   part.committed_metadata or "")
               async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions)}
-    refused = None
-    try:
-        authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                  body.transactional_id)
-        authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
-    except KafkaError as exc:
-        refused = exc.code
+    refused = code_of(authorize_txn, broker, request, body.transactional_id, body.group_id)
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic for topic, _index in wanted)) if not refused else {}
     codes = {tp: refused or denied[tp[0]] for tp in wanted if refused or tp[0] in denied}

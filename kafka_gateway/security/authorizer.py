@@ -40,6 +40,7 @@ from ..errors import (
     ClusterAuthorizationFailed,
     GroupAuthorizationFailed,
     KafkaError,
+    SecurityDisabled,
     TopicAuthorizationFailed,
     TransactionalIdAuthorizationFailed,
 )
@@ -257,6 +258,24 @@ def authorize_cluster(broker, request, operation: Operation) -> None:
 
 def cluster_allowed(broker, request, operation: Operation, log: bool = False) -> bool:
     return allowed(broker, request, operation, ResourceType.CLUSTER, CLUSTER_NAME, log)
+
+
+def authorize_txn(broker, request, transactional_id: str, group_id: str | None = None) -> None:
+    """The transactional requests' check: WRITE on the transactional id, then
+    READ on the group for those that name one (AddOffsetsToTxn, TxnOffsetCommit)."""
+    authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    if group_id is not None:
+        authorize(broker, request, Operation.READ, ResourceType.GROUP, group_id)
+
+
+def acl_authorizer(broker, request, operation: Operation, no_authorizer: str) -> Authorizer:
+    """The authorizer, for the ACL APIs: ``operation`` on the cluster first
+    (CLUSTER_AUTHORIZATION_FAILED), then SECURITY_DISABLED (``no_authorizer``,
+    Kafka's message of that API) when none is configured."""
+    authorize_cluster(broker, request, operation)
+    if broker.authorizer is None:
+        raise SecurityDisabled(no_authorizer)
+    return broker.authorizer
 
 
 def denied_names(broker, request, operation: Operation, rtype: ResourceType,
