@@ -12,6 +12,7 @@ topics and their partitions, the answers grouped by topic in request order.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterable, Mapping
+from functools import partial
 from typing import TypeVar
 
 from kio.schema.errors import ErrorCode
@@ -41,9 +42,8 @@ async def each_partition(topics: Iterable[T], partitions_of: Callable[[T], Itera
                          attempt: Callable[[T, P], Awaitable[R]],
                          failed: Callable[[T, P, Exception], R]) -> list[tuple[T, list[R]]]:
     """``answer_each`` over each topic's partitions: (topic, its answers) in request order."""
-    return [(topic, await answer_each(
-        partitions_of(topic), lambda part, t=topic: attempt(t, part),
-        lambda part, exc, t=topic: failed(t, part, exc))) for topic in topics]
+    return [(topic, await answer_each(partitions_of(topic), partial(attempt, topic),
+                                      partial(failed, topic))) for topic in topics]
 
 
 def refuse_denied(denied: Mapping[str, ErrorCode], name: str) -> None:

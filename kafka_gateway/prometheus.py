@@ -202,16 +202,15 @@ class GatewayCollector(Collector):
 
     def _groups(self) -> Iterator[Metric]:
         groups = self.broker.groups
-        if groups is not None:
-            yield _counter("group_rebalances", "Completed group rebalances", groups.rebalances)
-            states = GaugeMetricFamily(PREFIX + "groups", "Consumer groups, per state",
-                                       labels=["state"])
-            counts: dict[str, int] = {}
-            for _group_id, _protocol, state in groups.list_groups():
-                counts[state] = counts.get(state, 0) + 1
-            for state, count in sorted(counts.items()):
-                states.add_metric([state], count)
-            yield states
+        yield _counter("group_rebalances", "Completed group rebalances", groups.rebalances)
+        states = GaugeMetricFamily(PREFIX + "groups", "Consumer groups, per state",
+                                   labels=["state"])
+        counts: dict[str, int] = {}
+        for _group_id, _protocol, state in groups.list_groups():
+            counts[state] = counts.get(state, 0) + 1
+        for state, count in sorted(counts.items()):
+            states.add_metric([state], count)
+        yield states
         lag = GaugeMetricFamily(
             PREFIX + "consumer_lag",
             "High watermark minus the group's committed offset, per group and partition",
@@ -231,8 +230,6 @@ class GatewayCollector(Collector):
 
     def _transactions(self) -> Iterator[Metric]:
         txns = self.broker.txns
-        if txns is None:
-            return
         stats = txns.stats
         yield _counter("txn_commits", "Transactions committed", stats.commits)
         yield _counter("txn_aborts", "Transactions aborted (by the producer or a timeout)",

@@ -9,11 +9,11 @@ and READ on the group (GROUP_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, InvalidGroupId, error_code
 from ..groups.coordinator import is_valid_group_id
 from ..security.authorizer import authorize_txn
@@ -22,7 +22,7 @@ API_KEY = 25
 VERSIONS = (0, 3)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     code = ErrorCode.none

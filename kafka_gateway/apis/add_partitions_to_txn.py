@@ -17,6 +17,8 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize_txn, denied_names
@@ -26,7 +28,7 @@ API_KEY = 24
 VERSIONS = (0, 3)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     wanted = [tp async for tp in sliced((topic.name, index) for topic in body.v3_and_below_topics

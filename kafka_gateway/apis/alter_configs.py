@@ -16,7 +16,9 @@ from kio.schema.errors import ErrorCode
 from tablets.engine import check_topic_name
 from tablets.topic_config import validate_all
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, InvalidRequest, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
@@ -27,7 +29,7 @@ API_KEY = 33
 VERSIONS = (0, 2)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     def replace(_current: dict[str, str], configs) -> dict[str, str]:
         refuse_null_values(configs)
         return {c.name: c.value for c in configs}

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import KafkaError
 from ..security.acls import (
     AclBinding,
@@ -33,7 +35,7 @@ def _binding(item) -> AclBinding:
                      item.permission_type)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     creations = request.body.creations
     results: list[tuple[ErrorCode, str | None]] = []

@@ -13,11 +13,14 @@ Needs CREATE on the cluster or on each topic (TOPIC_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 from uuid import UUID, uuid4
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import (
     EXPECTED,
     InvalidReplicaAssignment,
@@ -34,7 +37,7 @@ API_KEY = 19
 VERSIONS = (2, 7)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     counts = Counter(t.name for t in body.topics)
@@ -59,7 +62,9 @@ async def handle(broker, request):
             if body.validate_only:
                 topic_id = uuid4()  # as Kafka: an id, though nothing is created
             else:
-                created = await broker.engine.create_topic(topic.name, partitions, configs)
+                # check_new_topic refused null values (INVALID_CONFIG), as Kafka does.
+                created = await broker.engine.create_topic(
+                    topic.name, partitions, cast(dict[str, str], configs))
                 topic_id = created.topic_id
             results.append(_result(schema, broker, topic.name, topic_id, partitions, configs,
                                    described_by))

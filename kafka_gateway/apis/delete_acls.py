@@ -8,9 +8,13 @@ SECURITY_DISABLED; a filter with an UNKNOWN field, INVALID_REQUEST.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import KafkaError
 from ..security.acls import AclFilter, InvalidAcl, Operation
 from ..security.authorizer import acl_authorizer
@@ -21,10 +25,10 @@ API_KEY = 31
 VERSIONS = (1, 3)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
 
-    def result(code: ErrorCode, message: str | None, deleted=()) -> object:
+    def result(code: ErrorCode, message: str | None, deleted=()) -> Any:
         return build(schema.DeleteAclsFilterResult, error_code=code, error_message=message,
                      matching_acls=tuple(
                          build(schema.DeleteAclsMatchingAcl, error_code=ErrorCode.none,
@@ -33,7 +37,7 @@ async def handle(broker, request):
                                principal=b.principal, host=b.host, operation=b.operation,
                                permission_type=b.permission) for b in deleted))
 
-    async def response(results) -> object:
+    async def response(results) -> Any:
         return build(schema.DeleteAclsResponse, throttle_time=NO_THROTTLE,
                      filter_results=tuple([r async for r in sliced(results)]))
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..answers import answer_each
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
@@ -21,7 +23,7 @@ API_KEY = 42
 VERSIONS = (0, 2)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
 
     def answer(group_id: str, code: ErrorCode):

@@ -12,7 +12,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, error_code, error_message
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
@@ -23,7 +25,7 @@ VERSIONS = (1, 6)
 _NO_ID = UUID(int=0)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     if request.version >= 6:

@@ -8,10 +8,13 @@ The filter's semantics (ANY, MATCH) are Kafka's: security/acls.py.
 from __future__ import annotations
 
 from itertools import groupby
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import KafkaError
 from ..security.acls import (
     AclFilter,
@@ -33,10 +36,10 @@ def acl_filter(item) -> AclFilter:
                      item.operation, item.permission_type)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
 
-    def response(code: ErrorCode, message: str | None, resources=()) -> object:
+    def response(code: ErrorCode, message: str | None, resources=()) -> Any:
         return build(schema.DescribeAclsResponse, throttle_time=NO_THROTTLE, error_code=code,
                      error_message=message, resources=tuple(resources))
 

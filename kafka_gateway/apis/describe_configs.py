@@ -15,7 +15,9 @@ from kio.schema.errors import ErrorCode
 
 from tablets.engine import check_topic_name
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, InvalidRequest, KafkaError, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
@@ -36,7 +38,7 @@ VERSIONS = (1, 4)
 _DEFAULTS = GatewayConfig().properties()  # a node's settings when none is given
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     results = []

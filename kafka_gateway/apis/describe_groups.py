@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
@@ -28,7 +30,7 @@ _ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _NOT_REQUESTED = -(2**31)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     operations = (_ALL_GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)

@@ -10,12 +10,12 @@ Needs READ on each topic (TOPIC_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from ..answers import each_partition, refuse_denied
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import UnknownTopicOrPartition, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
@@ -24,7 +24,7 @@ API_KEY = 61
 VERSIONS = (0, 0)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic.name for topic in request.body.topics))

@@ -9,7 +9,6 @@ only partitions of topics the principal may DESCRIBE are listed.
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
@@ -17,6 +16,8 @@ from kio.static.primitive import i32Timedelta
 from txn.state import TxnState
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, authorize
@@ -25,7 +26,7 @@ API_KEY = 65
 VERSIONS = (0, 0)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     states = []
     for transactional_id in request.body.transactional_ids:

@@ -28,7 +28,9 @@ from kio.schema.errors import ErrorCode
 
 from tablets.tablet import PartitionTablet
 
-from ..codec import EncodedBody
+from ..codec import EncodedBody, Request
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
@@ -56,7 +58,7 @@ class _Wanted:
         self.error: ErrorCode = error
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     version = request.version
     by_id = version >= 13
@@ -89,6 +91,7 @@ async def _count(metrics, wanted: list[_Wanted], parts, total: int) -> None:
         if code is not ErrorCode.none:
             metrics.response_errors[("fetch", code.name.upper())] += 1
         elif batches:
+            assert want.tablet is not None  # none of an error was read
             metrics.topic_bytes_out[want.tablet.topic_id] += sum(map(len, batches))
 
 
@@ -123,7 +126,7 @@ def _authorize(broker, request, wanted: list[_Wanted], by_id: bool) -> None:
 
 async def _read_all(wanted: list[_Wanted], max_bytes: int):
     """Read every partition once; returns (results, bytes read, any error)."""
-    parts = []
+    parts: list[tuple[ErrorCode, int, int, list]] = []
     total = 0
     failed = False
     async for want in sliced(wanted):

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import InvalidGroupId, InvalidRequest, code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
@@ -39,7 +41,7 @@ def _error_for(broker, request, key_type: int, key: str) -> ErrorCode:
     return code_of(_check, broker, request, key_type, key)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     key_type = getattr(body, "key_type", GROUP_KEY)

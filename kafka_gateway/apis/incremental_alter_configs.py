@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from tablets.topic_config import TOPIC_CONFIGS, ConfigType, InvalidConfig
 
+from ..codec import Request
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import InvalidRequest
 from .alter_configs import alter, refuse_null_values
 
@@ -18,7 +21,7 @@ VERSIONS = (0, 1)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     return await alter(broker, request, API_KEY, _apply)
 
 

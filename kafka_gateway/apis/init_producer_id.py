@@ -20,11 +20,11 @@ topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka 3.x (KIP-679).
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import (
@@ -49,7 +49,7 @@ def _authorize(broker, request, transactional_id: str | None) -> None:
         authorize_cluster(broker, request, Operation.IDEMPOTENT_WRITE)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     producer_id, epoch, code = -1, -1, ErrorCode.none

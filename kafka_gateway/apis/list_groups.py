@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, cluster_allowed
 
@@ -20,7 +22,7 @@ API_KEY = 16
 VERSIONS = (0, 4)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     states = getattr(request.body, "states_filter", ())
     everything = cluster_allowed(broker, request, Operation.DESCRIBE)

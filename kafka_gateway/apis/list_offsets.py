@@ -22,7 +22,9 @@ from kio.schema.errors import ErrorCode
 from tablets.tablet import LEADER_EPOCH
 
 from ..answers import each_partition, refuse_denied
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import InvalidRequest, error_class, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
@@ -36,7 +38,7 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     asked = Counter((t.name, p.partition_index) for t in request.body.topics for p in t.partitions)
     denied = denied_names(broker, request, Operation.DESCRIBE, ResourceType.TOPIC,

@@ -7,13 +7,13 @@ Lists only the transactional ids the principal may DESCRIBE.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from txn.state import TxnState
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed
 
@@ -23,7 +23,7 @@ VERSIONS = (0, 0)
 _BY_NAME = {state.value: state for state in TxnState}
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     unknown = tuple(name for name in body.state_filters if name not in _BY_NAME)

@@ -23,7 +23,9 @@ from tablets.engine import check_topic_name
 from tablets.errors import InvalidTopicName
 from tablets.tablet import LEADER_EPOCH
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, authorize, cluster_allowed
@@ -34,7 +36,7 @@ VERSIONS = (0, 12)
 _NO_ID = UUID(int=0)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     version = request.version

@@ -24,7 +24,9 @@ from kio.schema.errors import ErrorCode
 from tablets.consumer_offsets import OffsetCommit
 
 from ..answers import answer_each, refuse_denied
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import (
     EXPECTED,
     OffsetMetadataTooLarge,
@@ -41,7 +43,7 @@ API_KEY = 8
 VERSIONS = (2, 8)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     max_metadata = broker.config.offset_metadata_max_bytes
     commits: dict[tuple[str, int], OffsetCommit] = {}

@@ -15,7 +15,9 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from ..answers import answer_each, refuse_denied
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, GroupSubscribedToTopic, UnknownTopicOrPartition, code_of, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
@@ -24,7 +26,7 @@ API_KEY = 47
 VERSIONS = (0, 0)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     group_code = code_of(authorize, broker, request, Operation.DELETE, ResourceType.GROUP,

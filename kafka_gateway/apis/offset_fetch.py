@@ -18,7 +18,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
@@ -28,7 +30,7 @@ API_KEY = 9
 VERSIONS = (1, 8)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     if request.version >= 8:

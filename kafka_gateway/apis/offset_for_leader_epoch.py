@@ -13,7 +13,9 @@ from kio.schema.errors import ErrorCode
 
 from tablets.tablet import LEADER_EPOCH
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, error_class, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
@@ -24,7 +26,7 @@ API_KEY = 23
 VERSIONS = (2, 4)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     topics = []
     denied = {}

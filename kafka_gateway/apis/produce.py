@@ -67,7 +67,9 @@ from kio.schema.errors import ErrorCode
 from common.clock import now_ms
 from tablets.batch import transactional_producer
 
-from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
+from ..codec import NO_THROTTLE, EncodedBody, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import (
     EXPECTED,
     CorruptMessage,
@@ -96,7 +98,7 @@ _APPEND_LOCKS: weakref.WeakValueDictionary[tuple[int, int], asyncio.Lock] = (
     weakref.WeakValueDictionary())
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, max(request.version, 3))
     acks = body.acks

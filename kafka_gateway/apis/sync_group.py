@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import KafkaError
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
@@ -24,7 +26,7 @@ API_KEY = 14
 VERSIONS = (0, 5)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     try:

@@ -32,6 +32,8 @@ from kio.schema.errors import ErrorCode
 from tablets.consumer_offsets import OffsetCommit
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
 from ..groups.coordinator import is_valid_group_id, member_tag
 from ..security.acls import Operation, ResourceType
@@ -42,7 +44,7 @@ API_KEY = 28
 VERSIONS = (0, 3)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     wanted = {(topic.name, part.partition_index): OffsetCommit(

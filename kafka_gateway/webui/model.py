@@ -159,12 +159,10 @@ def topic_configs(broker: HandlerContext, name: str) -> list[ConfigRow]:
 
 def group_ids(broker: HandlerContext) -> list[tuple[str, str, str]]:
     """(group id, protocol type, state) of every group."""
-    return [] if broker.groups is None else broker.groups.list_groups()
+    return broker.groups.list_groups()
 
 
 def group(broker: HandlerContext, group_id: str) -> GroupView | None:
-    if broker.groups is None:
-        return None
     described = broker.groups.describe(group_id)
     committed = {} if broker.engine.consumer_offsets is None else \
         broker.engine.consumer_offsets.group_offsets(group_id)
@@ -201,8 +199,6 @@ def groups(broker: HandlerContext) -> list[GroupView]:
 
 def group_keys(broker: HandlerContext) -> Collection[str]:
     """Every group id: groups the coordinator has, and groups with committed offsets."""
-    if broker.groups is None:
-        return ()
     committed = broker.engine.consumer_offsets
     return broker.groups.groups.keys() | (committed.groups() if committed else ())
 
@@ -219,8 +215,6 @@ def transaction_page(broker: HandlerContext, after: str | None, before: str | No
                      size: int) -> tuple[Page, list[TxnMetadata]]:
     """One page of transactional ids."""
     txns = broker.txns
-    if txns is None:
-        return page_of_sorted([], size=size), []
     page = page_of_sorted(txns.ordered.ids, after=after, before=before, size=size)
     return page, [txns.txns[transactional_id] for transactional_id in page.keys]
 
