@@ -13,10 +13,11 @@ from kio.schema.errors import ErrorCode
 
 from tablets.tablet import LEADER_EPOCH
 
+from ..answers import refuse_denied
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..context import HandlerContext
 from ..contract import Response
-from ..errors import EXPECTED, error_class, error_code
+from ..errors import EXPECTED, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import cluster_allowed, denied_names
@@ -38,8 +39,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
         async for part in sliced(topic.partitions):
             epoch, end = -1, -1
             try:
-                if code := denied.get(topic.topic):
-                    raise error_class(code)()
+                refuse_denied(denied, topic.topic)
                 code = leader_epoch_error(part.current_leader_epoch)
                 tablet = broker.engine.partition(topic.topic, part.partition)
                 if code is ErrorCode.none and part.leader_epoch == LEADER_EPOCH:

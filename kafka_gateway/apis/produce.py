@@ -67,6 +67,7 @@ from kio.schema.errors import ErrorCode
 from common.clock import now_ms
 from tablets.batch import transactional_producer
 
+from ..answers import refuse_denied
 from ..codec import NO_THROTTLE, EncodedBody, Request, build, response_schema
 from ..context import HandlerContext
 from ..contract import Response
@@ -80,7 +81,6 @@ from ..errors import (
     NotEnoughReplicas,
     TransactionalIdAuthorizationFailed,
     answer_class,
-    error_class,
     error_message,
     record_errors,
 )
@@ -191,8 +191,8 @@ async def _append_all(broker, request, body, acks: int, now: int,
                 )
             if refused is not None:
                 raise refused
-            if denied and topic_data.name in denied:
-                raise error_class(denied[topic_data.name])()
+            if denied:
+                refuse_denied(denied, topic_data.name)
             tablet = broker.engine.partition(topic_data.name, part.index)
             if part.records is None:
                 raise CorruptMessage("null record set")
