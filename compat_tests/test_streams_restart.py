@@ -44,7 +44,7 @@ from java_helpers import JavaProcess, by_op, run_java, step
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.configs import SOURCE_DYNAMIC_TOPIC
+from kafka_gateway.topic_configs import SOURCE_DYNAMIC_TOPIC
 from tablets.topic_config import TXN_OFFSET_LOWER_BOUND, TXN_PRODUCE_OFFSET
 from testkit import kafka_requests as rq
 from testkit.compaction import now_ms

@@ -25,13 +25,13 @@ import contextlib
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from .broker import Broker
+from .context import HandlerContext
 from .prometheus import render
 from .webui import add_console
 
 
 class AdminHttp:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: HandlerContext) -> None:
         self.broker = broker
         self.app = web.Application()
         self.app.add_routes([

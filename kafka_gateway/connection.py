@@ -58,7 +58,6 @@ from collections.abc import Callable
 from kio.schema.errors import ErrorCode
 
 from .apis import APIS, api_versions
-from .broker import Broker
 from .codec import (
     API_VERSIONS_KEY,
     MalformedRequest,
@@ -67,6 +66,7 @@ from .codec import (
     encode_response,
     read_header,
 )
+from .context import HandlerContext
 from .limits import FIRST_READ_BYTES, ConnectionLimits, ReadBuffer
 from .security.listeners import Listener
 from .security.sasl import SaslGate
@@ -86,7 +86,7 @@ _SIZE = struct.Struct(">i")
 
 
 class KafkaConnection(asyncio.BufferedProtocol):
-    def __init__(self, broker: Broker, connections: set[KafkaConnection],
+    def __init__(self, broker: HandlerContext, connections: set[KafkaConnection],
                  limits: ConnectionLimits, listener: Listener) -> None:
         self.broker = broker
         self.connections = connections

@@ -34,8 +34,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Protocol
 
-from .config import GatewayConfig
 from .metrics import Metrics
+from .settings import GatewayConfig
 
 # A fresh buffer, before a connection has sent a larger frame.
 FIRST_READ_BYTES = 16 << 10

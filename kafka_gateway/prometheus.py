@@ -21,19 +21,19 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
+from common.clock import now_ms
 from common.histogram import Histogram
 from tablets import StorageEngine
-from tablets.tablet import now_ms
 
 from .apis import APIS
-from .broker import Broker
+from .context import HandlerContext
 from .important_metrics import important_families
 
 PREFIX = "kafka_gateway_"
 API_NAMES = sorted(api.name for api in APIS.values())
 
 
-def render(broker: Broker) -> bytes:
+def render(broker: HandlerContext) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(GatewayCollector(broker))
     return generate_latest(registry)
@@ -53,7 +53,7 @@ def _add_histogram(family: HistogramMetricFamily, labels: list[str], hist: Histo
 
 
 class GatewayCollector(Collector):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: HandlerContext) -> None:
         self.broker = broker
 
     def collect(self) -> Iterator[Metric]:
@@ -204,16 +204,15 @@ class GatewayCollector(Collector):
 
     def _groups(self) -> Iterator[Metric]:
         groups = self.broker.groups
-        if groups is not None:
-            yield _counter("group_rebalances", "Completed group rebalances", groups.rebalances)
-            states = GaugeMetricFamily(PREFIX + "groups", "Consumer groups, per state",
-                                       labels=["state"])
-            counts: dict[str, int] = {}
-            for _group_id, _protocol, state in groups.list_groups():
-                counts[state] = counts.get(state, 0) + 1
-            for state, count in sorted(counts.items()):
-                states.add_metric([state], count)
-            yield states
+        yield _counter("group_rebalances", "Completed group rebalances", groups.rebalances)
+        states = GaugeMetricFamily(PREFIX + "groups", "Consumer groups, per state",
+                                   labels=["state"])
+        counts: dict[str, int] = {}
+        for _group_id, _protocol, state in groups.list_groups():
+            counts[state] = counts.get(state, 0) + 1
+        for state, count in sorted(counts.items()):
+            states.add_metric([state], count)
+        yield states
         lag = GaugeMetricFamily(
             PREFIX + "consumer_lag",
             "High watermark minus the group's committed offset, per group and partition",
@@ -233,8 +232,6 @@ class GatewayCollector(Collector):
 
     def _transactions(self) -> Iterator[Metric]:
         txns = self.broker.txns
-        if txns is None:
-            return
         stats = txns.stats
         yield _counter("txn_commits", "Transactions committed", stats.commits)
         yield _counter("txn_aborts", "Transactions aborted (by the producer or a timeout)",

@@ -15,18 +15,19 @@ from txn import TransactionCoordinator, TxnSettings
 
 from .acceptor import Acceptor, listening_sockets
 from .admin_http import AdminHttp
-from .broker import Broker
-from .config import GatewayConfig
 from .connection import KafkaConnection
 from .connection import log as connection_log
+from .context import HandlerContext
 from .groups import GroupCoordinator, GroupOffsets
 from .limits import ConnectionLimits
+from .metrics import Metrics
 from .quotas import ConnectionQuotas
 from .security.authorizer import Authorizer, parse_super_users
 from .security.listeners import Listener
 from .security.sasl import enabled_mechanisms
 from .security.scram import Credentials
 from .security.tls import HandshakeWatch, server_context
+from .settings import GatewayConfig
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,12 @@ class GatewayServer:
                                         config.cleaner_io_buffer_size),
             ),
         )
-        self.broker = Broker(config, self.engine)
+        self.metrics = Metrics()
+        # The handlers' context, complete once the engine has loaded (start()).
+        self._context: HandlerContext | None = None
         self.connections: set[KafkaConnection] = set()
-        self.limits = ConnectionLimits.from_config(config, self.broker.metrics, connection_log)
-        self.quotas = ConnectionQuotas.from_config(config, self.broker.metrics,
+        self.limits = ConnectionLimits.from_config(config, self.metrics, connection_log)
+        self.quotas = ConnectionQuotas.from_config(config, self.metrics,
                                                    self.limits.bad_input)
         self._acceptors: list[Acceptor] = []
         self.listeners: list[Listener] = config.listener_list()  # bound ports once started
@@ -75,28 +78,29 @@ class GatewayServer:
         loop = asyncio.get_running_loop()
         self.engine.start(loop)
         assert self.engine.consumer_offsets is not None
-        self.broker.groups = GroupCoordinator(self.config, self.engine.consumer_offsets)
-        self.broker.txns = TransactionCoordinator(
+        groups = GroupCoordinator(self.config, self.engine.consumer_offsets)
+        txns = TransactionCoordinator(
             self.engine,
             TxnSettings(self.config.transaction_max_timeout_ms,
                         self.config.transactional_id_expiration_ms,
                         self.config.txn_pending_memory_bytes,
                         self.config.txn_pending_disk_bytes, self.config.txn_max_bytes),
             newest_connection=lambda: self.broker.newest_connection)
-        self.broker.txns.load()
-        self.broker.group_offsets = GroupOffsets(self.config, self.broker.groups,
-                                                 self.engine.consumer_offsets,
-                                                 pending=self.broker.txns.pending_offsets)
-        self.broker.group_offsets.start()
+        group_offsets = GroupOffsets(self.config, groups, self.engine.consumer_offsets,
+                                     pending=txns.pending_offsets)
+        authorizer = Authorizer(
+            NodeRecords(self.engine.store, keys.ACL, self.engine.writer),
+            parse_super_users(self.config.super_users),
+            self.config.allow_everyone_if_no_acl_found, self.metrics,
+            self.limits.bad_input) if self.config.authorizer_class_name else None
+        self._context = HandlerContext(
+            self.config, self.engine, self.metrics, groups, group_offsets, txns,
+            Credentials(NodeRecords(self.engine.store, keys.SCRAM_CREDENTIAL,
+                                    self.engine.writer)),
+            authorizer)
+        txns.load()  # open transactions' pending offsets, before offset expiry starts
+        group_offsets.start()
         self._txn_expiry = loop.create_task(self._txn_expiry_loop())
-        self.broker.credentials = Credentials(NodeRecords(
-            self.engine.store, keys.SCRAM_CREDENTIAL, self.engine.writer))
-        if self.config.authorizer_class_name:
-            self.broker.authorizer = Authorizer(
-                NodeRecords(self.engine.store, keys.ACL, self.engine.writer),
-                parse_super_users(self.config.super_users),
-                self.config.allow_everyone_if_no_acl_found, self.broker.metrics,
-                self.limits.bad_input)
         for index, listener in enumerate(self.listeners):
             await self._listen(index, listener)
         self._retention = loop.create_task(self._retention_loop())
@@ -115,7 +119,7 @@ class GatewayServer:
         """Open one listener; a port 0 becomes the port bound (and advertised)."""
         context = None
         if listener.tls:
-            watch = HandshakeWatch(listener, self.broker.metrics, self.limits.bad_input)
+            watch = HandshakeWatch(listener, self.metrics, self.limits.bad_input)
             context = server_context(self.config, listener, watch)
         if listener.sasl:
             enabled_mechanisms(self.config, listener)  # refuse bad settings at start-up
@@ -125,7 +129,7 @@ class GatewayServer:
                                    self.listeners[index])
 
         acceptor = Acceptor(listening_sockets(listener.host, listener.port), connection,
-                            self.quotas, self.broker.metrics, context,
+                            self.quotas, self.metrics, context,
                             self.config.ssl_handshake_timeout_ms / 1000)
         acceptor.start()
         self._acceptors.append(acceptor)
@@ -142,6 +146,12 @@ class GatewayServer:
                 config = dataclasses.replace(self.config, listen=(bound.host, bound.port),
                                              advertise=bound.advertised)
             self.config = self.broker.config = config
+
+    @property
+    def broker(self) -> HandlerContext:
+        """The handlers' context (the server has started)."""
+        assert self._context is not None, "the gateway has not started"
+        return self._context
 
     def ready_line(self) -> str:
         first = self.listeners[0]
@@ -163,7 +173,6 @@ class GatewayServer:
                 log.exception("retention pass failed")
 
     async def _txn_expiry_loop(self) -> None:
-        assert self.broker.txns is not None
         interval = self.config.transaction_timeout_check_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
@@ -174,16 +183,16 @@ class GatewayServer:
 
     async def stop(self) -> None:
         """Stop accepting, answer what was read, then close the store."""
-        self.broker.stopping = True
+        if self._context is not None:
+            self._context.stopping = True
         for acceptor in self._acceptors:
             await acceptor.close()
         for topic in self.engine.topics.values():
             for tablet in topic.partitions:
                 tablet.wake_waiters()
-        if self.broker.groups is not None:
-            self.broker.groups.stop()  # answers waiting JoinGroup/SyncGroup
-        if self.broker.group_offsets is not None:
-            self.broker.group_offsets.stop()
+        if self._context is not None:
+            self._context.groups.stop()  # answers waiting JoinGroup/SyncGroup
+            self._context.group_offsets.stop()
         if self.connections:
             await asyncio.wait(
                 [asyncio.ensure_future(c.drain(SHUTDOWN_GRACE_SECONDS))

@@ -30,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from common.clock import now_ms
+
 from . import compaction
 from .compaction import Aborted, RunStats, Throttle
 from .store import RocksStore
@@ -94,7 +96,7 @@ class Cleaner:
         while not self._stop.is_set():
             await asyncio.sleep(self.settings.backoff_ms / 1000)
             try:
-                now = _now_ms()
+                now = now_ms()
                 due = [t for t in tablets() if t.compaction_plan(now) is not None]
                 for tablet in sorted(due, key=lambda t: -t.compaction.dirty_ratio):
                     await self.clean(tablet)
@@ -107,7 +109,7 @@ class Cleaner:
         if self._one_at_a_time is None:
             self._one_at_a_time = asyncio.Lock()
         async with self._one_at_a_time:
-            plan = tablet.compaction_plan(_now_ms(), force)
+            plan = tablet.compaction_plan(now_ms(), force)
             if plan is None or self._stop.is_set():
                 return None
             stats = RunStats()
@@ -152,6 +154,3 @@ class Cleaner:
                      stats.records_read, stats.bytes_reclaimed, stats.blobs_deleted)
             return stats
 
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000

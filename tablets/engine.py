@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from uuid import UUID
 
+from common.clock import now_ms
+
 from . import keys
 from .cleaner import Cleaner, CleanerSettings
 from .compaction import CompactionConfig, RunStats
@@ -33,7 +35,7 @@ from .errors import (
 )
 from .important import ImportantConsumers
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
-from .tablet import PartitionTablet, TabletSettings, now_ms
+from .tablet import PartitionTablet, TabletSettings
 from .topic_config import (
     IMPORTANT_GROUPS,
     IMPORTANT_MAX_BYTES,

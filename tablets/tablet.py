@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import asyncio
 import struct
-import time
 from array import array
 from collections import deque
 from collections.abc import Callable
@@ -478,6 +477,3 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
             await self.writer.submit(ops)
         return expired
 
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000

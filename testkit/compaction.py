@@ -10,9 +10,9 @@ out, and the invariants every compacted log must keep.
 from __future__ import annotations
 
 import asyncio
-import time
 from dataclasses import dataclass
 
+from common.clock import now_ms
 from tablets import CleanerSettings, EngineSettings, PartitionTablet, StorageEngine, keys, log_entry
 from tablets import batch as batch_header
 from tablets.records import decompressed
@@ -34,9 +34,6 @@ class Rec:
     key: bytes | None
     value: bytes | None
 
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def next_stamp() -> int:

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.config import GatewayConfig
 from kafka_gateway.server import GatewayServer
+from kafka_gateway.settings import GatewayConfig
 
 Scenario = Callable[[KafkaClient, GatewayServer], Awaitable[None]]
 

@@ -20,7 +20,7 @@ import time
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.codec import entity_reader_for, response_schema, skip_tagged_fields
-from kafka_gateway.config import GatewayConfig
+from kafka_gateway.settings import GatewayConfig
 from testkit import kafka_requests as kr
 from testkit.gateway import GatewayProcess
 from testkit.wire import request_frame

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_gateway import config
+from kafka_gateway import settings
 from kafka_gateway.cli import build_parser
 from kafka_gateway.cli.common import bootstrap_servers
 from testkit.cli import run_cli
@@ -46,7 +46,7 @@ def test_every_option_of_every_command_has_help():
 def test_serve_help_shows_every_default_and_property():
     serve = dict(_parsers(build_parser()))[("serve",)]
     helps = {a.option_strings[0]: a.help for a in _options(serve)}
-    for setting in config.SETTINGS:
+    for setting in settings.SETTINGS:
         text = helps[setting.flag]
         assert f"[{setting.prop}]" in text and "(default " in text, text
     assert "(default 604800000) [log.retention.ms]" in helps["--log-retention-ms"]

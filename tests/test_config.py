@@ -6,14 +6,14 @@ import argparse
 
 import pytest
 
-from kafka_gateway import config, quotas
+from kafka_gateway import quotas, settings
 from tablets.topic_config import InvalidConfig, validate
 
 
-def parse(*argv: str) -> config.GatewayConfig:
+def parse(*argv: str) -> settings.GatewayConfig:
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    return config.from_arguments(parser.parse_args(argv))
+    settings.add_arguments(parser)
+    return settings.from_arguments(parser.parse_args(argv))
 
 
 def test_defaults_match_kafka():

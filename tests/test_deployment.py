@@ -16,7 +16,7 @@ from pathlib import Path
 
 import yaml
 
-from kafka_gateway import config
+from kafka_gateway import settings
 from spark_jobs.__main__ import parser as jobs_parser
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,8 +75,8 @@ def test_services_and_dependencies():
 def test_gateway_command_is_accepted_by_the_cli():
     gateway = compose()["services"]["gateway"]
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
-    cfg = config.from_arguments(parser.parse_args(gateway["command"]))
+    settings.add_arguments(parser)
+    cfg = settings.from_arguments(parser.parse_args(gateway["command"]))
     assert cfg.listen == ("0.0.0.0", 9092)
     assert cfg.advertised == ("gateway", 9092)
     assert cfg.data_dir == "/data"

@@ -17,9 +17,9 @@ from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.config import GatewayConfig
 from kafka_gateway.groups.consumer_protocol import encode_assignment, encode_subscription
 from kafka_gateway.server import GatewayServer
+from kafka_gateway.settings import GatewayConfig
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 import pytest
 from kio.schema.errors import ErrorCode
 
-from kafka_gateway.config import GatewayConfig
+from kafka_gateway.errors import code_of
 from kafka_gateway.groups import (
     GroupCoordinator,
     GroupOffsets,
@@ -23,6 +23,7 @@ from kafka_gateway.groups import (
     JoinResult,
 )
 from kafka_gateway.groups.consumer_protocol import encode_assignment, encode_subscription
+from kafka_gateway.settings import GatewayConfig
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import OffsetCommit
 from txn.pending_offsets import PendingOffsets
@@ -311,7 +312,9 @@ def test_txn_commit_fences(tmp_path):
     makes them: a group it does not know is created empty (generation 0)."""
 
     async def test(coordinator):
-        fence = coordinator.fence_txn_commit
+        def fence(*args):  # the code of what it raises (errors.code_of)
+            return code_of(coordinator.fence_txn_commit, *args)
+
         assert fence("unknown", -1, "", None) is ErrorCode.none  # no group metadata sent
         assert fence("unknown", 0, "", None) is ErrorCode.none
         assert fence("unknown", 4, "", None) is ErrorCode.illegal_generation

@@ -31,9 +31,8 @@ from pathlib import Path
 import pytest
 
 from common.logtext import LOGGED_TEXT_CHARS, client_text
-from kafka_gateway import config
+from kafka_gateway import settings
 from kafka_gateway.client import AuthenticationError, ClientSecurity, KafkaClient
-from kafka_gateway.config import GatewayConfig
 from kafka_gateway.security.sasl import (
     MAX_PASSWORD_BYTES,
     MAX_SCRAM_MESSAGE_BYTES,
@@ -43,6 +42,7 @@ from kafka_gateway.security.sasl import (
     ScramServer,
 )
 from kafka_gateway.security.scram import Credentials
+from kafka_gateway.settings import GatewayConfig
 from testkit import prom
 from testkit.gateway import GatewayProcess
 from testkit.inprocess import port_of, running
@@ -369,8 +369,8 @@ def test_a_connection_is_muted_while_its_failure_is_delayed(gateway):
 def test_the_settings_default_to_kafkas_and_refuse_nonsense(tmp_path):
     def parse(*argv: str) -> GatewayConfig:
         parser = argparse.ArgumentParser()
-        config.add_arguments(parser)
-        return config.from_arguments(parser.parse_args(argv))
+        settings.add_arguments(parser)
+        return settings.from_arguments(parser.parse_args(argv))
 
     assert parse().failed_authentication_delay_ms == 100
     assert parse().sasl_server_max_receive_size == MAX_RECEIVE

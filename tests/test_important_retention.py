@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from kafka_gateway.config import GatewayConfig
-from kafka_gateway.configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
 from kafka_gateway.groups import GroupCoordinator, GroupOffsets
+from kafka_gateway.settings import GatewayConfig
+from kafka_gateway.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
 from tablets import EngineSettings, StorageEngine, keys
 from tablets.consumer_offsets import OffsetCommit
 from tablets.important import ImportantConsumers

@@ -13,8 +13,8 @@ from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
 from kafka_gateway.codec import request_schema
-from kafka_gateway.config import GatewayConfig
 from kafka_gateway.server import GatewayServer
+from kafka_gateway.settings import GatewayConfig
 
 FORGER = 'x"} 1\nkafka_gateway_fake_metric{a="b'
 ODD = 'back\\slash "quoted"\nnew line'

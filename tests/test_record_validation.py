@@ -10,13 +10,13 @@ import pytest
 from kio.schema.errors import ErrorCode
 from test_tablet import run
 
+from common.clock import now_ms
 from kafka_gateway.errors import error_code, record_errors
 from tablets import keys
 from tablets import validate as validation
 from tablets.batch import build_batch, parse_batches
 from tablets.records import record_timestamps
 from tablets.store import Ops
-from tablets.tablet import now_ms
 from testkit.batches import (
     GZIP,
     LZ4,

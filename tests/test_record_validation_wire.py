@@ -12,6 +12,7 @@ from kio.schema.errors import ErrorCode
 from kio.schema.metadata.v12 import request as metadata
 from test_record_validation import EXPECTED
 
+from common.clock import now_ms
 from kafka_gateway.client import KafkaClient
 from testkit.batches import (
     GZIP,
@@ -42,9 +43,6 @@ def ask(gateway, scenario):
 
     return asyncio.run(asyncio.wait_for(main(), 120))
 
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def test_each_malformed_batch_gets_kafkas_error_and_nothing_is_stored(gateway):

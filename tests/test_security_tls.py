@@ -13,7 +13,7 @@ from kio.schema.api_versions.v3 import request as api_versions
 from kio.schema.find_coordinator.v4 import request as find_coordinator
 from kio.schema.metadata.v12 import request as metadata
 
-from kafka_gateway import config
+from kafka_gateway import settings
 from kafka_gateway.client import ClientSecurity, KafkaClient
 from kafka_gateway.security.listeners import ListenerError, parse_listeners
 from kafka_gateway.security.tls import TlsSettingError, rfc2253
@@ -118,12 +118,12 @@ def test_tls_listener_needs_a_keystore(tmp_path):
 
 def test_settings_checked_at_start():
     parser = argparse.ArgumentParser()
-    config.add_arguments(parser)
+    settings.add_arguments(parser)
     with pytest.raises(ValueError, match=r"authorizer\.class\.name"):
-        config.from_arguments(parser.parse_args(["--authorizer-class-name", "x.Y"]))
+        settings.from_arguments(parser.parse_args(["--authorizer-class-name", "x.Y"]))
     with pytest.raises(ValueError, match="no security protocol"):
-        config.from_arguments(parser.parse_args(["--listeners", "CLIENT://:9092"]))
-    assert config.GatewayConfig().listener_list()[0].protocol == "PLAINTEXT"
+        settings.from_arguments(parser.parse_args(["--listeners", "CLIENT://:9092"]))
+    assert settings.GatewayConfig().listener_list()[0].protocol == "PLAINTEXT"
 
 
 def test_mtls_principal_and_refused_handshakes(tmp_path):

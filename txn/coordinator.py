@@ -73,10 +73,10 @@ import builtins
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
+from common.clock import now_ms
 from tablets.consumer_offsets import OffsetCommit, TopicPartition
 from tablets.engine import StorageEngine
 from tablets.store import GroupCommitWriter, Ops
-from tablets.tablet import now_ms
 
 from .commit import TxnCompletion
 from .conflicts import offset_conflict

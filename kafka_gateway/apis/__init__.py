@@ -1,18 +1,19 @@
 """One module per Kafka API, named after it (as in franz-go's kfake).
 
 Each module declares ``API_KEY``, ``VERSIONS`` (the range this gateway
-supports, within Kafka 3.4's) and ``async def handle(broker, request)``
-returning the response body (or None for a Produce with acks=0).
+supports, within Kafka 3.4's) and ``async def handle(broker: HandlerContext,
+request: Request) -> Response``, a ``contract.Handler``: the response body
+(or None for a Produce with acks=0).
 ApiVersions advertises exactly what this registry holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any
+from typing import Any, Protocol
 
+from ..contract import Handler
 from . import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -56,8 +57,6 @@ from . import (
     txn_offset_commit,
 )
 
-Handler = Callable[[Any, Any], Awaitable[Any]]
-
 
 @dataclass(frozen=True, slots=True)
 class Api:
@@ -75,7 +74,18 @@ class Api:
     one_at_a_time: bool = False
 
 
-def _api(module: ModuleType) -> Api:
+class ApiModule(Protocol):
+    """What each module of apis/ declares (mypy checks each module against it)."""
+
+    API_KEY: int
+    VERSIONS: tuple[int, int]
+    __name__: str
+
+    @property
+    def handle(self) -> Handler: ...
+
+
+def _api(module: ApiModule) -> Api:
     low, high = module.VERSIONS
     name = module.__name__.rsplit(".", 1)[-1]
     return Api(module.API_KEY, name, low, high, module.handle, getattr(module, "decode", None),
@@ -84,49 +94,46 @@ def _api(module: ModuleType) -> Api:
 
 APIS: dict[int, Api] = {
     api.key: api
-    for api in map(
-        _api,
-        (
-            produce,
-            fetch,
-            list_offsets,
-            metadata,
-            offset_for_leader_epoch,
-            api_versions,
-            create_topics,
-            delete_topics,
-            delete_records,
-            describe_configs,
-            alter_configs,
-            create_partitions,
-            incremental_alter_configs,
-            describe_cluster,
-            find_coordinator,
-            join_group,
-            sync_group,
-            heartbeat,
-            leave_group,
-            offset_commit,
-            offset_fetch,
-            describe_groups,
-            list_groups,
-            delete_groups,
-            offset_delete,
-            init_producer_id,
-            add_partitions_to_txn,
-            add_offsets_to_txn,
-            end_txn,
-            txn_offset_commit,
-            describe_producers,
-            describe_transactions,
-            list_transactions,
-            sasl_handshake,
-            sasl_authenticate,
-            describe_user_scram_credentials,
-            alter_user_scram_credentials,
-            describe_acls,
-            create_acls,
-            delete_acls,
-        ),
+    for api in (
+        _api(produce),
+        _api(fetch),
+        _api(list_offsets),
+        _api(metadata),
+        _api(offset_for_leader_epoch),
+        _api(api_versions),
+        _api(create_topics),
+        _api(delete_topics),
+        _api(delete_records),
+        _api(describe_configs),
+        _api(alter_configs),
+        _api(create_partitions),
+        _api(incremental_alter_configs),
+        _api(describe_cluster),
+        _api(find_coordinator),
+        _api(join_group),
+        _api(sync_group),
+        _api(heartbeat),
+        _api(leave_group),
+        _api(offset_commit),
+        _api(offset_fetch),
+        _api(describe_groups),
+        _api(list_groups),
+        _api(delete_groups),
+        _api(offset_delete),
+        _api(init_producer_id),
+        _api(add_partitions_to_txn),
+        _api(add_offsets_to_txn),
+        _api(end_txn),
+        _api(txn_offset_commit),
+        _api(describe_producers),
+        _api(describe_transactions),
+        _api(list_transactions),
+        _api(sasl_handshake),
+        _api(sasl_authenticate),
+        _api(describe_user_scram_credentials),
+        _api(alter_user_scram_credentials),
+        _api(describe_acls),
+        _api(create_acls),
+        _api(delete_acls),
     )
 }

@@ -9,35 +9,29 @@ and READ on the group (GROUP_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, InvalidGroupId, error_code
 from ..groups.coordinator import is_valid_group_id
-from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
+from ..security.authorizer import authorize_txn
 
 API_KEY = 25
 VERSIONS = (0, 3)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
-    code = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                     body.transactional_id) or authorize(
-        broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
-    if code:
-        pass
-    elif not is_valid_group_id(body.group_id, allow_empty=False):
-        code = ErrorCode.invalid_group_id
-    else:
-        try:
-            await broker.txns.add_offsets(body.transactional_id, body.producer_id,
-                                          body.producer_epoch, body.group_id,
-                                          request.connection)
-        except Exception as exc:
-            code = txn_error_code(exc, request.version, fenced_since=2)
+    code = ErrorCode.none
+    try:
+        authorize_txn(broker, request, body.transactional_id, body.group_id)
+        if not is_valid_group_id(body.group_id, allow_empty=False):
+            raise InvalidGroupId()
+        await broker.txns.add_offsets(body.transactional_id, body.producer_id,
+                                      body.producer_epoch, body.group_id, request.connection)
+    except EXPECTED as exc:
+        code = error_code(exc, API_KEY, request.version)
     return build(schema.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -17,24 +17,25 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, code_of, error_code
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, denied_names
+from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
 
 API_KEY = 24
 VERSIONS = (0, 3)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     wanted = [tp async for tp in sliced((topic.name, index) for topic in body.v3_and_below_topics
                                         for index in topic.partitions)]
     unknown = {tp async for tp in sliced(wanted) if not broker.engine.has_partition(*tp)}
     codes: dict[tuple[str, int], ErrorCode]
-    txn_denied = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                           body.v3_and_below_transactional_id)
+    txn_denied = code_of(authorize_txn, broker, request, body.v3_and_below_transactional_id)
     denied = {} if txn_denied else denied_names(broker, request, Operation.WRITE,
                                                 ResourceType.TOPIC, (t for t, _i in wanted))
     if txn_denied:
@@ -52,8 +53,8 @@ async def handle(broker: Any, request: Request) -> Any:
                 body.v3_and_below_transactional_id, body.v3_and_below_producer_id,
                 body.v3_and_below_producer_epoch, wanted, request.connection)
             code = ErrorCode.none
-        except Exception as exc:
-            code = txn_error_code(exc, request.version, fenced_since=2)
+        except EXPECTED as exc:
+            code = error_code(exc, API_KEY, request.version)
         codes = dict.fromkeys(wanted, code)
     by_topic: dict[str, list[Any]] = {}
     async for (topic, index), code in sliced(codes.items()):

@@ -16,18 +16,20 @@ from kio.schema.errors import ErrorCode
 from tablets.engine import check_topic_name
 from tablets.topic_config import validate_all
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..configs import RESOURCE_TOPIC
-from ..errors import KafkaError, error_code, error_message
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, InvalidRequest, error_code, error_message
 from ..security.acls import Operation
 from ..security.authorizer import authorize_config
 from ..slicing import sliced
+from ..topic_configs import RESOURCE_TOPIC
 
 API_KEY = 33
 VERSIONS = (0, 2)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     def replace(_current: dict[str, str], configs) -> dict[str, str]:
         refuse_null_values(configs)
         return {c.name: c.value for c in configs}
@@ -39,8 +41,7 @@ def refuse_null_values(configs) -> None:
     """A null value is a malformed request here (Kafka: INVALID_REQUEST)."""
     for config in configs:
         if config.value is None:
-            raise KafkaError(ErrorCode.invalid_request,
-                             f"Null value not supported for : {config.name}")
+            raise InvalidRequest(f"Null value not supported for : {config.name}")
 
 
 async def alter(broker, request, api_key: int,
@@ -51,12 +52,10 @@ async def alter(broker, request, api_key: int,
     responses = []
     async for resource in sliced(body.resources):
         try:
-            if code := authorize_config(broker, request, Operation.ALTER_CONFIGS,
-                                        resource.resource_type, resource.resource_name):
-                raise KafkaError(code)
+            authorize_config(broker, request, Operation.ALTER_CONFIGS,
+                             resource.resource_type, resource.resource_name)
             if resource.resource_type != RESOURCE_TOPIC:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 "only topic configs can be altered; broker settings are set "
+                raise InvalidRequest("only topic configs can be altered; broker settings are set "
                                  "with flags or the config file")
             check_topic_name(resource.resource_name)  # INVALID_TOPIC_EXCEPTION, as Kafka
             topic = broker.engine.topic(resource.resource_name)
@@ -64,7 +63,7 @@ async def alter(broker, request, api_key: int,
             if not body.validate_only:
                 await broker.engine.set_topic_configs(topic.name, overrides)
             code, message = ErrorCode.none, None
-        except Exception as exc:
+        except EXPECTED as exc:
             code, message = error_code(exc), error_message(exc)
         responses.append(build(schema.AlterConfigsResourceResponse, error_code=code,
                                error_message=message, resource_type=resource.resource_type,

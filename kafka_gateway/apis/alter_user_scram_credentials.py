@@ -13,10 +13,14 @@ cluster (CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import code_of
 from ..security.acls import Operation
 from ..security.authorizer import authorize_cluster
 from ..security.scram import BY_CODE, MAX_ITERATIONS, MIN_ITERATIONS, from_salted_password
@@ -37,20 +41,20 @@ def _problem(name: str, mechanism: int, iterations: int | None) -> tuple[ErrorCo
     return None
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     users = list(dict.fromkeys([d.name for d in body.deletions]
                                + [u.name for u in body.upsertions]))
 
-    def response(errors: dict[str, tuple[ErrorCode, str | None]]) -> object:
+    def response(errors: dict[str, tuple[ErrorCode, str | None]]) -> Any:
         return build(schema.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
                      results=tuple(build(schema.AlterUserScramCredentialsResult, user=user,
                                          error_code=errors.get(user, (ErrorCode.none, None))[0],
                                          error_message=errors.get(user, (None, None))[1])
                                    for user in users))
 
-    if denied := authorize_cluster(broker, request, Operation.ALTER):
+    if denied := code_of(authorize_cluster, broker, request, Operation.ALTER):
         return response({user: (denied, None) for user in users})
     errors: dict[str, tuple[ErrorCode, str | None]] = {}
     for item in (*body.deletions, *body.upsertions):

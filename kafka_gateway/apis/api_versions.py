@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 
 API_KEY = 18
 VERSIONS = (0, 3)
@@ -32,5 +34,5 @@ def response(version: int, error: ErrorCode = ErrorCode.none):
     )
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     return response(request.version)

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import KafkaError
 from ..security.acls import (
     AclBinding,
     InvalidAcl,
     Operation,
-    PatternType,
-    Permission,
-    ResourceType,
+    from_wire,
 )
-from ..security.authorizer import authorize_cluster
+from ..security.authorizer import acl_authorizer
 from ..slicing import sliced
 
 API_KEY = 30
@@ -29,27 +30,25 @@ VERSIONS = (1, 3)
 
 
 def _binding(item) -> AclBinding:
-    try:
-        binding = AclBinding(ResourceType(item.resource_type), item.resource_name,
-                             PatternType(item.resource_pattern_type), item.principal, item.host,
-                             Operation(item.operation), Permission(item.permission_type))
-    except ValueError as exc:
-        raise InvalidAcl(str(exc)) from None
-    binding.validate()
-    return binding
+    return from_wire(AclBinding, item.resource_type, item.resource_name,
+                     item.resource_pattern_type, item.principal, item.host, item.operation,
+                     item.permission_type)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     creations = request.body.creations
     results: list[tuple[ErrorCode, str | None]] = []
     valid: list[AclBinding] = []
-    denied = authorize_cluster(broker, request, Operation.ALTER)
+    refused: KafkaError | None = None
+    try:
+        authorizer = acl_authorizer(broker, request, Operation.ALTER,
+                                    "No Authorizer is configured.")
+    except KafkaError as exc:
+        refused = exc
     async for item in sliced(creations):
-        if denied:
-            results.append((denied, None))
-        elif broker.authorizer is None:
-            results.append((ErrorCode.security_disabled, "No Authorizer is configured."))
+        if refused is not None:
+            results.append((refused.code, refused.message))
         else:
             try:
                 valid.append(_binding(item))
@@ -57,7 +56,7 @@ async def handle(broker, request):
             except InvalidAcl as exc:
                 results.append((ErrorCode.invalid_request, str(exc)))
     if valid:
-        await broker.authorizer.create(valid)
+        await authorizer.create(valid)
     return build(schema.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple([
         build(schema.AclCreationResult, error_code=code, error_message=message)
         async for code, message in sliced(results)]))

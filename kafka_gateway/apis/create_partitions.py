@@ -10,36 +10,39 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code, error_message
+from ..answers import answer_each
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import InvalidReplicaAssignment, error_code, error_message
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
-from ..slicing import sliced
 
 API_KEY = 37
 VERSIONS = (0, 3)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
-    results = []
-    async for topic in sliced(body.topics):
-        try:
-            if code := authorize(broker, request, Operation.ALTER, ResourceType.TOPIC,
-                                 topic.name):
-                raise KafkaError(code, "The topic authorization is failed.")
-            for assignment in topic.assignments or ():
-                if tuple(assignment.broker_ids) != (broker.node_id,):
-                    raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                     f"replicas must be [{broker.node_id}], the only broker")
-            if body.validate_only:
-                broker.engine.check_new_partitions(topic.name, topic.count)
-            else:
-                await broker.engine.create_partitions(topic.name, topic.count)
-            code, message = ErrorCode.none, None
-        except Exception as exc:
-            code, message = error_code(exc), error_message(exc)
-        results.append(build(schema.CreatePartitionsTopicResult, name=topic.name,
-                             error_code=code, error_message=message))
+
+    def answer(topic, code: ErrorCode = ErrorCode.none, message: str | None = None):
+        return build(schema.CreatePartitionsTopicResult, name=topic.name, error_code=code,
+                     error_message=message)
+
+    async def create(topic):
+        authorize(broker, request, Operation.ALTER, ResourceType.TOPIC, topic.name,
+                  "The topic authorization is failed.")
+        for assignment in topic.assignments or ():
+            if tuple(assignment.broker_ids) != (broker.node_id,):
+                raise InvalidReplicaAssignment(
+                    f"replicas must be [{broker.node_id}], the only broker")
+        if body.validate_only:
+            broker.engine.check_new_partitions(topic.name, topic.count)
+        else:
+            await broker.engine.create_partitions(topic.name, topic.count)
+        return answer(topic)
+
+    results = await answer_each(body.topics, create, lambda topic, exc: answer(
+        topic, error_code(exc), error_message(exc)))
     return build(schema.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

@@ -13,27 +13,36 @@ Needs CREATE on the cluster or on each topic (TOPIC_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 from collections import Counter
+from typing import cast
 from uuid import UUID, uuid4
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..configs import topic_entries
-from ..errors import KafkaError, error_code, error_message
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import (
+    EXPECTED,
+    InvalidReplicaAssignment,
+    InvalidRequest,
+    error_code,
+    error_message,
+)
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, authorize_cluster
+from ..security.authorizer import authorize, cluster_allowed
 from ..slicing import sliced
+from ..topic_configs import topic_entries
 
 API_KEY = 19
 VERSIONS = (2, 7)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     counts = Counter(t.name for t in body.topics)
     # Without CREATE on the cluster, each topic needs its own (asked in the loop).
-    per_topic = bool(authorize_cluster(broker, request, Operation.CREATE, log=False))
+    per_topic = not cluster_allowed(broker, request, Operation.CREATE)
     results = []
     answered = set()
     described_by: dict = {}
@@ -43,22 +52,23 @@ async def handle(broker, request):
         answered.add(topic.name)
         try:
             if counts[topic.name] > 1:
-                raise KafkaError(ErrorCode.invalid_request,
-                                 f"topic {topic.name} appears more than once in the request")
-            if per_topic and (code := authorize(broker, request, Operation.CREATE,
-                                                ResourceType.TOPIC, topic.name)):
-                raise KafkaError(code, "Authorization failed.")
+                raise InvalidRequest(f"topic {topic.name} appears more than once in the request")
+            if per_topic:
+                authorize(broker, request, Operation.CREATE, ResourceType.TOPIC, topic.name,
+                          "Authorization failed.")
             partitions, configs = _plan(broker, topic)
             broker.engine.check_new_topic(topic.name, partitions, topic.replication_factor,
                                           configs)
             if body.validate_only:
                 topic_id = uuid4()  # as Kafka: an id, though nothing is created
             else:
-                created = await broker.engine.create_topic(topic.name, partitions, configs)
+                # check_new_topic refused null values (INVALID_CONFIG), as Kafka does.
+                created = await broker.engine.create_topic(
+                    topic.name, partitions, cast(dict[str, str], configs))
                 topic_id = created.topic_id
             results.append(_result(schema, broker, topic.name, topic_id, partitions, configs,
                                    described_by))
-        except Exception as exc:
+        except EXPECTED as exc:
             results.append(
                 build(schema.CreatableTopicResult, name=topic.name, topic_id=UUID(int=0),
                       error_code=error_code(exc), error_message=error_message(exc),
@@ -71,12 +81,12 @@ def _plan(broker, topic) -> tuple[int, dict[str, str | None]]:
     partitions = topic.num_partitions
     if topic.assignments:
         if partitions != -1 or topic.replication_factor != -1:
-            raise KafkaError(ErrorCode.invalid_request, "both partitions/replication factor "
+            raise InvalidRequest("both partitions/replication factor "
                              "and manual assignments were given")
         for assignment in topic.assignments:
             if tuple(assignment.broker_ids) != (broker.node_id,):
-                raise KafkaError(ErrorCode.invalid_replica_assignment,
-                                 f"replicas must be [{broker.node_id}], the only broker")
+                raise InvalidReplicaAssignment(
+                    f"replicas must be [{broker.node_id}], the only broker")
         partitions = len(topic.assignments)
     elif partitions == -1:
         partitions = broker.config.num_partitions

@@ -8,11 +8,16 @@ SECURITY_DISABLED; a filter with an UNKNOWN field, INVALID_REQUEST.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import KafkaError
 from ..security.acls import AclFilter, InvalidAcl, Operation
-from ..security.authorizer import authorize_cluster
+from ..security.authorizer import acl_authorizer
 from ..slicing import sliced
 from .describe_acls import acl_filter
 
@@ -20,10 +25,10 @@ API_KEY = 31
 VERSIONS = (1, 3)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
 
-    def result(code: ErrorCode, message: str | None, deleted=()) -> object:
+    def result(code: ErrorCode, message: str | None, deleted=()) -> Any:
         return build(schema.DeleteAclsFilterResult, error_code=code, error_message=message,
                      matching_acls=tuple(
                          build(schema.DeleteAclsMatchingAcl, error_code=ErrorCode.none,
@@ -32,16 +37,16 @@ async def handle(broker, request):
                                principal=b.principal, host=b.host, operation=b.operation,
                                permission_type=b.permission) for b in deleted))
 
-    async def response(results) -> object:
+    async def response(results) -> Any:
         return build(schema.DeleteAclsResponse, throttle_time=NO_THROTTLE,
                      filter_results=tuple([r async for r in sliced(results)]))
 
     filters = request.body.filters
-    if denied := authorize_cluster(broker, request, Operation.ALTER):
-        return await response(result(denied, None) for _ in filters)
-    if broker.authorizer is None:
-        return await response(
-            result(ErrorCode.security_disabled, "No Authorizer is configured.") for _ in filters)
+    try:
+        authorizer = acl_authorizer(broker, request, Operation.ALTER,
+                                    "No Authorizer is configured.")
+    except KafkaError as exc:
+        return await response(result(exc.code, exc.message) for _ in filters)
     parsed: list[AclFilter | InvalidAcl] = []
     async for item in sliced(filters):
         try:
@@ -49,6 +54,6 @@ async def handle(broker, request):
         except InvalidAcl as exc:
             parsed.append(exc)
     valid = [f for f in parsed if isinstance(f, AclFilter)]
-    deleted = iter(await broker.authorizer.delete(valid))
+    deleted = iter(await authorizer.delete(valid))
     return await response(result(ErrorCode.invalid_request, str(f)) if isinstance(f, InvalidAcl)
                     else result(ErrorCode.none, None, next(deleted)) for f in parsed)

@@ -9,7 +9,13 @@ Needs DELETE on each group (GROUP_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from ..codec import NO_THROTTLE, build, response_schema
+from kio.schema.errors import ErrorCode
+
+from ..answers import answer_each
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -17,12 +23,16 @@ API_KEY = 42
 VERSIONS = (0, 2)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
-    results = []
-    for group_id in request.body.groups_names:
-        code = authorize(broker, request, Operation.DELETE, ResourceType.GROUP, group_id)
-        if not code:
-            code = await broker.group_offsets.delete_group(group_id)
-        results.append(build(schema.DeletableGroupResult, group_id=group_id, error_code=code))
+
+    def answer(group_id: str, code: ErrorCode):
+        return build(schema.DeletableGroupResult, group_id=group_id, error_code=code)
+
+    async def delete(group_id: str):
+        authorize(broker, request, Operation.DELETE, ResourceType.GROUP, group_id)
+        return answer(group_id, await broker.group_offsets.delete_group(group_id))
+
+    results = await answer_each(request.body.groups_names, delete,
+                                lambda group_id, exc: answer(group_id, error_code(exc)))
     return build(schema.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))

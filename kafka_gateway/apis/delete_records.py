@@ -11,35 +11,34 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code
+from ..answers import each_partition, refuse_denied
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
-from ..slicing import sliced
 
 API_KEY = 21
 VERSIONS = (0, 2)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
-    topics = []
     denied = denied_names(broker, request, Operation.DELETE, ResourceType.TOPIC,
                           (topic.name for topic in request.body.topics))
-    for topic in request.body.topics:
-        partitions = []
-        async for part in sliced(topic.partitions):
-            try:
-                if code := denied.get(topic.name):
-                    raise KafkaError(code)
-                tablet = broker.engine.partition(topic.name, part.partition_index)
-                low = await tablet.delete_records(part.offset)
-                code = ErrorCode.none
-            except Exception as exc:
-                low, code = -1, error_code(exc)
-            partitions.append(build(schema.DeleteRecordsPartitionResult,
-                                    partition_index=part.partition_index, low_watermark=low,
-                                    error_code=code))
-        topics.append(build(schema.DeleteRecordsTopicResult, name=topic.name,
-                            partitions=tuple(partitions)))
-    return build(schema.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    def answer(part, low: int = -1, code: ErrorCode = ErrorCode.none):
+        return build(schema.DeleteRecordsPartitionResult, partition_index=part.partition_index,
+                     low_watermark=low, error_code=code)
+
+    async def delete(topic, part):
+        refuse_denied(denied, topic.name)
+        tablet = broker.engine.partition(topic.name, part.partition_index)
+        return answer(part, await tablet.delete_records(part.offset))
+
+    answered = await each_partition(request.body.topics, lambda topic: topic.partitions, delete,
+                                    lambda _topic, part, exc: answer(part, code=error_code(exc)))
+    return build(schema.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        build(schema.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(parts))
+        for topic, parts in answered))

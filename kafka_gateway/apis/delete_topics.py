@@ -12,8 +12,10 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code, error_message
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, error_code, error_message
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import sliced
@@ -23,7 +25,7 @@ VERSIONS = (1, 6)
 _NO_ID = UUID(int=0)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     if request.version >= 6:
@@ -41,14 +43,14 @@ async def handle(broker, request):
                                            f"no topic with id {topic_id}"))
                     continue
                 name = topic.name
-            if by_id and (code := authorize(broker, request, Operation.DESCRIBE,
-                                            ResourceType.TOPIC, name)):
-                raise KafkaError(code, "Authorization failed.")
-            if code := authorize(broker, request, Operation.DELETE, ResourceType.TOPIC, name):
-                raise KafkaError(code, "Authorization failed.")
+            if by_id:
+                authorize(broker, request, Operation.DESCRIBE, ResourceType.TOPIC, name,
+                          "Authorization failed.")
+            authorize(broker, request, Operation.DELETE, ResourceType.TOPIC, name,
+                      "Authorization failed.")
             topic = await broker.engine.delete_topic(name)
             results.append(_result(schema, name, topic.topic_id, ErrorCode.none, None))
-        except Exception as exc:
+        except EXPECTED as exc:
             results.append(_result(schema, name, topic_id or _NO_ID, error_code(exc),
                                    error_message(exc)))
     return build(schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))

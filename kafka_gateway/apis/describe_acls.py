@@ -8,19 +8,21 @@ The filter's semantics (ANY, MATCH) are Kafka's: security/acls.py.
 from __future__ import annotations
 
 from itertools import groupby
+from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import KafkaError
 from ..security.acls import (
     AclFilter,
     InvalidAcl,
     Operation,
-    PatternType,
-    Permission,
-    ResourceType,
+    from_wire,
 )
-from ..security.authorizer import authorize_cluster
+from ..security.authorizer import acl_authorizer
 from ..slicing import sliced
 
 API_KEY = 29
@@ -29,33 +31,27 @@ VERSIONS = (1, 3)
 
 def acl_filter(item) -> AclFilter:
     """A filter from a DescribeAcls request or a DeleteAcls filter entry."""
-    try:
-        made = AclFilter(ResourceType(item.resource_type_filter), item.resource_name_filter,
-                         PatternType(item.pattern_type_filter), item.principal_filter,
-                         item.host_filter, Operation(item.operation),
-                         Permission(item.permission_type))
-    except ValueError as exc:
-        raise InvalidAcl(str(exc)) from None
-    made.validate()
-    return made
+    return from_wire(AclFilter, item.resource_type_filter, item.resource_name_filter,
+                     item.pattern_type_filter, item.principal_filter, item.host_filter,
+                     item.operation, item.permission_type)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
 
-    def response(code: ErrorCode, message: str | None, resources=()) -> object:
+    def response(code: ErrorCode, message: str | None, resources=()) -> Any:
         return build(schema.DescribeAclsResponse, throttle_time=NO_THROTTLE, error_code=code,
                      error_message=message, resources=tuple(resources))
 
-    if denied := authorize_cluster(broker, request, Operation.DESCRIBE):
-        return response(denied, None)
-    if broker.authorizer is None:
-        return response(ErrorCode.security_disabled, "No Authorizer is configured on the broker")
     try:
+        authorizer = acl_authorizer(broker, request, Operation.DESCRIBE,
+                                    "No Authorizer is configured on the broker")
         wanted = acl_filter(request.body)
+    except KafkaError as exc:
+        return response(exc.code, exc.message)
     except InvalidAcl as exc:
         return response(ErrorCode.invalid_request, str(exc))
-    found = await broker.authorizer.describe(wanted)
+    found = await authorizer.describe(wanted)
     return response(ErrorCode.none, None, [
         build(schema.DescribeAclsResource, resource_type=rtype, resource_name=name,
               pattern_type=pattern, acls=tuple(

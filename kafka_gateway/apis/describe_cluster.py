@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 
 API_KEY = 60
 VERSIONS = (0, 0)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     host, port = broker.advertised(request)
     return build(

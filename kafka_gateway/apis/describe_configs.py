@@ -15,9 +15,15 @@ from kio.schema.errors import ErrorCode
 
 from tablets.engine import check_topic_name
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..config import GatewayConfig
-from ..configs import (
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, InvalidRequest, KafkaError, error_code, error_message
+from ..security.acls import Operation
+from ..security.authorizer import authorize_config
+from ..settings import GatewayConfig
+from ..slicing import sliced
+from ..topic_configs import (
     RESOURCE_BROKER,
     RESOURCE_BROKER_LOGGER,
     RESOURCE_TOPIC,
@@ -25,10 +31,6 @@ from ..configs import (
     broker_entries,
     topic_entries,
 )
-from ..errors import KafkaError, error_code, error_message
-from ..security.acls import Operation
-from ..security.authorizer import authorize_config
-from ..slicing import sliced
 
 API_KEY = 32
 VERSIONS = (1, 4)
@@ -36,15 +38,14 @@ VERSIONS = (1, 4)
 _DEFAULTS = GatewayConfig().properties()  # a node's settings when none is given
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     results = []
     async for resource in sliced(body.resources):
         try:
-            if code := authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
-                                        resource.resource_type, resource.resource_name):
-                raise KafkaError(code)
+            authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
+                             resource.resource_type, resource.resource_name)
             keys = resource.configuration_keys
             entries = _entries(broker, resource.resource_type, resource.resource_name,
                                keys or ())
@@ -52,7 +53,7 @@ async def handle(broker, request):
                 wanted = set(keys)
                 entries = [e for e in entries if e.name in wanted]
             code, message = ErrorCode.none, None
-        except Exception as exc:
+        except EXPECTED as exc:
             entries, code, message = [], error_code(exc), error_message(exc)
         results.append(
             build(
@@ -83,7 +84,7 @@ def _entries(broker, resource_type: int, name: str, keys: tuple[str, ...]):
 
 
 def _invalid(message: str) -> KafkaError:
-    return KafkaError(ErrorCode.invalid_request, message)
+    return InvalidRequest(message)
 
 
 def _entry(schema, entry, include_synonyms: bool):

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import sliced
@@ -27,14 +30,15 @@ _ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _NOT_REQUESTED = -(2**31)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     operations = (_ALL_GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)
                   else _NOT_REQUESTED)
     groups = []
     async for group_id in sliced(body.groups):
-        if code := authorize(broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        if code := code_of(authorize, broker, request, Operation.DESCRIBE, ResourceType.GROUP,
+                           group_id):
             groups.append(build(schema.DescribedGroup, error_code=code, group_id=group_id,
                                 group_state="", protocol_type="", protocol_data="",
                                 authorized_operations=_NOT_REQUESTED, members=()))

@@ -10,41 +10,43 @@ Needs READ on each topic (TOPIC_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
+from ..answers import each_partition, refuse_denied
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import UnknownTopicOrPartition, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
-from ..slicing import sliced
 
 API_KEY = 61
 VERSIONS = (0, 0)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
-    topics = []
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic.name for topic in request.body.topics))
-    for topic in request.body.topics:
-        parts = []
-        async for index in sliced(topic.partition_indexes):
-            code, producers = ErrorCode.none, []
-            if topic.name in denied:
-                code = denied[topic.name]
-            elif not broker.engine.has_partition(topic.name, index):
-                code = ErrorCode.unknown_topic_or_partition
-            else:
-                tablet = broker.engine.partition(topic.name, index)
-                producers = [build(
-                    schema.ProducerState, producer_id=pid, producer_epoch=entry.epoch,
-                    last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
-                    coordinator_epoch=-1, current_txn_start_offset=-1)
-                    for pid, entry in tablet.producers.items()]
-            parts.append(build(schema.PartitionResponse, partition_index=index, error_code=code,
-                               error_message=None, active_producers=tuple(producers)))
-        topics.append(build(schema.TopicResponse, name=topic.name, partitions=tuple(parts)))
-    return build(schema.DescribeProducersResponse, throttle_time=NO_THROTTLE,
-                 topics=tuple(topics))
+
+    def answer(index: int, code: ErrorCode = ErrorCode.none, producers=()):
+        return build(schema.PartitionResponse, partition_index=index, error_code=code,
+                     error_message=None, active_producers=tuple(producers))
+
+    async def describe(topic, index: int):
+        refuse_denied(denied, topic.name)
+        if not broker.engine.has_partition(topic.name, index):
+            raise UnknownTopicOrPartition()
+        tablet = broker.engine.partition(topic.name, index)
+        return answer(index, producers=[build(
+            schema.ProducerState, producer_id=pid, producer_epoch=entry.epoch,
+            last_sequence=entry.last_seq, last_timestamp=entry.last_timestamp,
+            coordinator_epoch=-1, current_txn_start_offset=-1)
+            for pid, entry in tablet.producers.items()])
+
+    answered = await each_partition(request.body.topics, lambda topic: topic.partition_indexes,
+                                    describe,
+                                    lambda _topic, index, exc: answer(index, error_code(exc)))
+    return build(schema.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        build(schema.TopicResponse, name=topic.name, partitions=tuple(parts))
+        for topic, parts in answered))

@@ -9,7 +9,6 @@ only partitions of topics the principal may DESCRIBE are listed.
 from __future__ import annotations
 
 import datetime
-from typing import Any
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
@@ -17,24 +16,25 @@ from kio.static.primitive import i32Timedelta
 from txn.state import TxnState
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import KafkaError, error_code
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, error_code
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
+from ..security.authorizer import allowed, authorize
 
 API_KEY = 65
 VERSIONS = (0, 0)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     states = []
     for transactional_id in request.body.transactional_ids:
         try:
-            if code := authorize(broker, request, Operation.DESCRIBE,
-                                 ResourceType.TRANSACTIONAL_ID, transactional_id):
-                raise KafkaError(code)
+            authorize(broker, request, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
+                      transactional_id)
             meta = broker.txns.describe(transactional_id)
-        except Exception as exc:
+        except EXPECTED as exc:
             states.append(build(
                 schema.TransactionState, error_code=error_code(exc),
                 transactional_id=transactional_id, transaction_state="",
@@ -44,8 +44,7 @@ async def handle(broker: Any, request: Request) -> Any:
             continue
         by_topic: dict[str, list[int]] = {}
         for topic, index in sorted(meta.partitions if meta.is_open else ()):
-            if not authorize(broker, request, Operation.DESCRIBE, ResourceType.TOPIC, topic,
-                             log=False):
+            if allowed(broker, request, Operation.DESCRIBE, ResourceType.TOPIC, topic):
                 by_topic.setdefault(topic, []).append(index)
         states.append(build(
             schema.TransactionState, error_code=ErrorCode.none,

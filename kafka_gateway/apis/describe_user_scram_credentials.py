@@ -8,9 +8,14 @@ cluster (CLUSTER_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
+from typing import Any
+
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import KafkaError
 from ..security.acls import Operation
 from ..security.authorizer import authorize_cluster
 from ..security.scram import MECHANISMS
@@ -19,22 +24,24 @@ API_KEY = 50
 VERSIONS = (0, 0)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
 
-    def response(code: ErrorCode, results: list) -> object:
+    def response(code: ErrorCode, results: list) -> Any:
         return build(schema.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
                      error_code=code, error_message=None, results=tuple(results))
 
     def result(user: str, code: ErrorCode = ErrorCode.none, message: str | None = None,
-               credentials=()) -> object:
+               credentials=()) -> Any:
         return build(schema.DescribeUserScramCredentialsResult, user=user, error_code=code,
                      error_message=message, credential_infos=tuple(
                          build(schema.CredentialInfo, mechanism=MECHANISMS[c.mechanism][1],
                                iterations=c.iterations) for c in credentials))
 
-    if denied := authorize_cluster(broker, request, Operation.DESCRIBE):
-        return response(denied, [])
+    try:
+        authorize_cluster(broker, request, Operation.DESCRIBE)
+    except KafkaError as exc:
+        return response(exc.code, [])
     users = broker.credentials.users()
     wanted = [u.name for u in request.body.users or ()]
     if not wanted:

@@ -16,27 +16,26 @@ Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import Any
+from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
-from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, error_code
+from ..security.authorizer import authorize_txn
 
 API_KEY = 26
 VERSIONS = (0, 3)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
-    code = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                     body.transactional_id)
-    if code:
-        return build(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
+    code = ErrorCode.none
     try:
+        authorize_txn(broker, request, body.transactional_id)
         await broker.txns.end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
                                   body.committed, request.connection)
-    except Exception as exc:
-        code = txn_error_code(exc, request.version, fenced_since=2)
+    except EXPECTED as exc:
+        code = error_code(exc, API_KEY, request.version)
     return build(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -28,8 +28,10 @@ from kio.schema.errors import ErrorCode
 
 from tablets.tablet import PartitionTablet
 
-from ..codec import EncodedBody
-from ..errors import error_code
+from ..codec import EncodedBody, Request
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, code_of, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
@@ -56,7 +58,7 @@ class _Wanted:
         self.error: ErrorCode = error
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     version = request.version
     by_id = version >= 13
@@ -89,6 +91,7 @@ async def _count(metrics, wanted: list[_Wanted], parts, total: int) -> None:
         if code is not ErrorCode.none:
             metrics.response_errors[("fetch", code.name.upper())] += 1
         elif batches:
+            assert want.tablet is not None  # none of an error was read
             metrics.topic_bytes_out[want.tablet.topic_id] += sum(map(len, batches))
 
 
@@ -115,14 +118,15 @@ def _authorize(broker, request, wanted: list[_Wanted], by_id: bool) -> None:
             continue  # nothing to name: unknown ids stay unknown
         if want.key not in codes:
             name = broker.engine.topics_by_id[want.key].name if by_id else want.key
-            codes[want.key] = authorize(broker, request, Operation.READ, ResourceType.TOPIC, name)
+            codes[want.key] = code_of(authorize, broker, request, Operation.READ,
+                                      ResourceType.TOPIC, name)
         if codes[want.key]:
             want.tablet, want.error = None, codes[want.key]
 
 
 async def _read_all(wanted: list[_Wanted], max_bytes: int):
     """Read every partition once; returns (results, bytes read, any error)."""
-    parts = []
+    parts: list[tuple[ErrorCode, int, int, list]] = []
     total = 0
     failed = False
     async for want in sliced(wanted):
@@ -138,7 +142,7 @@ async def _read_all(wanted: list[_Wanted], max_bytes: int):
             continue
         try:
             result = await tablet.read(want.fetch_offset, min(want.max_bytes, room))
-        except Exception as exc:
+        except EXPECTED as exc:
             parts.append((error_code(exc), -1, -1, []))  # as Kafka: no offsets with an error
             failed = True
             continue

@@ -51,8 +51,8 @@ def encode(version: int, topics: dict[str | UUID, list[PartitionResult]],
             head += key.bytes
         else:
             name = str(key).encode()
-            size = encode_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))
-            head += size + name
+            length = encode_uvarint(len(name) + 1) if flexible else _I16.pack(len(name))
+            head += length + name
         head += _array_length(len(partitions), flexible)
         for index, error, high_watermark, log_start, batches in partitions:
             # The last stable offset is the high watermark: only committed data is stored.

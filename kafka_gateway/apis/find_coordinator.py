@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import InvalidGroupId, InvalidRequest, code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -25,18 +28,20 @@ GROUP_KEY = 0
 TRANSACTION_KEY = 1
 
 
-def _error_for(broker, request, key_type: int, key: str) -> ErrorCode:
+def _check(broker, request, key_type: int, key: str) -> None:
     if key_type not in (GROUP_KEY, TRANSACTION_KEY):
-        return ErrorCode.invalid_request
+        raise InvalidRequest()
     rtype = ResourceType.GROUP if key_type == GROUP_KEY else ResourceType.TRANSACTIONAL_ID
-    if code := authorize(broker, request, Operation.DESCRIBE, rtype, key):
-        return code
+    authorize(broker, request, Operation.DESCRIBE, rtype, key)
     if key_type == GROUP_KEY and "\x00" in key:
-        return ErrorCode.invalid_group_id
-    return ErrorCode.none
+        raise InvalidGroupId()
 
 
-async def handle(broker, request):
+def _error_for(broker, request, key_type: int, key: str) -> ErrorCode:
+    return code_of(_check, broker, request, key_type, key)
+
+
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     key_type = getattr(body, "key_type", GROUP_KEY)

@@ -11,7 +11,10 @@ Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -19,9 +22,9 @@ API_KEY = 12
 VERSIONS = (0, 4)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
-    code = authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    code = code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
     if not code:
         code = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
                                        getattr(body, "group_instance_id", None))

@@ -7,11 +7,12 @@ others, as in Kafka.
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
-
 from tablets.topic_config import TOPIC_CONFIGS, ConfigType, InvalidConfig
 
-from ..errors import KafkaError
+from ..codec import Request
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import InvalidRequest
 from .alter_configs import alter, refuse_null_values
 
 API_KEY = 44
@@ -20,14 +21,14 @@ VERSIONS = (0, 1)
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     return await alter(broker, request, API_KEY, _apply)
 
 
 def _apply(current: dict[str, str], configs) -> dict[str, str]:
     names = [c.name for c in configs]
     if len(names) != len(set(names)):
-        raise KafkaError(ErrorCode.invalid_request, "a config appears more than once")
+        raise InvalidRequest("a config appears more than once")
     refuse_null_values(c for c in configs if c.config_operation == SET)
     for config in configs:
         op, name, value = config.config_operation, config.name, config.value
@@ -51,5 +52,5 @@ def _apply(current: dict[str, str], configs) -> dict[str, str]:
                     items.remove(item)
             current[name] = ",".join(items)
         else:
-            raise KafkaError(ErrorCode.invalid_request, f"unknown config operation {op}")
+            raise InvalidRequest(f"unknown config operation {op}")
     return current

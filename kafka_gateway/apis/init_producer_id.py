@@ -20,32 +20,36 @@ topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka 3.x (KIP-679).
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, error_code
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, authorize_any, authorize_cluster
+from ..security.authorizer import (
+    authorize_any,
+    authorize_cluster,
+    authorize_txn,
+    cluster_allowed,
+)
 
 API_KEY = 22
 VERSIONS = (0, 4)
 
 
-def _denied(broker, request, transactional_id: str | None) -> ErrorCode:
+def _authorize(broker, request, transactional_id: str | None) -> None:
     if transactional_id is not None:
-        return authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                         transactional_id)
-    if broker.authorizer is None or not authorize_cluster(
-            broker, request, Operation.IDEMPOTENT_WRITE, log=False):
-        return ErrorCode.none
-    if authorize_any(broker, request, Operation.WRITE, ResourceType.TOPIC):
-        return ErrorCode.none  # KIP-679: WRITE on any topic allows idempotence
-    return authorize_cluster(broker, request, Operation.IDEMPOTENT_WRITE)
+        authorize_txn(broker, request, transactional_id)
+    elif cluster_allowed(broker, request, Operation.IDEMPOTENT_WRITE):
+        pass
+    elif authorize_any(broker, request, Operation.WRITE, ResourceType.TOPIC):
+        pass  # KIP-679: WRITE on any topic allows idempotence
+    else:
+        authorize_cluster(broker, request, Operation.IDEMPOTENT_WRITE)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     producer_id, epoch, code = -1, -1, ErrorCode.none
@@ -54,14 +58,13 @@ async def handle(broker: Any, request: Request) -> Any:
             transactional_id is not None
             and len(transactional_id.encode()) > broker.config.transactional_id_max_bytes):
         code = ErrorCode.invalid_request
-    elif code := _denied(broker, request, body.transactional_id):
-        pass
     else:
         try:
+            _authorize(broker, request, body.transactional_id)
             producer_id, epoch = await broker.txns.init_producer_id(
                 body.transactional_id, int(body.transaction_timeout.total_seconds() * 1000),
                 getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
-        except Exception as exc:
-            code = txn_error_code(exc, request.version, fenced_since=4)
+        except EXPECTED as exc:
+            code = error_code(exc, API_KEY, request.version)
     return build(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=code,
                  producer_id=producer_id, producer_epoch=epoch)

@@ -24,7 +24,10 @@ import datetime
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import code_of
 from ..groups import JoinRequest
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
@@ -35,10 +38,11 @@ VERSIONS = (0, 9)
 _MS = datetime.timedelta(milliseconds=1)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     version = request.version
-    if code := authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id):
+    if code := code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
+                       body.group_id):
         schema = response_schema(API_KEY, version)
         return build(schema.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
                      generation_id=-1, protocol_type=None,

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -19,10 +22,11 @@ API_KEY = 13
 VERSIONS = (0, 5)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
-    if code := authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id):
+    if code := code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
+                       body.group_id):
         return build(schema.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
                      members=())
     if request.version < 3:

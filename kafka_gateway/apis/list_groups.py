@@ -12,18 +12,20 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, authorize_cluster
+from ..security.authorizer import allowed, cluster_allowed
 
 API_KEY = 16
 VERSIONS = (0, 4)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     states = getattr(request.body, "states_filter", ())
-    everything = not authorize_cluster(broker, request, Operation.DESCRIBE, log=False)
+    everything = cluster_allowed(broker, request, Operation.DESCRIBE)
     return build(
         schema.ListGroupsResponse,
         throttle_time=NO_THROTTLE,
@@ -32,7 +34,7 @@ async def handle(broker, request):
             build(schema.ListedGroup, group_id=group_id, protocol_type=protocol_type,
                   group_state=state)
             for group_id, protocol_type, state in broker.groups.list_groups(states)
-            if everything or not authorize(broker, request, Operation.DESCRIBE,
-                                           ResourceType.GROUP, group_id, log=False)
+            if everything or allowed(broker, request, Operation.DESCRIBE, ResourceType.GROUP,
+                                     group_id)
         ),
     )

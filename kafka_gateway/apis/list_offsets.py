@@ -21,12 +21,14 @@ from kio.schema.errors import ErrorCode
 
 from tablets.tablet import LEADER_EPOCH
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code
+from ..answers import each_partition, refuse_denied
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import InvalidRequest, error_class, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
-from ..slicing import sliced
 
 API_KEY = 2
 VERSIONS = (1, 7)
@@ -36,37 +38,29 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     asked = Counter((t.name, p.partition_index) for t in request.body.topics for p in t.partitions)
-    topics = []
     denied = denied_names(broker, request, Operation.DESCRIBE, ResourceType.TOPIC,
                           (topic.name for topic in request.body.topics))
-    for topic in request.body.topics:
-        partitions = []
-        async for part in sliced(topic.partitions):
-            try:
-                if topic.name in denied:
-                    partitions.append(_answer(schema, part.partition_index, denied[topic.name]))
-                    continue
-                if asked[topic.name, part.partition_index] > 1:  # as Kafka: ambiguous
-                    partitions.append(_answer(schema, part.partition_index,
-                                              ErrorCode.invalid_request))
-                    continue
-                code = leader_epoch_error(getattr(part, "current_leader_epoch", -1))
-                if code is not ErrorCode.none:
-                    partitions.append(_answer(schema, part.partition_index, code))
-                    continue
-                tablet = broker.engine.partition(topic.name, part.partition_index)
-                offset, timestamp = await _lookup(tablet, part.timestamp)
-                partitions.append(
-                    _answer(schema, part.partition_index, ErrorCode.none, offset, timestamp)
-                )
-            except Exception as exc:
-                partitions.append(_answer(schema, part.partition_index, error_code(exc)))
-        topics.append(build(schema.ListOffsetsTopicResponse, name=topic.name,
-                            partitions=tuple(partitions)))
-    return build(schema.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+
+    async def look_up(topic, part):
+        refuse_denied(denied, topic.name)
+        if asked[topic.name, part.partition_index] > 1:  # as Kafka: ambiguous
+            raise InvalidRequest()
+        code = leader_epoch_error(getattr(part, "current_leader_epoch", -1))
+        if code is not ErrorCode.none:
+            raise error_class(code)()
+        tablet = broker.engine.partition(topic.name, part.partition_index)
+        offset, timestamp = await _lookup(tablet, part.timestamp)
+        return _answer(schema, part.partition_index, ErrorCode.none, offset, timestamp)
+
+    answered = await each_partition(
+        request.body.topics, lambda topic: topic.partitions, look_up,
+        lambda _topic, part, exc: _answer(schema, part.partition_index, error_code(exc)))
+    return build(schema.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(
+        build(schema.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(parts))
+        for topic, parts in answered))
 
 
 async def _lookup(tablet, timestamp: int) -> tuple[int, int]:

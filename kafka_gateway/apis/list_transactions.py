@@ -7,15 +7,15 @@ Lists only the transactional ids the principal may DESCRIBE.
 
 from __future__ import annotations
 
-from typing import Any
-
 from kio.schema.errors import ErrorCode
 
 from txn.state import TxnState
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
+from ..security.authorizer import allowed
 
 API_KEY = 66
 VERSIONS = (0, 0)
@@ -23,7 +23,7 @@ VERSIONS = (0, 0)
 _BY_NAME = {state.value: state for state in TxnState}
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     unknown = tuple(name for name in body.state_filters if name not in _BY_NAME)
@@ -38,6 +38,6 @@ async def handle(broker: Any, request: Request) -> Any:
                                        producer_id=meta.producer_id,
                                        transaction_state=meta.state.value)
                                  for meta in sorted(listed, key=lambda m: m.transactional_id)
-                                 if not authorize(broker, request, Operation.DESCRIBE,
-                                                  ResourceType.TRANSACTIONAL_ID,
-                                                  meta.transactional_id, log=False)))
+                                 if allowed(broker, request, Operation.DESCRIBE,
+                                            ResourceType.TRANSACTIONAL_ID,
+                                            meta.transactional_id)))

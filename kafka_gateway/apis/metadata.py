@@ -20,12 +20,15 @@ from kio.schema.errors import ErrorCode
 
 from tablets import Topic
 from tablets.engine import check_topic_name
+from tablets.errors import InvalidTopicName
 from tablets.tablet import LEADER_EPOCH
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, code_of, error_code
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, authorize_cluster
+from ..security.authorizer import allowed, authorize, cluster_allowed
 from ..slicing import sliced
 
 API_KEY = 3
@@ -33,7 +36,7 @@ VERSIONS = (0, 12)
 _NO_ID = UUID(int=0)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     version = request.version
@@ -49,7 +52,8 @@ async def handle(broker, request):
         topics = [await _topic(schema, t, node)
                   async for t in sliced(sorted(broker.engine.topics.values(),
                                                key=lambda t: t.name))
-                  if not secured or not _describe(broker, request, t.name, log=False)]
+                  if not secured or allowed(broker, request, Operation.DESCRIBE,
+                                            ResourceType.TOPIC, t.name)]
     else:
         async for wanted in sliced(requested):
             name = getattr(wanted, "name", None)
@@ -80,8 +84,9 @@ async def handle(broker, request):
     )
 
 
-def _describe(broker, request, name: str, log: bool = True) -> ErrorCode:
-    return authorize(broker, request, Operation.DESCRIBE, ResourceType.TOPIC, name, log)
+def _describe(broker, request, name: str) -> ErrorCode:
+    """The code of a topic the principal may not describe, else none."""
+    return code_of(authorize, broker, request, Operation.DESCRIBE, ResourceType.TOPIC, name)
 
 
 async def _named(broker, request, schema, name: str, allow_create: bool, node: int):
@@ -89,19 +94,19 @@ async def _named(broker, request, schema, name: str, allow_create: bool, node: i
     if topic is not None:
         return await _topic(schema, topic, node)
     creating = allow_create and broker.config.auto_create_topics
-    if creating and broker.authorizer is not None and authorize_cluster(
-            broker, request, Operation.CREATE, log=False) and (code := authorize(
-                broker, request, Operation.CREATE, ResourceType.TOPIC, name)):
+    if creating and broker.authorizer is not None and not cluster_allowed(
+            broker, request, Operation.CREATE) and (code := code_of(
+                authorize, broker, request, Operation.CREATE, ResourceType.TOPIC, name)):
         return _error(schema, name, code)
     try:
         check_topic_name(name)
-    except Exception:
+    except InvalidTopicName:
         return _error(schema, name, ErrorCode.invalid_topic_exception)
     if not creating:
         return _error(schema, name, ErrorCode.unknown_topic_or_partition)
     try:
         topic = await broker.auto_create(name)
-    except Exception as exc:
+    except EXPECTED as exc:
         return _error(schema, name, error_code(exc))
     return await _topic(schema, topic, node)
 

@@ -23,8 +23,18 @@ from kio.schema.errors import ErrorCode
 
 from tablets.consumer_offsets import OffsetCommit
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code
+from ..answers import answer_each, refuse_denied
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import (
+    EXPECTED,
+    OffsetMetadataTooLarge,
+    UnknownTopicOrPartition,
+    code_of,
+    error_class,
+    error_code,
+)
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
@@ -33,33 +43,40 @@ API_KEY = 8
 VERSIONS = (2, 8)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     max_metadata = broker.config.offset_metadata_max_bytes
-    codes: dict[tuple[str, int], ErrorCode] = {}
     commits: dict[tuple[str, int], OffsetCommit] = {}
-    group_denied = authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    group_denied = code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
+                           body.group_id)
     denied = {} if group_denied else denied_names(broker, request, Operation.READ,
                                                   ResourceType.TOPIC,
                                                   (topic.name for topic in body.topics))
-    async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions):
+
+    async def check(item) -> tuple[tuple[str, int], ErrorCode]:
+        topic, part = item
         tp = (topic.name, part.partition_index)
+        if group_denied:
+            raise error_class(group_denied)()
+        refuse_denied(denied, topic.name)
+        if not broker.engine.has_partition(*tp):
+            raise UnknownTopicOrPartition()
         metadata = part.committed_metadata or ""
-        if code := group_denied or denied.get(topic.name):
-            codes[tp] = code
-        elif not broker.engine.has_partition(*tp):
-            codes[tp] = ErrorCode.unknown_topic_or_partition
-        elif len(metadata.encode()) > max_metadata:
-            codes[tp] = ErrorCode.offset_metadata_too_large
-        else:
-            commits[tp] = OffsetCommit(part.committed_offset,
-                                       getattr(part, "committed_leader_epoch", -1), metadata)
+        if len(metadata.encode()) > max_metadata:
+            raise OffsetMetadataTooLarge()
+        commits[tp] = OffsetCommit(part.committed_offset,
+                                   getattr(part, "committed_leader_epoch", -1), metadata)
+        return tp, ErrorCode.none  # the group's answer, once written
+
+    codes = dict(await answer_each(
+        ((t, p) for t in body.topics for p in t.partitions), check,
+        lambda item, exc: ((item[0].name, item[1].partition_index), error_code(exc))))
     if commits:
         try:
             group_code = await broker.group_offsets.commit_offsets(
                 body.group_id, body.generation_id_or_member_epoch, body.member_id,
                 getattr(body, "group_instance_id", None), commits)
-        except Exception as exc:  # the store refused the write
+        except EXPECTED as exc:  # the store refused the write
             group_code = error_code(exc)
         codes.update(dict.fromkeys(commits, group_code))
 

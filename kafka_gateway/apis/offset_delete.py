@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import error_code
+from ..answers import answer_each, refuse_denied
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, GroupSubscribedToTopic, UnknownTopicOrPartition, code_of, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 
@@ -23,34 +26,38 @@ API_KEY = 47
 VERSIONS = (0, 0)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
-    group_code = authorize(broker, request, Operation.DELETE, ResourceType.GROUP, body.group_id)
+    group_code = code_of(authorize, broker, request, Operation.DELETE, ResourceType.GROUP,
+                         body.group_id)
     protected = None
     if not group_code:
         group_code, protected = broker.group_offsets.check_offset_delete(body.group_id)
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic.name for topic in body.topics)) if not group_code else {}
-    codes: dict[tuple[str, int], ErrorCode] = {}
     doomed = []
+
+    async def check(item) -> tuple[tuple[str, int], ErrorCode]:
+        topic, part = item
+        tp = (topic.name, part.partition_index)
+        refuse_denied(denied, topic.name)
+        if not broker.engine.has_partition(*tp):
+            raise UnknownTopicOrPartition()
+        if protected is None or topic.name in protected:
+            raise GroupSubscribedToTopic()
+        doomed.append(tp)
+        return tp, ErrorCode.none
+
+    codes: dict[tuple[str, int], ErrorCode] = {}
     if group_code is ErrorCode.none:
-        for topic in body.topics:
-            for part in topic.partitions:
-                tp = (topic.name, part.partition_index)
-                if code := denied.get(topic.name):
-                    codes[tp] = code
-                elif not broker.engine.has_partition(*tp):
-                    codes[tp] = ErrorCode.unknown_topic_or_partition
-                elif protected is None or topic.name in protected:
-                    codes[tp] = ErrorCode.group_subscribed_to_topic
-                else:
-                    codes[tp] = ErrorCode.none
-                    doomed.append(tp)
+        codes = dict(await answer_each(
+            ((t, p) for t in body.topics for p in t.partitions), check,
+            lambda item, exc: ((item[0].name, item[1].partition_index), error_code(exc))))
         if doomed:
             try:
                 await broker.group_offsets.offsets.delete(body.group_id, doomed)
-            except Exception as exc:  # the store refused the write
+            except EXPECTED as exc:  # the store refused the write
                 codes.update(dict.fromkeys(doomed, error_code(exc)))
     return build(
         schema.OffsetDeleteResponse,

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
@@ -27,7 +30,7 @@ API_KEY = 9
 VERSIONS = (1, 8)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     if request.version >= 8:
@@ -47,7 +50,7 @@ async def handle(broker, request):
 
 
 def _group_denied(broker, request, group_id: str) -> ErrorCode:
-    return authorize(broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+    return code_of(authorize, broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id)
 
 
 async def _group(broker, request, schema, group_id, topics, require_stable):

@@ -13,22 +13,25 @@ from kio.schema.errors import ErrorCode
 
 from tablets.tablet import LEADER_EPOCH
 
-from ..codec import NO_THROTTLE, build, response_schema
-from ..errors import KafkaError, error_code
+from ..answers import refuse_denied
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize_cluster, denied_names
+from ..security.authorizer import cluster_allowed, denied_names
 from ..slicing import sliced
 
 API_KEY = 23
 VERSIONS = (2, 4)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     topics = []
     denied = {}
-    if authorize_cluster(broker, request, Operation.CLUSTER_ACTION, log=False):
+    if not cluster_allowed(broker, request, Operation.CLUSTER_ACTION):
         denied = denied_names(broker, request, Operation.DESCRIBE, ResourceType.TOPIC,
                               (topic.topic for topic in request.body.topics))
     for topic in request.body.topics:
@@ -36,13 +39,12 @@ async def handle(broker, request):
         async for part in sliced(topic.partitions):
             epoch, end = -1, -1
             try:
-                if code := denied.get(topic.topic):
-                    raise KafkaError(code)
+                refuse_denied(denied, topic.topic)
                 code = leader_epoch_error(part.current_leader_epoch)
                 tablet = broker.engine.partition(topic.topic, part.partition)
                 if code is ErrorCode.none and part.leader_epoch == LEADER_EPOCH:
                     epoch, end = LEADER_EPOCH, tablet.high_watermark
-            except Exception as exc:
+            except EXPECTED as exc:
                 code = error_code(exc)
             partitions.append(build(schema.EpochEndOffset, error_code=code,
                                     partition=part.partition, leader_epoch=epoch,

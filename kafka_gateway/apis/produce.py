@@ -64,13 +64,28 @@ import weakref
 
 from kio.schema.errors import ErrorCode
 
+from common.clock import now_ms
 from tablets.batch import transactional_producer
-from tablets.tablet import now_ms
 
-from ..codec import NO_THROTTLE, EncodedBody, build, response_schema
-from ..errors import KafkaError, error_message, record_errors, txn_error_code
+from ..answers import refuse_denied
+from ..codec import NO_THROTTLE, EncodedBody, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import (
+    EXPECTED,
+    CorruptMessage,
+    InvalidProducerIdMapping,
+    InvalidRequest,
+    InvalidRequiredAcks,
+    KafkaError,
+    NotEnoughReplicas,
+    TransactionalIdAuthorizationFailed,
+    answer_class,
+    error_message,
+    record_errors,
+)
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, denied_names
+from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
 from .produce_request import decode
 
@@ -83,7 +98,7 @@ _APPEND_LOCKS: weakref.WeakValueDictionary[tuple[int, int], asyncio.Lock] = (
     weakref.WeakValueDictionary())
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, max(request.version, 3))
     acks = body.acks
@@ -115,7 +130,7 @@ async def handle(broker, request):
                 record_errors=(),
                 error_message=None,
             )
-        except Exception as exc:
+        except EXPECTED as exc:
             code, message = _error(exc, request.version)
             part = build(
                 schema.PartitionProduceResponse,
@@ -154,14 +169,13 @@ def _refused(broker, request) -> KafkaError | None:
         return None
     txn_id = body.transactional_id
     if txn_id is None:
-        return KafkaError(ErrorCode.transactional_id_authorization_failed,
-                          "transactional batches need a transactional id")
-    if broker.authorizer is not None and (code := authorize(
-            broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)):
-        return KafkaError(code)
+        return TransactionalIdAuthorizationFailed("transactional batches need a transactional id")
+    try:
+        authorize_txn(broker, request, txn_id)
+    except KafkaError as exc:
+        return exc
     if len(producers) > 1:
-        return KafkaError(ErrorCode.invalid_producer_id_mapping,
-                          "Transactional records contained more than one producer ID")
+        return InvalidProducerIdMapping("Transactional records contained more than one producer ID")
     return None
 
 
@@ -173,27 +187,25 @@ async def _append_all(broker, request, body, acks: int, now: int,
                                          for p in t.partition_data):
         try:
             if acks not in (-1, 0, 1):
-                raise KafkaError(
-                    ErrorCode.invalid_required_acks, f"acks must be -1, 0 or 1, not {acks}"
+                raise InvalidRequiredAcks(f"acks must be -1, 0 or 1, not {acks}"
                 )
             if refused is not None:
                 raise refused
-            if denied and topic_data.name in denied:
-                raise KafkaError(denied[topic_data.name])
+            if denied:
+                refuse_denied(denied, topic_data.name)
             tablet = broker.engine.partition(topic_data.name, part.index)
             if part.records is None:
-                raise KafkaError(ErrorCode.corrupt_message, "null record set")
+                raise CorruptMessage("null record set")
             sink = None
             if (producer := transactional_producer(part.records)) is not None:
                 if not body.transactional_id:
-                    raise KafkaError(ErrorCode.invalid_request,
-                                     "a transactional id must not be empty")
+                    raise InvalidRequest("a transactional id must not be empty")
                 sink = broker.txns.sink_for(body.transactional_id, *producer,
                                             topic_data.name, part.index, request.connection)
             outcome = tablet.append(part.records, now, sink)
             broker.metrics.produced_bytes += len(part.records)
             broker.metrics.topic_bytes_in[tablet.topic_id] += len(part.records)
-        except Exception as exc:
+        except EXPECTED as exc:
             outcome = exc
         pending.append((topic_data.name, part.index, outcome))
 
@@ -215,15 +227,15 @@ def _denied(broker, request) -> dict[str, ErrorCode]:
 
 
 def _error(exc: BaseException, version: int) -> tuple[ErrorCode, str]:
-    """A partition's code and message. As Kafka 3.6+ translates a transaction
-    verification's CONCURRENT_TRANSACTIONS for Produce: NOT_ENOUGH_REPLICAS,
-    which every client retries without a metadata refresh."""
-    code = txn_error_code(exc, version, fenced_since=None)
-    if code is ErrorCode.concurrent_transactions:
-        return ErrorCode.not_enough_replicas, (
+    """A partition's code and message (errors.OVERRIDES: a fenced producer gets
+    INVALID_PRODUCER_EPOCH; CONCURRENT_TRANSACTIONS becomes NOT_ENOUGH_REPLICAS,
+    as Kafka 3.6+ translates a transaction verification's, with its message)."""
+    answer = answer_class(exc, API_KEY, version)
+    if answer is NotEnoughReplicas:
+        return answer.code, (
             "Unable to verify the partition has been added to the transaction. Underlying "
             f"error: CONCURRENT_TRANSACTIONS ({error_message(exc)})")
-    return code, error_message(exc)
+    return answer.code, error_message(exc)
 
 
 def _legacy_response(version: int, results: dict[str, list]) -> EncodedBody:

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, response_schema
+from ..codec import Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 
 API_KEY = 36
 VERSIONS = (0, 2)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     return build(schema.SaslAuthenticateResponse, error_code=ErrorCode.illegal_sasl_state,
                  error_message="SaslAuthenticate request received after successful "

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import build, response_schema
+from ..codec import Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
 
 API_KEY = 17
 VERSIONS = (0, 1)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     return build(schema.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state,
                  mechanisms=())

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import KafkaError
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -23,11 +26,13 @@ API_KEY = 14
 VERSIONS = (0, 5)
 
 
-async def handle(broker, request):
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
-    if code := authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id):
-        return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
+    try:
+        authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    except KafkaError as exc:
+        return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=exc.code,
                      protocol_type=None, protocol_name=None, assignment=b"")
     if request.version >= 5 and (body.protocol_type is None or body.protocol_name is None):
         # As Kafka: from v5 both are mandatory; the group is not touched.

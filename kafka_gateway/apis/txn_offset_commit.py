@@ -30,29 +30,28 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from tablets.consumer_offsets import OffsetCommit
-from txn.errors import TxnConflict
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
-from ..errors import txn_error_code
+from ..context import HandlerContext
+from ..contract import Response
+from ..errors import EXPECTED, code_of, error_code
 from ..groups.coordinator import is_valid_group_id, member_tag
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, denied_names
+from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
 
 API_KEY = 28
 VERSIONS = (0, 3)
 
 
-async def handle(broker: Any, request: Request) -> Any:
+async def handle(broker: HandlerContext, request: Request) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     wanted = {(topic.name, part.partition_index): OffsetCommit(
                   part.committed_offset, getattr(part, "committed_leader_epoch", -1),
                   part.committed_metadata or "")
               async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions)}
-    refused = authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
-                        body.transactional_id) or authorize(
-        broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    refused = code_of(authorize_txn, broker, request, body.transactional_id, body.group_id)
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic for topic, _index in wanted)) if not refused else {}
     codes = {tp: refused or denied[tp[0]] for tp in wanted if refused or tp[0] in denied}
@@ -64,8 +63,8 @@ async def handle(broker: Any, request: Request) -> Any:
     if not is_valid_group_id(body.group_id, allow_empty=False):
         code = ErrorCode.invalid_group_id
     else:
-        code = broker.groups.fence_txn_commit(
-            body.group_id, generation, member_id, getattr(body, "group_instance_id", None))
+        code = code_of(broker.groups.fence_txn_commit, body.group_id, generation, member_id,
+                       getattr(body, "group_instance_id", None))
     if code is ErrorCode.none:
         # As Kafka's GroupMetadataManager.storeOffsets: past the group checks, a
         # partition whose metadata is too long is refused alone, the rest stored.
@@ -82,10 +81,8 @@ async def handle(broker: Any, request: Request) -> Any:
             await broker.txns.txn_offset_commit(
                 body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
                 commits, request.connection, member_tag(generation, member_id or ""))
-        except TxnConflict:
-            code = ErrorCode.illegal_generation
-        except Exception as exc:
-            code = txn_error_code(exc, request.version, fenced_since=None)
+        except EXPECTED as exc:
+            code = error_code(exc, API_KEY, request.version)
     codes.update(dict.fromkeys(commits, code))
     by_topic: dict[str, list[Any]] = {}
     async for (topic, index), each in sliced(codes.items()):

@@ -22,7 +22,7 @@ import importlib.metadata
 import logging
 import sys
 
-from .. import config as settings
+from .. import settings
 from .common import add_client_options
 from .console import add_console_parsers, run_consume, run_produce
 from .groups import add_groups_parser, run_groups

@@ -22,7 +22,7 @@ from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_fetch.v8 import request as offset_fetch
 
 from ..client import ClientSecurity, KafkaClient
-from ..config import read_properties
+from ..settings import read_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 DEFAULT_CLIENT_ID = "kafka-gateway-cli"

@@ -36,11 +36,12 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
+from common.clock import now_ms
 from common.logtext import client_text
 from tablets.consumer_offsets import ConsumerOffsets
-from tablets.tablet import now_ms
 
-from ..config import GatewayConfig
+from ..errors import KafkaError
+from ..settings import GatewayConfig
 from .fences import Fences
 from .fences import is_valid_group_id as is_valid_group_id  # the handlers' import
 from .fences import member_tag as member_tag
@@ -113,9 +114,10 @@ class GroupCoordinator(JoinPhase, Fences):
     def _sync(self, group_id: str, generation_id: int, member_id: str, instance_id: str | None,
               protocol_type: str | None, protocol_name: str | None,
               assignments: Mapping[str, bytes]) -> asyncio.Future[SyncResult]:
-        group, error = self._fence_member(group_id, generation_id, member_id, instance_id)
-        if group is None:
-            return done(SyncResult(error))
+        try:
+            group = self._fence_member(group_id, generation_id, member_id, instance_id)
+        except KafkaError as exc:
+            return done(SyncResult(exc.code))
         if (protocol_type is not None and protocol_type != group.protocol_type) or (
                 protocol_name is not None and protocol_name != group.protocol_name):
             return done(SyncResult(ErrorCode.inconsistent_group_protocol))
@@ -155,9 +157,10 @@ class GroupCoordinator(JoinPhase, Fences):
     # ------------------------------------------------------------ Heartbeat
     def heartbeat(self, group_id: str, generation_id: int, member_id: str,
                   instance_id: str | None) -> ErrorCode:
-        group, error = self._fence_member(group_id, generation_id, member_id, instance_id)
-        if group is None:
-            return error
+        try:
+            group = self._fence_member(group_id, generation_id, member_id, instance_id)
+        except KafkaError as exc:
+            return exc.code
         if group.is_(EMPTY):
             return ErrorCode.unknown_member_id
         self._schedule_session_expiry(group, group.members[member_id])

@@ -7,6 +7,15 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
+from ..errors import (
+    CoordinatorNotAvailable,
+    FencedInstanceId,
+    IllegalGeneration,
+    InvalidGroupId,
+    RebalanceInProgress,
+    UnknownMemberId,
+    error_class,
+)
 from .group import Group, GroupState
 from .rebalance import Rebalancer
 
@@ -28,25 +37,27 @@ def member_tag(generation_id: int, member_id: str) -> str:
 
 
 class Fences(Rebalancer):
-    """The member and generation checks, over the rebalancer's groups."""
+    """The member and generation checks, over the rebalancer's groups. Each
+    fence raises the error Kafka answers (kafka_gateway/errors.py)."""
 
     def _fence_member(self, group_id: str, generation_id: int, member_id: str,
-                      instance_id: str | None) -> tuple[Group | None, ErrorCode]:
+                      instance_id: str | None) -> Group:
         """The fence of SyncGroup and Heartbeat: a live group, a known member
-        (and static instance), the current generation. Returns the group, or
-        None with the error to answer."""
+        (and static instance), the current generation. Returns the group."""
         group = self.groups.get(group_id)
         if group is None:
-            return None, ErrorCode.unknown_member_id
+            raise UnknownMemberId()
         if group.is_(DEAD):
-            return None, ErrorCode.coordinator_not_available
+            raise CoordinatorNotAvailable()
         error = group.validate_member(member_id, instance_id)
-        if error is ErrorCode.none and generation_id != group.generation_id:
-            error = ErrorCode.illegal_generation
-        return (group, error) if error is ErrorCode.none else (None, error)
+        if error is not ErrorCode.none:
+            raise error_class(error)()
+        if generation_id != group.generation_id:
+            raise IllegalGeneration()
+        return group
 
     def fence_commit(self, group_id: str, generation_id: int, member_id: str,
-                     instance_id: str | None) -> ErrorCode:
+                     instance_id: str | None) -> None:
         """Whether an offset commit may proceed: Kafka's generation and member
         fences (KIP-447), shared by OffsetCommit and TxnOffsetCommit.
 
@@ -54,29 +65,30 @@ class Fences(Rebalancer):
         partitions itself (``assign()``): allowed while the group has no members.
         """
         if not is_valid_group_id(group_id, allow_empty=True):
-            return ErrorCode.invalid_group_id
+            raise InvalidGroupId()
         group = self.groups.get(group_id)
         if group is None:
-            return ErrorCode.none if generation_id < 0 else ErrorCode.illegal_generation
+            if generation_id < 0:
+                return
+            raise IllegalGeneration()
         if group.is_(DEAD):
-            return ErrorCode.coordinator_not_available
+            raise CoordinatorNotAvailable()
         if group.static_member_fenced(member_id, instance_id):
-            return ErrorCode.fenced_instance_id
+            raise FencedInstanceId()
         if generation_id < 0 and group.is_(EMPTY):
-            return ErrorCode.none
+            return
         if member_id not in group.members:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberId()
         if generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
+            raise IllegalGeneration()
         if group.is_(COMPLETING):
-            return ErrorCode.rebalance_in_progress
+            raise RebalanceInProgress()
         # Stable, or PreparingRebalance: the member learns of the rebalance
         # from its next heartbeat; what it processed so far may be committed.
         self._schedule_session_expiry(group, group.members[member_id])
-        return ErrorCode.none
 
     def fence_txn_commit(self, group_id: str, generation_id: int, member_id: str,
-                         instance_id: str | None) -> ErrorCode:
+                         instance_id: str | None) -> None:
         """The group fences of a TxnOffsetCommit (KIP-447), as lenient as
         Kafka's: a member and a generation are checked only when sent (v3+
         clients with the consumer's group metadata). A group not known here
@@ -85,14 +97,15 @@ class Fences(Rebalancer):
         group = self.groups.get(group_id)
         if group is None:
             if member_id:
-                return ErrorCode.unknown_member_id
-            return ErrorCode.illegal_generation if generation_id > 0 else ErrorCode.none
+                raise UnknownMemberId()
+            if generation_id > 0:
+                raise IllegalGeneration()
+            return
         if group.is_(DEAD):
-            return ErrorCode.coordinator_not_available
+            raise CoordinatorNotAvailable()
         if group.static_member_fenced(member_id, instance_id):
-            return ErrorCode.fenced_instance_id
+            raise FencedInstanceId()
         if member_id and member_id not in group.members:
-            return ErrorCode.unknown_member_id
+            raise UnknownMemberId()
         if generation_id >= 0 and generation_id != group.generation_id:
-            return ErrorCode.illegal_generation
-        return ErrorCode.none
+            raise IllegalGeneration()

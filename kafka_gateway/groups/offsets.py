@@ -16,12 +16,13 @@ from collections.abc import Callable, Iterable, Mapping
 
 from kio.schema.errors import ErrorCode
 
+from common.clock import now_ms
 from common.logtext import client_text
 from tablets.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCommit, TopicPartition
-from tablets.tablet import now_ms
 from txn.pending_offsets import PendingOffsets
 
-from ..config import GatewayConfig
+from ..errors import KafkaError
+from ..settings import GatewayConfig
 from .consumer_protocol import PROTOCOL_TYPE
 from .coordinator import GroupCoordinator
 from .fences import is_valid_group_id, member_tag
@@ -66,14 +67,16 @@ class GroupOffsets:
     async def commit_offsets(self, group_id: str, generation_id: int, member_id: str,
                              instance_id: str | None,
                              commits: Mapping[TopicPartition, OffsetCommit]) -> ErrorCode:
-        error = self.membership.fence_commit(group_id, generation_id, member_id, instance_id)
-        if error is ErrorCode.none:
-            # The member is kept with the offsets: a transaction of the same
-            # member (auto-commit left on in an EOS loop) does not take this
-            # commit for a rival's (txn.conflicts).
-            await self.offsets.commit(group_id, commits, self.clock(),
-                                      member_tag(generation_id, member_id))
-        return error
+        try:
+            self.membership.fence_commit(group_id, generation_id, member_id, instance_id)
+        except KafkaError as exc:
+            return exc.code
+        # The member is kept with the offsets: a transaction of the same
+        # member (auto-commit left on in an EOS loop) does not take this
+        # commit for a rival's (txn.conflicts).
+        await self.offsets.commit(group_id, commits, self.clock(),
+                                  member_tag(generation_id, member_id))
+        return ErrorCode.none
 
     # ---------------------------------------------------------- OffsetFetch
     def fetch_offsets(

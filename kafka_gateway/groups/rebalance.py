@@ -19,7 +19,7 @@ from kio.schema.errors import ErrorCode
 
 from common.logtext import client_text
 
-from ..config import GatewayConfig
+from ..settings import GatewayConfig
 from .group import Group, GroupState, JoinedMember, JoinResult, Member, SyncResult
 
 log = logging.getLogger(__name__)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import TypeVar
 
 
 class ResourceType(IntEnum):
@@ -182,3 +183,22 @@ class AclFilter:
         if pattern is not PatternType.ANY and pattern is not binding.pattern_type:
             return False
         return self.name is None or self.name == binding.name
+
+
+_Acl = TypeVar("_Acl", AclBinding, AclFilter)
+
+
+def from_wire(kind: type[_Acl], resource_type: int, name: str | None, pattern_type: int,
+              principal: str | None, host: str | None, operation: int,
+              permission: int) -> _Acl:
+    """A binding (CreateAcls) or a filter (DescribeAcls, DeleteAcls) from a
+    request's fields, checked as Kafka checks it: a value outside an enum, or
+    what ``validate`` refuses, raises InvalidAcl (INVALID_REQUEST)."""
+    try:
+        made = kind(ResourceType(resource_type), name,  # type: ignore[arg-type]
+                    PatternType(pattern_type), principal, host, Operation(operation),
+                    Permission(permission))
+    except ValueError as exc:
+        raise InvalidAcl(str(exc)) from None
+    made.validate()
+    return made

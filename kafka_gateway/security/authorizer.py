@@ -1,8 +1,8 @@
 """The ACL authorizer (Kafka's AclAuthorizer semantics), and the one check handlers call.
 
 With ``authorizer.class.name`` unset there is no authorizer and every
-``authorize`` is a no-op returning ErrorCode.none: the handlers' cost is one
-attribute test. With it set, an operation on a resource is allowed when:
+``authorize`` is a no-op: the handlers' cost is one attribute test. With it
+set, an operation on a resource is allowed when:
 
 - the principal is a super user (``super.users``); else
 - no ACL applies to the resource at all and ``allow.everyone.if.no.acl.found``; else
@@ -17,8 +17,10 @@ or ``*``, and its operation the one asked or ALL. Denials are counted in
 few lines a minute per address (not those Kafka does not log either: topics
 left out of an all-topics listing).
 
-Handlers call ``authorize(broker, request, operation, resource type, name)``
-and get the error code Kafka uses for that resource type, or none.
+Handlers call ``authorize(broker, request, operation, resource type, name)``,
+which raises the error Kafka answers for that resource type
+(``TopicAuthorizationFailed``, ...: kafka_gateway/errors.py); ``allowed`` asks
+the same without an error, where Kafka filters a listing.
 ACLs live in the store (``keys.ACL``), all of them in memory.
 """
 
@@ -34,6 +36,14 @@ from kio.schema.errors import ErrorCode
 from common.logtext import client_text
 from tablets.node_records import NodeRecords
 
+from ..errors import (
+    ClusterAuthorizationFailed,
+    GroupAuthorizationFailed,
+    KafkaError,
+    SecurityDisabled,
+    TopicAuthorizationFailed,
+    TransactionalIdAuthorizationFailed,
+)
 from ..limits import BadInputLog
 from ..metrics import Metrics
 from ..slicing import LARGE_RESPONSE_ITEMS, off_loop, sliced
@@ -51,11 +61,11 @@ from .acls import (
 )
 from .session import ANONYMOUS
 
-DENIED: dict[ResourceType, ErrorCode] = {
-    ResourceType.TOPIC: ErrorCode.topic_authorization_failed,
-    ResourceType.GROUP: ErrorCode.group_authorization_failed,
-    ResourceType.TRANSACTIONAL_ID: ErrorCode.transactional_id_authorization_failed,
-    ResourceType.CLUSTER: ErrorCode.cluster_authorization_failed,
+DENIED: dict[ResourceType, type[KafkaError]] = {
+    ResourceType.TOPIC: TopicAuthorizationFailed,
+    ResourceType.GROUP: GroupAuthorizationFailed,
+    ResourceType.TRANSACTIONAL_ID: TransactionalIdAuthorizationFailed,
+    ResourceType.CLUSTER: ClusterAuthorizationFailed,
 }
 
 
@@ -208,20 +218,29 @@ def _who(request) -> tuple[str, str]:
     return (session.principal, session.address) if session is not None else (ANONYMOUS, "")
 
 
-def authorize(broker, request, operation: Operation, rtype: ResourceType, name: str,
-              log: bool = True) -> ErrorCode:
-    """ErrorCode.none if the request's principal may, else the code Kafka answers
-    for this resource type (TOPIC_AUTHORIZATION_FAILED, ...). ``log=False``
-    where Kafka stays silent (filtering a listing)."""
+def allowed(broker, request, operation: Operation, rtype: ResourceType, name: str,
+            log: bool = False) -> bool:
+    """May the request's principal? A question, answered without an error:
+    where Kafka filters (a listing) or tries another check first; ``log`` a
+    denial where Kafka does."""
     authorizer: Authorizer | None = broker.authorizer
     if authorizer is None:
-        return ErrorCode.none
+        return True
     principal, address = _who(request)
     if authorizer.allows(principal, address, operation, rtype, name):
-        return ErrorCode.none
+        return True
     if log:
         authorizer.denied(principal, address, operation, rtype, name)
-    return DENIED[rtype]
+    return False
+
+
+def authorize(broker, request, operation: Operation, rtype: ResourceType, name: str,
+              message: str | None = None) -> None:
+    """Raise the error Kafka answers for this resource type
+    (TopicAuthorizationFailed, ...) unless the request's principal may; the
+    denial is counted and logged."""
+    if not allowed(broker, request, operation, rtype, name, log=True):
+        raise DENIED[rtype](message)
 
 
 def authorize_any(broker, request, operation: Operation, rtype: ResourceType) -> bool:
@@ -233,32 +252,52 @@ def authorize_any(broker, request, operation: Operation, rtype: ResourceType) ->
     return authorizer.allows_any(principal, address, operation, rtype)
 
 
-def authorize_cluster(broker, request, operation: Operation, log: bool = True) -> ErrorCode:
-    return authorize(broker, request, operation, ResourceType.CLUSTER, CLUSTER_NAME, log)
+def authorize_cluster(broker, request, operation: Operation) -> None:
+    authorize(broker, request, operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+
+def cluster_allowed(broker, request, operation: Operation, log: bool = False) -> bool:
+    return allowed(broker, request, operation, ResourceType.CLUSTER, CLUSTER_NAME, log)
+
+
+def authorize_txn(broker, request, transactional_id: str, group_id: str | None = None) -> None:
+    """The transactional requests' check: WRITE on the transactional id, then
+    READ on the group for those that name one (AddOffsetsToTxn, TxnOffsetCommit)."""
+    authorize(broker, request, Operation.WRITE, ResourceType.TRANSACTIONAL_ID, transactional_id)
+    if group_id is not None:
+        authorize(broker, request, Operation.READ, ResourceType.GROUP, group_id)
+
+
+def acl_authorizer(broker, request, operation: Operation, no_authorizer: str) -> Authorizer:
+    """The authorizer, for the ACL APIs: ``operation`` on the cluster first
+    (CLUSTER_AUTHORIZATION_FAILED), then SECURITY_DISABLED (``no_authorizer``,
+    Kafka's message of that API) when none is configured."""
+    authorize_cluster(broker, request, operation)
+    if broker.authorizer is None:
+        raise SecurityDisabled(no_authorizer)
+    return broker.authorizer
 
 
 def denied_names(broker, request, operation: Operation, rtype: ResourceType,
                  names, log: bool = True) -> dict[str, ErrorCode]:
-    """Of ``names``, those the principal may not: name -> the code to answer.
-    Empty without an authorizer (the common case costs one test)."""
+    """Of ``names``, those the principal may not: name -> the code to answer
+    (each name checked once, however many partitions name it). Empty without
+    an authorizer (the common case costs one test)."""
     if broker.authorizer is None:
         return {}
-    out = {}
-    for name in set(names):
-        if code := authorize(broker, request, operation, rtype, name, log):
-            out[name] = code
-    return out
+    code = DENIED[rtype].code
+    return {name: code for name in set(names)
+            if not allowed(broker, request, operation, rtype, name, log)}
 
 
 _CONFIG_TOPIC, _CONFIG_BROKER, _CONFIG_BROKER_LOGGER = 2, 4, 8
 
 
 def authorize_config(broker, request, operation: Operation, resource_type: int,
-                     name: str) -> ErrorCode:
+                     name: str) -> None:
     """DESCRIBE_CONFIGS / ALTER_CONFIGS on a config resource: a topic's are the
     topic's operation, a broker's (and its loggers') the cluster's."""
     if resource_type == _CONFIG_TOPIC:
-        return authorize(broker, request, operation, ResourceType.TOPIC, name)
-    if resource_type in (_CONFIG_BROKER, _CONFIG_BROKER_LOGGER):
-        return authorize_cluster(broker, request, operation)
-    return ErrorCode.none
+        authorize(broker, request, operation, ResourceType.TOPIC, name)
+    elif resource_type in (_CONFIG_BROKER, _CONFIG_BROKER_LOGGER):
+        authorize_cluster(broker, request, operation)

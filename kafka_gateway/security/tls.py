@@ -21,7 +21,7 @@ import logging
 import ssl
 from collections.abc import Callable
 
-from ..config import SETTINGS, GatewayConfig
+from ..settings import SETTINGS, GatewayConfig
 from .listeners import Listener
 
 ANONYMOUS = "User:ANONYMOUS"

@@ -26,13 +26,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from ..broker import Broker
+from ..context import HandlerContext
 from . import pages
 
 STATIC = Path(__file__).parent / "static"
 
 
-def add_console(app: web.Application, broker: Broker) -> None:
+def add_console(app: web.Application, broker: HandlerContext) -> None:
     console = pages.Console(broker)
     app.add_routes([
         web.get("/", console.home_redirect),

@@ -18,9 +18,9 @@ from tablets.important import ImportantGroup
 from tablets.topic_config import TOPIC_CONFIGS
 from txn.state import TxnMetadata
 
-from ..broker import Broker
-from ..configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
+from ..context import HandlerContext
 from ..groups.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
+from ..topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
 from .paging import Page, page_of, page_of_sorted
 
 TopicPartition = tuple[str, int]
@@ -106,7 +106,7 @@ def _summary(topic: Topic) -> TopicSummary:
         for t in topic.partitions], dict(topic.configs))
 
 
-def topics(broker: Broker) -> list[TopicSummary]:
+def topics(broker: HandlerContext) -> list[TopicSummary]:
     return [_summary(t) for t in sorted(broker.engine.topics.values(), key=lambda t: t.name)]
 
 
@@ -118,7 +118,7 @@ class Totals:
     size_bytes: int
 
 
-def totals(broker: Broker) -> Totals:
+def totals(broker: HandlerContext) -> Totals:
     """The node's totals, without sorting or building a summary per topic."""
     partitions = records = size_bytes = 0
     for found in broker.engine.topics.values():
@@ -129,7 +129,7 @@ def totals(broker: Broker) -> Totals:
     return Totals(len(broker.engine.topics), partitions, records, size_bytes)
 
 
-def topic_page(broker: Broker, after: str | None, before: str | None,
+def topic_page(broker: HandlerContext, after: str | None, before: str | None,
                size: int) -> tuple[Page, list[TopicSummary]]:
     """One page of topics, by name: only its topics are summarized."""
     found = broker.engine.topics
@@ -137,12 +137,12 @@ def topic_page(broker: Broker, after: str | None, before: str | None,
     return page, [_summary(found[name]) for name in page.keys]
 
 
-def topic(broker: Broker, name: str) -> TopicSummary | None:
+def topic(broker: HandlerContext, name: str) -> TopicSummary | None:
     found = broker.engine.topics.get(name)
     return None if found is None else _summary(found)
 
 
-def topic_configs(broker: Broker, name: str) -> list[ConfigRow]:
+def topic_configs(broker: HandlerContext, name: str) -> list[ConfigRow]:
     """Every topic config with its value and where it comes from, as DescribeConfigs."""
     found = broker.engine.topics[name]
     rows = []
@@ -158,14 +158,12 @@ def topic_configs(broker: Broker, name: str) -> list[ConfigRow]:
     return rows
 
 
-def group_ids(broker: Broker) -> list[tuple[str, str, str]]:
+def group_ids(broker: HandlerContext) -> list[tuple[str, str, str]]:
     """(group id, protocol type, state) of every group."""
-    return [] if broker.groups is None else broker.groups.list_groups()
+    return broker.groups.list_groups()
 
 
-def group(broker: Broker, group_id: str) -> GroupView | None:
-    if broker.groups is None:
-        return None
+def group(broker: HandlerContext, group_id: str) -> GroupView | None:
     described = broker.groups.describe(group_id)
     committed = {} if broker.engine.consumer_offsets is None else \
         broker.engine.consumer_offsets.group_offsets(group_id)
@@ -195,20 +193,18 @@ def group(broker: Broker, group_id: str) -> GroupView | None:
     return view
 
 
-def groups(broker: Broker) -> list[GroupView]:
+def groups(broker: HandlerContext) -> list[GroupView]:
     return [view for group_id, _protocol, _state in group_ids(broker)
             if (view := group(broker, group_id)) is not None]
 
 
-def group_keys(broker: Broker) -> Collection[str]:
+def group_keys(broker: HandlerContext) -> Collection[str]:
     """Every group id: groups the coordinator has, and groups with committed offsets."""
-    if broker.groups is None:
-        return ()
     committed = broker.engine.consumer_offsets
     return broker.groups.groups.keys() | (committed.groups() if committed else ())
 
 
-def group_page(broker: Broker, after: str | None, before: str | None,
+def group_page(broker: HandlerContext, after: str | None, before: str | None,
                size: int) -> tuple[Page, list[GroupView]]:
     """One page of groups, by id: only its groups are described and their lag read."""
     page = page_of(group_keys(broker), after=after, before=before, size=size)
@@ -216,17 +212,15 @@ def group_page(broker: Broker, after: str | None, before: str | None,
                   if (view := group(broker, group_id)) is not None]
 
 
-def transaction_page(broker: Broker, after: str | None, before: str | None,
+def transaction_page(broker: HandlerContext, after: str | None, before: str | None,
                      size: int) -> tuple[Page, list[TxnMetadata]]:
     """One page of transactional ids."""
     txns = broker.txns
-    if txns is None:
-        return page_of_sorted([], size=size), []
     page = page_of_sorted(txns.ordered.ids, after=after, before=before, size=size)
     return page, [txns.txns[transactional_id] for transactional_id in page.keys]
 
 
-def readers_of(broker: Broker, topic_name: str) -> list[tuple[str, int]]:
+def readers_of(broker: HandlerContext, topic_name: str) -> list[tuple[str, int]]:
     """Groups with offsets on a topic, and their lag on it."""
     offsets = broker.engine.consumer_offsets
     if offsets is None:
@@ -245,7 +239,7 @@ def readers_of(broker: Broker, topic_name: str) -> list[tuple[str, int]]:
     return out
 
 
-def important_of(broker: Broker, topic_name: str) -> list[ImportantGroup]:
+def important_of(broker: HandlerContext, topic_name: str) -> list[ImportantGroup]:
     """The topic's important consumer groups per partition: lag, and what they
     hold back from retention (tablets/important.py)."""
     found = broker.engine.topics.get(topic_name)
@@ -254,7 +248,7 @@ def important_of(broker: Broker, topic_name: str) -> list[ImportantGroup]:
     return broker.engine.important.report(found.partitions)
 
 
-def rates(broker: Broker, topic_name: str | None = None) -> dict[str, float]:
+def rates(broker: HandlerContext, topic_name: str | None = None) -> dict[str, float]:
     """Counters the charts turn into rates: bytes in and out, records appended
     (the high watermarks) and records consumed (the groups' committed offsets)."""
     metrics = broker.metrics

@@ -9,7 +9,7 @@ from aiohttp import web
 
 from tablets.important import ImportantGroup
 
-from ..broker import Broker
+from ..context import HandlerContext
 from . import model
 from .html import CSP, Html, chart, facts, link, page, pager, size, table, tag
 from .paging import Page, page_size
@@ -83,7 +83,7 @@ def _age(ms: int) -> str:
 
 
 class Console:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: HandlerContext) -> None:
         self.broker = broker
 
     async def home_redirect(self, _request: web.Request) -> web.Response:
@@ -104,8 +104,8 @@ class Console:
                 ("Records", totals.records),
                 ("Stored", size(totals.size_bytes)),
                 ("Groups", len(model.group_keys(broker))),
-                ("Transactional ids", 0 if txns is None else len(txns.txns)),
-                ("Open transactions", 0 if txns is None else txns.open_count),
+                ("Transactional ids", len(txns.txns)),
+                ("Open transactions", txns.open_count),
                 ("Connections", broker.metrics.connections),
             ], id="overview"),
             _charts("/ui/api/rates"),
@@ -197,25 +197,23 @@ class Console:
         for m in metas:
             # An open transaction's batches: stored until the commit, and the
             # part of them also held in memory.
-            pending = None if txns is None else txns.pending_of(m.transactional_id)
+            pending = txns.pending_of(m.transactional_id)
             rows.append((m.transactional_id, m.producer_id, m.epoch, m.state.value,
                          m.timeout_ms, _when(m.started_ms), _partitions(sorted(m.partitions)),
                          ", ".join(sorted(m.groups)) or "-",
                          "-" if pending is None else size(pending[0]),
                          "-" if pending is None else size(pending[1])))
-        stats = None if txns is None else txns.stats
+        stats = txns.stats
         body = [
             facts([("Transactional ids", listed.total),
-                   ("Open", 0 if txns is None else txns.open_count),
-                   ("Pending stored", size(0 if txns is None else txns.pending_bytes)),
-                   ("Pending in memory",
-                    size(0 if txns is None else txns.pending_memory_bytes)),
-                   ("Committed", 0 if stats is None else stats.commits),
-                   ("Aborted", 0 if stats is None else stats.aborts),
-                   ("Timed out", 0 if stats is None else stats.timeouts),
-                   ("Conflicts", 0 if stats is None else stats.conflicts),
-                   ("Over a pending limit",
-                    0 if stats is None else sum(stats.over_limit.values()))],
+                   ("Open", txns.open_count),
+                   ("Pending stored", size(txns.pending_bytes)),
+                   ("Pending in memory", size(txns.pending_memory_bytes)),
+                   ("Committed", stats.commits),
+                   ("Aborted", stats.aborts),
+                   ("Timed out", stats.timeouts),
+                   ("Conflicts", stats.conflicts),
+                   ("Over a pending limit", sum(stats.over_limit.values()))],
                   id="txn-facts"),
             table(("Transactional id", "Producer id", "Epoch", "State", "Timeout (ms)",
                    "Started", "Partitions", "Groups", "Stored", "In memory"),

@@ -11,30 +11,32 @@ from tablets import StorageEngine, Topic
 from tablets.errors import TopicAlreadyExists
 from txn import TransactionCoordinator
 
-from .config import GatewayConfig
 from .groups import GroupCoordinator, GroupOffsets
 from .metrics import Metrics
 from .security.authorizer import Authorizer
 from .security.scram import Credentials
+from .settings import GatewayConfig
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
-class Broker:
+class HandlerContext:
+    """Built complete, once the engine has loaded (server.py's start)."""
+
     config: GatewayConfig
     engine: StorageEngine
-    metrics: Metrics = field(default_factory=Metrics)
-    groups: GroupCoordinator | None = None  # set once the engine has loaded offsets
-    group_offsets: GroupOffsets | None = None  # likewise
-    txns: TransactionCoordinator | None = None  # likewise
+    metrics: Metrics
+    groups: GroupCoordinator
+    group_offsets: GroupOffsets
+    txns: TransactionCoordinator
+    credentials: Credentials  # SCRAM credentials
+    authorizer: Authorizer | None  # None: no authorizer configured, all is allowed
     # Connection ids increase: the transaction coordinator tells a delayed
     # request of an old connection from a new one (KAFKA-17754).
     newest_connection: int = -1
     _connection_ids: itertools.count = field(default_factory=itertools.count)
     stopping: bool = False  # set at shutdown: long-polls answer at once
-    credentials: Credentials | None = None  # SCRAM credentials, set once the engine runs
-    authorizer: Authorizer | None = None  # None: no authorizer configured, all is allowed
 
     def advertised(self, request) -> tuple[str, int]:
         """The address of this node on the listener ``request`` came in on."""
