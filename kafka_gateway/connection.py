@@ -15,7 +15,7 @@ started only while the client is reading its answers, so what waits in memory
 for a client that stopped reading is at most one Fetch answer (as with
 Kafka, which serves one request per connection at a time).
 
-Memory (see limits.py): the socket reads into a buffer that grows with the
+Memory (see request_memory.py): the socket reads into a buffer that grows with the
 bytes of the frame actually received (doubling, up to the frame), never sized
 from the length prefix alone, charged to the node's ``queued.max.request.bytes``
 budget until the last frame read into it is answered; a connection with
@@ -67,7 +67,8 @@ from .codec import (
     encode_response,
     read_header,
 )
-from .limits import FIRST_READ_BYTES, ConnectionLimits, ReadBuffer
+from .connection_limits import ConnectionLimits
+from .request_memory import FIRST_READ_BYTES, ReadBuffer
 from .security.listeners import Listener
 from .security.sasl import SaslGate
 from .security.session import ANONYMOUS, Session

@@ -19,8 +19,8 @@ from .broker import Broker
 from .config import GatewayConfig
 from .connection import KafkaConnection
 from .connection import log as connection_log
+from .connection_limits import ConnectionLimits
 from .groups import GroupCoordinator, GroupOffsets
-from .limits import ConnectionLimits
 from .quotas import ConnectionQuotas
 from .security.authorizer import Authorizer, parse_super_users
 from .security.listeners import Listener

@@ -38,8 +38,8 @@ from kafka_gateway.codec import (
     _request_class,
     encode_uvarint,
     entity_writer_for,
-    read_uvarint,
 )
+from kafka_gateway.reader import read_uvarint
 from testkit.batches import make_batch
 
 PRODUCE = 0

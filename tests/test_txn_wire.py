@@ -19,8 +19,11 @@ from kio.static.primitive import Records
 from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
+from kafka_gateway.cli.describe_transactions_answer import (
+    DescribedTxn,
+    decode_describe_transactions,
+)
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.described_txns import DescribedTxn, decode_describe_transactions
 from kafka_gateway.server import GatewayServer
 from tablets.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, parse_batches
 from tablets.records import record_timestamps

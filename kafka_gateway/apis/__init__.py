@@ -3,7 +3,7 @@
 Each module declares ``API_KEY``, ``VERSIONS`` (the range this gateway
 supports, within Kafka 3.4's) and ``async def handle(broker, request)``
 returning the response body (or None for a Produce with acks=0).
-ApiVersions advertises exactly what this registry holds.
+ApiVersions advertises exactly what this registry holds (handed to it below).
 """
 
 from __future__ import annotations
@@ -130,3 +130,5 @@ APIS: dict[int, Api] = {
         ),
     )
 }
+
+api_versions.advertise(APIS.values())

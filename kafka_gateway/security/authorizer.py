@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 from common.logtext import client_text
 from tablets.node_records import NodeRecords
 
-from ..limits import BadInputLog
+from ..bad_input import BadInputLog
 from ..metrics import Metrics
 from ..slicing import LARGE_RESPONSE_ITEMS, off_loop, sliced
 from .acls import (
