@@ -40,7 +40,8 @@ from dataclasses import fields
 from functools import cache
 from typing import Any
 
-from kio.serial._introspect import (
+from .reader import MalformedRequest, read_uvarint
+from .thirdparty import (
     EntityField,
     EntityTupleField,
     PrimitiveField,
@@ -50,8 +51,6 @@ from kio.serial._introspect import (
     get_schema_field_type,
     is_optional,
 )
-
-from .reader import MalformedRequest, read_uvarint
 
 # A compiled step: (buffer, position, end) -> position after the field.
 Step = Callable[[Any, int, int], int]

@@ -22,9 +22,9 @@ from kafka_gateway.groups import (
     JoinRequest,
     JoinResult,
 )
-from kafka_gateway.groups.consumer_protocol import encode_assignment, encode_subscription
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import OffsetCommit
+from testkit.consumer_protocol import encode_assignment, encode_subscription
 
 GROUP = "g"
 SESSION_MS = 300

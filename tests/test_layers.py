@@ -26,8 +26,6 @@ PACKAGES = ("kafka_gateway", "tablets", "txn", "bench", "common")
 # Cycles (strongly connected sets of modules) that exist today; each is owned by
 # other work of issue 20 and goes when that work breaks it.
 KNOWN_CYCLES = {
-    # SASL's gate types its connection (TYPE_CHECKING); the connection runs the gate.
-    frozenset({"kafka_gateway.connection", "kafka_gateway.security.sasl"}),
     # PartitionTablet and its parts: each part types the tablet or its settings
     # (TYPE_CHECKING) while the tablet inherits or calls the part.
     frozenset({"tablets.tablet", "tablets.compacted_log", "tablets.truncation",
