@@ -129,4 +129,8 @@ class Reader:
 
     def skip_tagged_fields(self) -> None:
         if self.flexible:
-            self.pos = skip_tagged_fields(self.buf, self.pos)
+            buf, pos = self.buf, self.pos
+            if pos < len(buf) and buf[pos] == 0:  # none: nearly always (a Produce's partitions)
+                self.pos = pos + 1
+            else:
+                self.pos = skip_tagged_fields(buf, pos)
