@@ -12,13 +12,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from ..request_memory import ReadBuffer
 from .read_buffer import ConnectionBuffer
 from .state import ConnectionState
 
-Answer = asyncio.Future[list[bytes] | None]
+# An answer: the buffers of its frame, None for none (a Produce with acks=0).
+Chunks = Sequence[bytes | bytearray]
+Answer = asyncio.Future[Chunks | None]
 
 MAX_IN_FLIGHT_BYTES = 32 << 20
 
@@ -44,14 +46,14 @@ class Answers:
         return (len(self.pending) >= self.state.max_in_flight
                 or self.pending_bytes >= MAX_IN_FLIGHT_BYTES)
 
-    def add(self, task: asyncio.Task[list[bytes] | None], size: int, buffer: ReadBuffer) -> None:
+    def add(self, task: asyncio.Task[Chunks | None], size: int, buffer: ReadBuffer) -> None:
         """A request being served, from a frame of ``size`` bytes read into ``buffer``."""
         self.pending_bytes += size
         buffer.frames += 1
         self.pending.append((task, size, buffer))
         task.add_done_callback(self.flush)
 
-    def add_ready(self, chunks: list[bytes]) -> None:
+    def add_ready(self, chunks: Chunks) -> None:
         """An answer ready at once, written in its turn."""
         future: Answer = self.state.loop.create_future()
         future.set_result(chunks)
@@ -89,7 +91,7 @@ class Answers:
             return self.write(chunks)
         return True
 
-    def write(self, chunks: list[bytes]) -> bool:
+    def write(self, chunks: Chunks) -> bool:
         """Hand an answer to the socket; False (logged, counted) if it refused it.
 
         A refused write (writev's EINVAL, say) closes the transport at once and

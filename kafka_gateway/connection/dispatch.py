@@ -30,7 +30,7 @@ from ..codec import (
 )
 from ..request_memory import ReadBuffer
 from ..slicing import encode
-from .answers import Answers
+from .answers import Answers, Chunks
 from .state import ConnectionState
 
 
@@ -68,7 +68,7 @@ class Dispatcher:
         task = state.loop.create_task(self.serve(request, api.name))
         self.answers.add(task, len(frame), buffer)
 
-    async def serve(self, request: Request, name: str) -> list[bytes] | None:
+    async def serve(self, request: Request, name: str) -> Chunks | None:
         metrics = self.broker.metrics
         answers = self.answers
         started = time.perf_counter()

@@ -75,11 +75,13 @@ class KafkaConnection(asyncio.BufferedProtocol):
         state.session = Session(self.listener, state.address, principal)
         if self.listener.sasl:
             config = self.broker.config
+            credentials = self.broker.credentials
+            assert credentials is not None  # set by the server before any listener opens
             hooks = SaslHooks(state, self.answers, self.timers,
                               config.failed_authentication_delay_ms, self._update_reading)
             state.gate = SaslGate(hooks, self.listener,
                                   enabled_mechanisms(config, self.listener),
-                                  config.sasl_server_max_receive_size, self.broker.credentials,
+                                  config.sasl_server_max_receive_size, credentials,
                                   self.broker.metrics, self.limits.bad_input)
             state.max_in_flight = 1
         self.connections.add(self)

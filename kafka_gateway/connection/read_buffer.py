@@ -50,8 +50,8 @@ class ConnectionBuffer:
             buffer = self.current = self.memory.fresh(self.fresh_size)
             self.start = self.end = 0
         elif self.end == len(buffer.data):  # not expected: prepare_read leaves room
-            self._move_to(self.memory.fresh(self.end - self.start + MIN_READ_ROOM))
-            buffer = self.current
+            buffer = self.memory.fresh(self.end - self.start + MIN_READ_ROOM)
+            self._move_to(buffer)
         return memoryview(buffer.data)[self.end :]
 
     def frame_taken(self, size: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .answers import Answers
+from .answers import Answers, Chunks
 from .state import MAX_IN_FLIGHT, ConnectionState
 from .timers import ConnectionTimers
 
@@ -38,7 +38,7 @@ class SaslHooks:
     def reject(self, reason: str) -> None:
         self.state.reject(reason)
 
-    def answer(self, chunks: list[bytes], close: bool = False) -> None:
+    def answer(self, chunks: Chunks, close: bool = False) -> None:
         """An answer of the gate, written at once: before authentication one
         request is served at a time, so no other answer is due before it.
         ``close``: the last one (a failed authentication); the socket closes once
@@ -60,7 +60,7 @@ class SaslHooks:
         state.gate = None
         state.max_in_flight = MAX_IN_FLIGHT
 
-    def fail_authentication(self, chunks: list[bytes] | None) -> None:
+    def fail_authentication(self, chunks: Chunks | None) -> None:
         """End a failed SASL authentication as Kafka does: the connection is muted at
         once (nothing more read or served), and ``connection.failed.authentication.delay.ms``
         later its answer, if any, is written and it is closed. A timer: the delay holds
@@ -68,6 +68,6 @@ class SaslHooks:
         self.state.max_in_flight = 0  # saturated: no frame is taken, reading pauses
         self.update_reading()
         if self.delay <= 0:
-            self.answer(chunks or [], close=True)
+            self.answer(chunks or (), close=True)
         else:
-            self.timers.after(self.delay, lambda: self.answer(chunks or [], close=True))
+            self.timers.after(self.delay, lambda: self.answer(chunks or (), close=True))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -73,6 +74,8 @@ SASL_HANDSHAKE_KEY = sasl_handshake.API_KEY
 SASL_AUTHENTICATE_KEY = sasl_authenticate.API_KEY
 SUPPORTED = ("PLAIN", *SCRAM_MECHANISMS)
 _SIZE = struct.Struct(">i")
+# An answer, as buffers for writelines().
+Chunks = Sequence[bytes | bytearray]
 
 
 def enabled_mechanisms(config, listener: Listener) -> tuple[str, ...]:
@@ -207,13 +210,13 @@ class GateHost(Protocol):
     def reject(self, reason: str) -> None:
         """A request that has no place here: logged, counted, the connection closed."""
 
-    def answer(self, chunks: list[bytes]) -> None:
+    def answer(self, chunks: Chunks) -> None:
         """Write an answer now (before authentication one request is served at a time)."""
 
     def authenticated(self, principal: str) -> None:
         """Done: from now on the connection serves ``principal``, without the gate."""
 
-    def fail_authentication(self, chunks: list[bytes] | None) -> None:
+    def fail_authentication(self, chunks: Chunks | None) -> None:
         """Mute the connection now; answer ``chunks`` (if any) and close it after
         ``connection.failed.authentication.delay.ms``."""
 
@@ -287,7 +290,7 @@ class SaslGate:
         try:
             answer, principal = self.server.step(token)
         except AuthenticationFailed as exc:
-            chunks = None
+            chunks: Chunks | None = None
             if header is not None:
                 chunks = self._authenticate_response(header, ErrorCode.sasl_authentication_failed,
                                                      exc.message, b"")
@@ -304,7 +307,7 @@ class SaslGate:
 
     @staticmethod
     def _authenticate_response(header: RequestHeader, code: ErrorCode, message: str | None,
-                               auth_bytes: bytes) -> list[bytes]:
+                               auth_bytes: bytes) -> Chunks:
         schema = response_schema(SASL_AUTHENTICATE_KEY, header.api_version)
         body = build(schema.SaslAuthenticateResponse, error_code=code, error_message=message,
                      auth_bytes=auth_bytes)
@@ -317,7 +320,7 @@ class SaslGate:
             "", f"invalid receive size {size} (sasl.server.max.receive.size is "
                 f"{self.max_receive_size})", None), None)
 
-    def _failed(self, exc: AuthenticationFailed, chunks: list[bytes] | None) -> None:
+    def _failed(self, exc: AuthenticationFailed, chunks: Chunks | None) -> None:
         """Count and log it; the connection answers ``chunks`` (if any) and closes
         after the delay."""
         host = self.host
