@@ -39,7 +39,7 @@ from kafka_gateway.client import KafkaClient
 from testkit.batches import GZIP, LZ4, NONE, SNAPPY, ZSTD
 from testkit.compaction import EAGER, keyed_batch, now_ms
 from testkit.gateway import GatewayProcess
-from testkit.wire import create_topic, produce
+from testkit.kafka_requests import create_topic, send_produce
 
 CONFIGS = {**EAGER, "min.cleanable.dirty.ratio": "0", "segment.bytes": "1000"}
 CODECS = [NONE, GZIP, SNAPPY, LZ4, ZSTD]
@@ -74,7 +74,7 @@ async def _produce_all(server, topic: str, batches: list[bytes]) -> None:
     client = await KafkaClient.connect(*server.host_port)
     try:
         for data in batches:
-            answer = await produce(client, topic, data)
+            answer = await send_produce(client, topic, data)
             assert answer.error_code is ErrorCode.none, answer
     finally:
         await client.close()
@@ -83,7 +83,7 @@ async def _produce_all(server, topic: str, batches: list[bytes]) -> None:
 async def _refused(server, topic: str, data: bytes):
     client = await KafkaClient.connect(*server.host_port)
     try:
-        answer = await produce(client, topic, data)
+        answer = await send_produce(client, topic, data)
         return (answer.error_code, [(e.batch_index, e.batch_index_error_message)
                                     for e in answer.record_errors], answer.error_message)
     finally:

@@ -18,9 +18,9 @@ from differences import EXPECTED
 
 from kafka_gateway.codec import build, request_schema
 from testkit import kafka_requests as rq
+from testkit.batches import Record, encode_batch
 from testkit.differential import CLOSED
 from testkit.kafka_requests import APPEND, BROKER, DELETE, SET, SUBTRACT, TOPIC
-from testkit.record_batches import Record, encode_batch
 from testkit.server_pair import Pair, run_pair, unique_name
 
 

@@ -17,10 +17,10 @@ import pytest
 from differences import EXPECTED
 
 from testkit import kafka_requests as rq
+from testkit.batches import Record, encode_batch
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_requests import BROKER, TOPIC
-from testkit.record_batches import Record, encode_batch
 from testkit.server_pair import Pair, run_pair, unique_name
 
 SETTINGS = {"auto.create.topics.enable": "false", "log.retention.ms": "86400000",

@@ -48,8 +48,8 @@ from kio.schema.produce.v9 import request as produce
 from kio.schema.sasl_handshake.v1 import request as sasl_handshake
 from kio.static.primitive import Records, i32Timedelta
 
+from kafka_gateway.cli.describe_transactions_answer import decode_describe_transactions
 from kafka_gateway.client import AuthenticationError, ClientSecurity, KafkaClient
-from kafka_gateway.described_txns import decode_describe_transactions
 from testkit.batches import make_batch
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker

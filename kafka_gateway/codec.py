@@ -1,7 +1,8 @@
 """Request decoding and response encoding, through kio's generated schemas.
 
-The request header is read by hand (it decides which schema to use); bodies
-are read by kio's native reader and written by kio's writer into a list of
+The request header is read by hand (it decides which schema to use; reader.py
+holds the primitives read by hand); bodies are checked by body_bounds.py,
+then read by kio's native reader and written by kio's writer into a list of
 chunks, so record bytes pass through without being copied.
 """
 
@@ -20,7 +21,8 @@ from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
 
-from .bounds import check_request
+from .body_bounds import check_request
+from .reader import MalformedRequest, skip_tagged_fields
 
 API_VERSIONS_KEY = 18
 _HEADER = struct.Struct(">hhih")
@@ -28,10 +30,6 @@ _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
-
-
-class MalformedRequest(ValueError):
-    """The frame cannot be read: the connection that sent it is closed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,31 +163,6 @@ def decode_request(
     # Bytes after the body are ignored, as Kafka's own parser does: some
     # clients (librdkafka's Metadata v12) send a few more than the schema has.
     return Request(header, body, len(frame), client_host, connection, session)
-
-
-def skip_tagged_fields(frame: bytes | memoryview, pos: int) -> int:
-    count, pos = read_uvarint(frame, pos)
-    for _ in range(count):
-        _tag, pos = read_uvarint(frame, pos)
-        length, pos = read_uvarint(frame, pos)
-        pos += length
-    if pos > len(frame):
-        raise MalformedRequest("tagged fields run past the end of the frame")
-    return pos
-
-
-def read_uvarint(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
-    """An unsigned varint at ``pos``, and the position after it."""
-    value = shift = 0
-    while True:
-        if pos >= len(buf) or shift > 28:
-            raise MalformedRequest("bad or truncated varint")
-        byte = buf[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
 
 
 def encode_uvarint(value: int) -> bytes:

@@ -88,7 +88,7 @@ class ConnectionQuotas:
     max_per_ip: int
     overrides: dict[str, int]  # canonical address -> its own limit
     metrics: Metrics
-    log: object  # a limits.BadInputLog
+    log: object  # a bad_input.BadInputLog
     counts: dict[str, int] = field(default_factory=dict)
     total: int = 0
 

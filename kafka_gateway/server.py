@@ -17,9 +17,9 @@ from .acceptor import Acceptor, listening_sockets
 from .admin_http import AdminHttp
 from .connection import KafkaConnection
 from .connection import log as connection_log
+from .connection_limits import ConnectionLimits
 from .context import HandlerContext
 from .groups import GroupCoordinator, GroupOffsets
-from .limits import ConnectionLimits
 from .metrics import Metrics
 from .quotas import ConnectionQuotas
 from .security.authorizer import Authorizer, parse_super_users

@@ -5,7 +5,7 @@ cost grows with its arrays would stall them all while it runs. That cost is
 bounded at each stage:
 
 - decoding: ``gateway.request.max.array.items`` caps the array items of one
-  request body (bounds.py, before kio allocates anything); kio's native
+  request body (body_bounds.py, before kio allocates anything); kio's native
   reader, which holds the interpreter while it runs, then takes some tens of
   milliseconds at most;
 - handlers: loops over a request's items run through :func:`sliced`, which

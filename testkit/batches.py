@@ -1,8 +1,18 @@
-"""Record batches built byte by byte, for tests that need exact bytes.
+"""Record batches built byte by byte, for tests that need exact bytes, and read back.
 
-Good batches in every codec, and the malformed ones a buggy or hostile
-producer can send (``MALFORMED``), each with a correct CRC so that only the
-record-level checks can catch it.
+- ``make_batch``: good batches in every codec, and the malformed ones a buggy
+  or hostile producer can send (``MALFORMED``), each with a correct CRC so
+  that only the record-level checks can catch it;
+- ``encode_batch``/``decode_batches``: batches of ``Record``s (keys, headers,
+  timestamps), and what a Fetch returns decoded into plain fields, for the
+  differential tests: the same bytes go to Apache Kafka and to the gateway,
+  and what comes back is compared one by one. Compression is framed as the
+  Java client frames it (xerial snappy, LZ4 frames), so Kafka accepts every
+  batch as it would one of its own clients'.
+
+    batch = encode_batch([Record(b"v0"), Record(b"v1", timestamp_delta=5)],
+                         base_timestamp=now, codec=GZIP)
+    decode_batches(fetched_bytes)   # -> [{"base_offset": .., "records": [{..}, ..]}, ..]
 """
 
 from __future__ import annotations
@@ -12,16 +22,25 @@ import random
 import struct
 import zlib
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import cramjam
 import lz4.frame
 import zstandard
 
 from kafka_gateway.codec import encode_uvarint
-from tablets.batch import ATTR_CONTROL, ATTR_TIMESTAMP_TYPE, build_batch
+from tablets.batch import (
+    ATTR_COMPRESSION_MASK,
+    ATTR_CONTROL,
+    ATTR_TIMESTAMP_TYPE,
+    HEADER_SIZE,
+    build_batch,
+)
 
 NONE, GZIP, SNAPPY, LZ4, ZSTD = range(5)
 CODECS = {"gzip": GZIP, "snappy": SNAPPY, "lz4": LZ4, "zstd": ZSTD}
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
 def varint(value: int) -> bytes:
@@ -64,7 +83,7 @@ def compress(codec: int, data: bytes, xerial: bool = True) -> bytes:
     if codec == SNAPPY:
         if not xerial:
             return bytes(cramjam.snappy.compress_raw(data))
-        out = bytearray(b"\x82SNAPPY\x00" + struct.pack(">ii", 1, 1))
+        out = bytearray(_XERIAL_MAGIC + struct.pack(">ii", 1, 1))
         for pos in range(0, len(data), 32 << 10):
             block = bytes(cramjam.snappy.compress_raw(data[pos : pos + (32 << 10)]))
             out += struct.pack(">i", len(block)) + block
@@ -121,6 +140,119 @@ def with_payload(codec: int, payload: bytes, record_count: int = 1, timestamp: i
     """A batch whose (compressed) records are exactly ``payload``."""
     return build_batch(payload, record_count=record_count, base_timestamp=timestamp,
                        max_timestamp=timestamp, attributes=codec)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+    timestamp_delta: int = 0
+
+
+def decompress(codec: int, data: bytes) -> bytes:
+    if codec == NONE:
+        return data
+    if codec == GZIP:
+        return gzip.decompress(data)
+    if codec == SNAPPY:
+        if not data.startswith(_XERIAL_MAGIC):
+            return bytes(cramjam.snappy.decompress_raw(data))
+        out, pos = bytearray(), 16
+        while pos < len(data):
+            (size,) = struct.unpack_from(">i", data, pos)
+            out += bytes(cramjam.snappy.decompress_raw(data[pos + 4:pos + 4 + size]))
+            pos += 4 + size
+        return bytes(out)
+    if codec == LZ4:
+        return lz4.frame.decompress(data)
+    if codec == ZSTD:
+        return bytes(cramjam.zstd.decompress(data))
+    raise ValueError(f"unknown codec {codec}")
+
+
+def encode_batch(records: list[Record], base_timestamp: int, codec: int = NONE,
+                 attributes: int = 0) -> bytes:
+    """One v2 batch with a correct CRC; the max timestamp is the records' largest."""
+    max_timestamp = base_timestamp + max(r.timestamp_delta for r in records)
+    data = b"".join(
+        encode_record(record.value, delta, record.key, record.timestamp_delta,
+                      tuple((name.encode(), value) for name, value in record.headers))
+        for delta, record in enumerate(records))
+    return build_batch(
+        compress(codec, data),
+        record_count=len(records),
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        attributes=attributes | codec,
+    )
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def varint(self) -> int:
+        shift = raw = 0
+        while True:
+            byte = self.data[self.pos]
+            self.pos += 1
+            raw |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return (raw >> 1) ^ -(raw & 1)
+            shift += 7
+
+    def field(self) -> bytes | None:
+        size = self.varint()
+        if size < 0:
+            return None
+        value = self.data[self.pos:self.pos + size]
+        self.pos += size
+        return value
+
+
+_HEADER = struct.Struct(">qiibIhiqqqhii")
+_HEADER_NAMES = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc",
+                 "attributes", "last_offset_delta", "base_timestamp", "max_timestamp",
+                 "producer_id", "producer_epoch", "base_sequence", "record_count")
+
+
+def decode_batches(data: bytes) -> list[dict[str, Any]]:
+    """Every whole batch in a Fetch response's records, header fields and records.
+
+    A partial batch at the end (the partition byte limit cut it) is reported
+    as ``{"partial_bytes": n}``, since both brokers may return one.
+    """
+    out: list[dict[str, Any]] = []
+    pos = 0
+    while pos < len(data):
+        if len(data) - pos < HEADER_SIZE:
+            out.append({"partial_bytes": len(data) - pos})
+            break
+        header = dict(zip(_HEADER_NAMES, _HEADER.unpack_from(data, pos), strict=True))
+        end = pos + 12 + header["batch_length"]
+        if end > len(data):
+            out.append({"partial_bytes": len(data) - pos})
+            break
+        codec = header["attributes"] & ATTR_COMPRESSION_MASK
+        reader = _Reader(decompress(codec, data[pos + HEADER_SIZE:end]))
+        records = []
+        for _ in range(header["record_count"]):
+            reader.varint()  # record length
+            record: dict[str, Any] = {"attributes": reader.data[reader.pos]}
+            reader.pos += 1
+            record["timestamp_delta"] = reader.varint()
+            record["offset_delta"] = reader.varint()
+            record["key"] = reader.field()
+            record["value"] = reader.field()
+            record["headers"] = [
+                (reader.field(), reader.field()) for _ in range(reader.varint())
+            ]
+            records.append(record)
+        header["records"] = records
+        out.append(header)
+        pos = end
+    return out
 
 
 def zstd_zeros(size: int, prefix: bytes = b"", suffix: bytes = b"") -> bytes:

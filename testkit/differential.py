@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .record_batches import decode_batches
+from .batches import decode_batches
 
 ANY: Any = object()  # an expected value that matches whatever is there
 ABSENT = "<absent>"  # a field or list element one side has and the other has not

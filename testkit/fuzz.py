@@ -21,15 +21,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 from uuid import UUID
 
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveTupleField,
-    classify_field,
-    get_field_tag,
-    get_schema_field_type,
-    is_optional,
-)
 from kio.static.primitive import Records
 
 from kafka_gateway.apis import APIS
@@ -38,7 +29,16 @@ from kafka_gateway.codec import (
     _request_class,
     encode_uvarint,
     entity_writer_for,
-    read_uvarint,
+)
+from kafka_gateway.reader import read_uvarint
+from kafka_gateway.thirdparty import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
 )
 from testkit.batches import make_batch
 

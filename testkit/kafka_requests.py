@@ -1,21 +1,45 @@
-"""Kafka requests at any version, from plain arguments: for raw-client tests.
+"""Kafka requests for raw-client tests: built at any version, and sent as exact bytes.
+
+Builders, from plain arguments:
 
     create_topics([("t", 3)])                     # newest version kio and Kafka share
     list_offsets("t", [(0, -2)], version=1)        # an older one, same arguments
 
 Each builder takes every field any version has and keeps those the chosen
-version knows (``codec.build``), so one scenario can be replayed at each version.
+version knows (``codec.build``), so one scenario can be replayed at each version;
+``Versions`` builds any request at every version the gateway advertises.
+
+Senders, for tests that need exact bytes on the wire: Produce of a given record
+set (``send_produce``), pipelined Produce on one connection, ListOffsets,
+CreateTopics, pipelined InitProducerId (many transactional ids, cheaply), and
+``request_frame`` (the whole frame of a request, for a raw socket).
+
+    client = await KafkaClient.connect(*gateway.host_port)
+    await create_topic(client, "t")
+    answer = await send_produce(client, "t", batch_bytes)
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import struct
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from kio.schema.produce.v9 import response as produce_response
 from kio.static.primitive import i32Timedelta
 
-from kafka_gateway.codec import build, request_schema
+from kafka_gateway.apis import APIS
+from kafka_gateway.client import KafkaClient
+from kafka_gateway.codec import (
+    ChunkWriter,
+    build,
+    entity_reader_for,
+    entity_writer_for,
+    request_schema,
+    skip_tagged_fields,
+)
 
 # Config operations of IncrementalAlterConfigs.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -23,7 +47,10 @@ SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 TOPIC, BROKER = 2, 4
 
 
-def ms(value: int) -> i32Timedelta:
+LATEST = -1
+
+
+def ms(value: int) -> datetime.timedelta:
     return i32Timedelta.parse(datetime.timedelta(milliseconds=value))
 
 
@@ -330,3 +357,115 @@ def describe_acls(topic: str | None = None, version: int = 3) -> Any:
                  resource_name_filter=topic, pattern_type_filter=LITERAL,
                  principal_filter=None, host_filter=None, operation=ACL_ANY,
                  permission_type=ACL_ALLOW)
+
+
+class Versions:
+    """Builds requests of one API at one version from every field any version has.
+
+    Step ``n`` uses each API at ``min(lowest + n, highest)``; ``lowest`` is the
+    advertised minimum unless ``floors`` raises it (versions kio cannot encode).
+    """
+
+    def __init__(self, step: int, floors: dict[int, int] | None = None) -> None:
+        self.step = step
+        self.floors = floors or {}
+
+    def version(self, api_key: int) -> int:
+        api = APIS[api_key]
+        low = max(api.min_version, self.floors.get(api_key, api.min_version))
+        return min(low + self.step, api.max_version)
+
+    def make(self, api_key: int, entity: str, /, **fields):
+        return build(getattr(request_schema(api_key, self.version(api_key)), entity), **fields)
+
+
+async def create_topic(client: KafkaClient, name: str, configs: dict[str, str] | None = None,
+                       partitions: int = 1) -> None:
+    response = await client.request(create_topics([(name, partitions, 1, configs)]))
+    assert response.topics[0].error_code.value == 0, response.topics[0]
+
+
+async def send_produce(client: KafkaClient, topic: str, records: bytes,
+                       partition: int = 0) -> produce_response.PartitionProduceResponse:
+    """Produce (v9, acks=all) of one record set; the partition's answer."""
+    response = await client.request(produce([(topic, partition, records)]))
+    return response.responses[0].partition_responses[0]
+
+
+async def list_offset(client: KafkaClient, topic: str, timestamp: int = LATEST,
+                      partition: int = 0) -> Any:
+    """The answer for one partition: ``.offset``, ``.timestamp``, ``.error_code``."""
+    response = await client.request(list_offsets(topic, [(partition, timestamp)]))
+    return response.topics[0].partitions[0]
+
+
+async def pipelined_produce(host: str, port: int, topic: str, record_sets: list[bytes],
+                            partition: int = 0) -> list[produce_response.PartitionProduceResponse]:
+    """Send every Produce request on one connection before reading any answer."""
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        frames = []
+        for correlation, records in enumerate(record_sets):
+            out = ChunkWriter()
+            out.write(struct.pack(">hhih", 0, 9, correlation, 4) + b"test\x00")
+            request = produce([(topic, partition, records)])
+            entity_writer_for(type(request))(out, request)
+            frames.append(struct.pack(">i", out.size) + b"".join(out.chunks))
+        writer.write(b"".join(frames))
+        await writer.drain()
+        read = entity_reader_for(produce_response.ProduceResponse)
+        answers = []
+        for correlation in range(len(record_sets)):
+            (size,) = struct.unpack(">i", await reader.readexactly(4))
+            frame = await reader.readexactly(size)
+            assert struct.unpack_from(">i", frame)[0] == correlation
+            response, _ = read(frame, skip_tagged_fields(frame, 4))
+            answers.append(response.responses[0].partition_responses[0])
+        return answers
+    finally:
+        writer.close()
+
+
+def init_producer_id_frame(transactional_id: bytes, correlation: int,
+                           timeout_ms: int = 60_000) -> bytes:
+    """InitProducerId v1 (int16-length string) with a transactional id of any bytes."""
+    body = struct.pack(">hhih", 22, 1, correlation, 4) + b"test"
+    body += struct.pack(">h", len(transactional_id)) + transactional_id
+    body += struct.pack(">i", timeout_ms)
+    return struct.pack(">i", len(body)) + body
+
+
+async def init_transactional_ids(host: str, port: int, ids: list[str],
+                                 window: int = 64) -> list[int]:
+    """InitProducerId for each id, ``window`` at a time on one connection: a cheap way
+    to make many transactional ids. Returns each answer's error code."""
+    reader, writer = await asyncio.open_connection(host, port)
+    codes: list[int] = []
+    try:
+        for start in range(0, len(ids), window):
+            chunk = ids[start:start + window]
+            writer.write(b"".join(init_producer_id_frame(tid.encode(), start + i)
+                                  for i, tid in enumerate(chunk)))
+            await writer.drain()
+            for i in range(len(chunk)):
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                # v1: correlation, throttle time, error code, producer id, epoch
+                correlation, _throttle, code = struct.unpack_from(">iih", frame)
+                assert correlation == start + i
+                codes.append(code)
+        return codes
+    finally:
+        writer.close()
+
+
+def request_frame(body: object, correlation: int, client_id: bytes = b"test") -> bytes:
+    """The whole frame (size prefix first) of a kio request entity, for a raw socket."""
+    cls = type(body)
+    out = ChunkWriter()
+    out.write(struct.pack(">hhih", cls.__api_key__, cls.__version__, correlation,  # type: ignore[attr-defined]
+                          len(client_id)) + client_id)
+    if cls.__flexible__:  # type: ignore[attr-defined]
+        out.write(b"\x00")  # no tagged fields in the header
+    entity_writer_for(cls)(out, body)
+    return struct.pack(">i", out.size) + b"".join(out.chunks)

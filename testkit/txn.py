@@ -24,8 +24,7 @@ from tablets import batch as batch_header
 from tablets.consumer_offsets import ConsumerOffsets
 from tablets.store import GroupCommitWriter, Ops
 from tablets.tablet import PartitionTablet
-from testkit.batches import make_batch
-from testkit.record_batches import decode_batches
+from testkit.batches import decode_batches, make_batch
 from txn import TransactionCoordinator, TxnSettings, TxnState
 from txn.pending_offsets import PendingOffsets
 

@@ -8,7 +8,6 @@ import asyncio
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
-from wire_versions import Versions, ms
 
 from kafka_gateway.client import ClientSecurity, KafkaClient
 from kafka_gateway.security.acls import (
@@ -23,6 +22,7 @@ from kafka_gateway.security.acls import (
 from kafka_gateway.security.scram import from_password
 from testkit.batches import make_batch
 from testkit.inprocess import port_of, running
+from testkit.kafka_requests import Versions, ms
 
 T, G, TX, C = (ResourceType.TOPIC, ResourceType.GROUP, ResourceType.TRANSACTIONAL_ID,
                ResourceType.CLUSTER)

@@ -16,7 +16,6 @@ from uuid import UUID
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
-from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
 from kafka_gateway.client import KafkaClient
@@ -25,6 +24,7 @@ from kafka_gateway.server import GatewayServer
 from tablets.records import record_timestamps
 from testkit.batches import make_batch
 from testkit.inprocess import serve
+from testkit.kafka_requests import Versions, ms
 
 PRODUCE, FETCH, LIST_OFFSETS, METADATA, OFFSET_FOR_LEADER_EPOCH = 0, 1, 2, 3, 23
 API_VERSIONS, CREATE_TOPICS, DELETE_TOPICS, DELETE_RECORDS = 18, 19, 20, 21

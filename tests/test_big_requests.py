@@ -23,7 +23,7 @@ from kafka_gateway.codec import entity_reader_for, response_schema, skip_tagged_
 from kafka_gateway.settings import GatewayConfig
 from testkit import kafka_requests as kr
 from testkit.gateway import GatewayProcess
-from testkit.wire import request_frame
+from testkit.kafka_requests import request_frame
 
 CAP = int(os.environ.get("PROBE_CAP", 0)) or GatewayConfig().request_max_array_items
 CANARY_BOUND = 0.25  # seconds, for one ApiVersions round trip

@@ -19,9 +19,9 @@ from confluent_kafka import Consumer, Producer
 from kio.schema.fetch.v12 import request as fetch
 from kio.static.primitive import i32Timedelta
 
+from kafka_gateway.bad_input import BAD_INPUT_LINES_PER_WINDOW
 from kafka_gateway.client import KafkaClient
 from kafka_gateway.codec import ChunkWriter, entity_writer_for
-from kafka_gateway.limits import BAD_INPUT_LINES_PER_WINDOW
 from testkit.batches import make_batch
 from testkit.gateway import GatewayProcess
 

@@ -1,4 +1,4 @@
-"""The length check that runs before kio's native reader (kafka_gateway/bounds.py).
+"""The length check that runs before kio's native reader (kafka_gateway/body_bounds.py).
 
 kio reserves memory for an array's declared count before reading it, and the
 process aborts when the allocator refuses: so no count may reach kio unless
@@ -14,7 +14,7 @@ import struct
 import pytest
 
 from kafka_gateway.apis import APIS
-from kafka_gateway.bounds import check_request
+from kafka_gateway.body_bounds import check_request
 from kafka_gateway.codec import (
     MalformedRequest,
     _request_class,

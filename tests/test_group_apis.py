@@ -13,13 +13,13 @@ import asyncio
 import dataclasses
 
 from kio.schema.errors import ErrorCode
-from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.groups.consumer_protocol import encode_assignment, encode_subscription
 from kafka_gateway.server import GatewayServer
 from kafka_gateway.settings import GatewayConfig
+from testkit.consumer_protocol import encode_assignment, encode_subscription
+from testkit.kafka_requests import Versions, ms
 
 FIND_COORDINATOR, OFFSET_COMMIT, OFFSET_FETCH, JOIN_GROUP, HEARTBEAT = 10, 8, 9, 11, 12
 LEAVE_GROUP, SYNC_GROUP, DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 13, 14, 15, 16, 42

@@ -22,10 +22,10 @@ from kafka_gateway.groups import (
     JoinRequest,
     JoinResult,
 )
-from kafka_gateway.groups.consumer_protocol import encode_assignment, encode_subscription
 from kafka_gateway.settings import GatewayConfig
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import OffsetCommit
+from testkit.consumer_protocol import encode_assignment, encode_subscription
 from txn.pending_offsets import PendingOffsets
 
 GROUP = "g"

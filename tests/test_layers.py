@@ -26,12 +26,6 @@ PACKAGES = ("kafka_gateway", "tablets", "txn", "bench", "common")
 # Cycles (strongly connected sets of modules) that exist today; each is owned by
 # other work of issue 20 and goes when that work breaks it.
 KNOWN_CYCLES = {
-    # The request header reader and the frame bounds check call each other.
-    frozenset({"kafka_gateway.codec", "kafka_gateway.bounds"}),
-    # SASL's gate types its connection (TYPE_CHECKING); the connection runs the gate.
-    frozenset({"kafka_gateway.connection", "kafka_gateway.security.sasl"}),
-    # ApiVersions reads the registry (a deferred import) that imports it.
-    frozenset({"kafka_gateway.apis", "kafka_gateway.apis.api_versions"}),
     # PartitionTablet and its parts: each part types the tablet or its settings
     # (TYPE_CHECKING) while the tablet inherits or calls the part.
     frozenset({"tablets.tablet", "tablets.compacted_log", "tablets.truncation",

@@ -24,7 +24,7 @@ from testkit.batches import (
     with_payload,
 )
 from testkit.gateway import GatewayProcess
-from testkit.wire import create_topic, list_offset, pipelined_produce, produce
+from testkit.kafka_requests import create_topic, list_offset, pipelined_produce, send_produce
 
 
 @pytest.fixture(scope="module")
@@ -50,13 +50,13 @@ def test_each_malformed_batch_gets_kafkas_error_and_nothing_is_stored(gateway):
         await create_topic(client, "malformed", {"message.timestamp.difference.max.ms": "60000"})
         for stored, (name, build) in enumerate(MALFORMED.items()):
             now = now_ms()
-            answer = await produce(client, "malformed", build(now))
+            answer = await send_produce(client, "malformed", build(now))
             assert answer.error_code is EXPECTED[name], (name, answer)
             assert answer.base_offset == -1 and answer.error_message
             if answer.error_code is ErrorCode.invalid_timestamp:
                 assert answer.record_errors, name  # Produce v8+ names the records
             assert (await list_offset(client, "malformed")).offset == stored, name
-            good = await produce(client, "malformed", make_batch([b"ok"], base_timestamp=now))
+            good = await send_produce(client, "malformed", make_batch([b"ok"], base_timestamp=now))
             assert (good.error_code, good.base_offset) == (ErrorCode.none, stored), name
 
     ask(gateway, scenario)
@@ -116,7 +116,7 @@ def test_zip_bombs_leave_memory_bounded_and_the_server_responsive(gateway):
         watcher = asyncio.create_task(watch())
         try:
             for batch, code in bombs:
-                assert (await produce(client, "bombs", batch)).error_code is code
+                assert (await send_produce(client, "bombs", batch)).error_code is code
             found = await list_offset(client, "bombs", timestamp)
             assert (found.error_code, found.offset, found.timestamp) == (
                 ErrorCode.none, 0, timestamp)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
-from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
 from kafka_gateway.client import KafkaClient
@@ -19,10 +18,9 @@ from kafka_gateway.server import GatewayServer
 from tablets.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from tablets.topic_config import TXN_PRODUCE_OFFSET
 from testkit import kafka_requests as rq
-from testkit.batches import make_batch
+from testkit.batches import decode_batches, make_batch
 from testkit.inprocess import serve
-from testkit.kafka_requests import DELETE, SET, TOPIC
-from testkit.record_batches import decode_batches
+from testkit.kafka_requests import DELETE, SET, TOPIC, Versions, ms
 
 PRODUCE, INIT_PRODUCER_ID, ADD_PARTITIONS, END_TXN = 0, 22, 24, 26
 NEWEST = Versions(1 << 10)

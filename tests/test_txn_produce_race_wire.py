@@ -27,12 +27,11 @@ from kafka_gateway.server import GatewayServer
 from tablets import batch as batch_header
 from tablets import keys
 from testkit import kafka_requests as rq
-from testkit.batches import GZIP, make_batch
+from testkit.batches import GZIP, decode_batches, make_batch
 from testkit.inprocess import serve
+from testkit.kafka_requests import create_topic
 from testkit.raw_txn import RawTxn
-from testkit.record_batches import decode_batches
 from testkit.txn import HeldChecks
-from testkit.wire import create_topic
 from txn.errors import ConcurrentTransactions
 
 TOPIC = "race"

@@ -16,17 +16,20 @@ import asyncio
 import pytest
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import Records
-from wire_versions import Versions, ms
 
 from kafka_gateway.apis import APIS
+from kafka_gateway.cli.describe_transactions_answer import (
+    DescribedTxn,
+    decode_describe_transactions,
+)
 from kafka_gateway.client import KafkaClient
-from kafka_gateway.described_txns import DescribedTxn, decode_describe_transactions
 from kafka_gateway.server import GatewayServer
 from tablets.batch import ATTR_CONTROL, ATTR_TRANSACTIONAL, parse_batches
 from tablets.records import record_timestamps
 from testkit.batches import make_batch
 from testkit.gateway import GatewayProcess
 from testkit.inprocess import serve
+from testkit.kafka_requests import Versions, ms
 
 PRODUCE, FETCH, OFFSET_FETCH, CREATE_TOPICS, INIT_PRODUCER_ID = 0, 1, 9, 19, 22
 ADD_PARTITIONS, ADD_OFFSETS, END_TXN, TXN_OFFSET_COMMIT = 24, 25, 26, 28

@@ -29,7 +29,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from testkit import prom
 from testkit.cli import run_cli
 from testkit.gateway import GatewayProcess
-from testkit.wire import init_transactional_ids
+from testkit.kafka_requests import init_transactional_ids
 
 ROOT = Path(__file__).resolve().parent.parent
 BROWSER = ROOT / "tests" / "browser"

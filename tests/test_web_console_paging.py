@@ -30,7 +30,7 @@ from kafka_gateway.webui.pages import Console
 from kafka_gateway.webui.paging import PAGE_SIZE
 from testkit import kafka_requests as kr
 from testkit.inprocess import running
-from testkit.wire import init_producer_id_frame, init_transactional_ids
+from testkit.kafka_requests import init_producer_id_frame, init_transactional_ids
 
 IDS = 30_000
 # Generous bounds on a 2-core machine shared with other work: a page measured

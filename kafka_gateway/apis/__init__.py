@@ -4,7 +4,7 @@ Each module declares ``API_KEY``, ``VERSIONS`` (the range this gateway
 supports, within Kafka 3.4's) and ``async def handle(broker: HandlerContext,
 request: Request) -> Response``, a ``contract.Handler``: the response body
 (or None for a Produce with acks=0).
-ApiVersions advertises exactly what this registry holds.
+ApiVersions advertises exactly what this registry holds (handed to it below).
 """
 
 from __future__ import annotations
@@ -137,3 +137,5 @@ APIS: dict[int, Api] = {
         _api(delete_acls),
     )
 }
+
+api_versions.advertise(APIS.values())

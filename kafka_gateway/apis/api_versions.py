@@ -4,9 +4,16 @@ A request at a version above 3 gets the v0 answer with UNSUPPORTED_VERSION
 (and the list), so the client retries at a version both sides know. Optional
 tagged fields are left out (kio skips defaults): librdkafka 2.0.2 (Debian's
 kcat) cannot parse a reply that carries them.
+
+The registry (apis/__init__.py) hands this module the table it advertises,
+``advertise(APIS.values())``, once it is built: this module does not import
+the registry that imports it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -18,17 +25,36 @@ API_KEY = 18
 VERSIONS = (0, 3)
 
 
-def response(version: int, error: ErrorCode = ErrorCode.none):
-    from . import APIS  # the registry imports this module
+class Advertised(Protocol):
+    # Read-only: the registry's entries are frozen.
+    @property
+    def key(self) -> int: ...
 
+    @property
+    def min_version(self) -> int: ...
+
+    @property
+    def max_version(self) -> int: ...
+
+
+# (api key, min version, max version) of every API served, by key; set by the registry.
+_advertised: tuple[tuple[int, int, int], ...] = ()
+
+
+def advertise(apis: Iterable[Advertised]) -> None:
+    global _advertised
+    _advertised = tuple(sorted((api.key, api.min_version, api.max_version) for api in apis))
+
+
+def response(version: int, error: ErrorCode = ErrorCode.none):
+    assert _advertised, "the registry (apis/__init__.py) has not called advertise()"
     schema = response_schema(API_KEY, version)
     return build(
         schema.ApiVersionsResponse,
         error_code=error,
         api_keys=tuple(
-            schema.ApiVersion(api_key=api.key, min_version=api.min_version,
-                              max_version=api.max_version)
-            for api in sorted(APIS.values(), key=lambda a: a.key)
+            schema.ApiVersion(api_key=key, min_version=low, max_version=high)
+            for key, low, high in _advertised
         ),
         throttle_time=NO_THROTTLE,
     )

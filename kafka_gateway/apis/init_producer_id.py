@@ -10,7 +10,7 @@
 - An empty transactional id is INVALID_REQUEST, as in Kafka; so is one longer
   than ``gateway.transactional.id.max.bytes`` (UTF-8): each id is kept, in
   memory and on disk, for ``transactional.id.expiration.ms``. Kafka's only
-  bound is the protocol's (32767 bytes, refused by the parser; bounds.py does
+  bound is the protocol's (32767 bytes, refused by the parser; body_bounds.py does
   the same); the Java producer takes INVALID_REQUEST as fatal.
 
 Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED);

@@ -24,8 +24,8 @@ from kio.schema.list_transactions.v0 import request as list_transactions
 from kio.static.primitive import i32Timedelta
 
 from ..client import KafkaClient
-from ..described_txns import DescribedTxn, decode_describe_transactions
 from .common import client_action, client_command, connected, print_rows
+from .describe_transactions_answer import DescribedTxn, decode_describe_transactions
 
 ABORT_TIMEOUT = i32Timedelta.parse(datetime.timedelta(minutes=1))
 

@@ -36,6 +36,7 @@ from kio.schema.errors import ErrorCode
 from common.logtext import client_text
 from tablets.node_records import NodeRecords
 
+from ..bad_input import BadInputLog
 from ..errors import (
     ClusterAuthorizationFailed,
     GroupAuthorizationFailed,
@@ -44,7 +45,6 @@ from ..errors import (
     TopicAuthorizationFailed,
     TransactionalIdAuthorizationFailed,
 )
-from ..limits import BadInputLog
 from ..metrics import Metrics
 from ..slicing import LARGE_RESPONSE_ITEMS, off_loop, sliced
 from .acls import (

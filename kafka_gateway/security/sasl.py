@@ -32,14 +32,16 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Protocol
 
 from kio.schema.errors import ErrorCode
 from scramp import ScramException, ScramMechanism
-from scramp import core as scramp_core
 
 from common.logtext import client_text
 
+from ..apis import sasl_authenticate, sasl_handshake
+from ..bad_input import BadInputLog
 from ..codec import (
     API_VERSIONS_KEY,
     MalformedRequest,
@@ -50,12 +52,13 @@ from ..codec import (
     read_header,
     response_schema,
 )
+from ..metrics import Metrics
+from ..thirdparty import scram_server_final_for_nonce
 from .scram import MECHANISMS as SCRAM_MECHANISMS
 from .scram import Credentials
 from .tls import listener_setting
 
 if TYPE_CHECKING:
-    from ..connection import KafkaConnection
     from .listeners import Listener
 
 # Kafka keeps SCRAM users in ZooKeeper znodes / KRaft records and names them in
@@ -67,10 +70,12 @@ MAX_PASSWORD_BYTES = 1024
 # A SCRAM message is a user name or a channel binding (base64 of the GS2 header),
 # a nonce of a few dozen characters and a proof: a few hundred bytes.
 MAX_SCRAM_MESSAGE_BYTES = 4096
-SASL_HANDSHAKE_KEY = 17
-SASL_AUTHENTICATE_KEY = 36
+SASL_HANDSHAKE_KEY = sasl_handshake.API_KEY
+SASL_AUTHENTICATE_KEY = sasl_authenticate.API_KEY
 SUPPORTED = ("PLAIN", *SCRAM_MECHANISMS)
 _SIZE = struct.Struct(">i")
+# An answer, as buffers for writelines().
+Chunks = Sequence[bytes | bytearray]
 
 
 def enabled_mechanisms(config, listener: Listener) -> tuple[str, ...]:
@@ -177,15 +182,7 @@ class ScramServer:
         only the proof, which covers the message as sent; scramp compares it. Accepted
         when the nonce ends with the whole nonce of server-first, so the server's part
         is in it (a replay still fails), and then checked by scramp's own proof check."""
-        server = self.server
-        final = scramp_core.ClientFinal(message)
-        sent, ours = str(final["r"]), str(server.nonce)
-        if not sent.endswith(ours) or sent == ours:
-            raise ScramException("Server nonce doesn't match.")
-        signature = scramp_core._set_client_final(
-            server.m.hf, final, final["r"], server.stored_key, server.server_key,
-            server.client_first_bare, server.server_first, server.cb, server.gs2_header)
-        return scramp_core._get_server_final(signature, None).encode()
+        return scram_server_final_for_nonce(self.server, message).encode()
 
 
 def _check_username_size(client_first: str) -> None:
@@ -198,17 +195,48 @@ def _check_username_size(client_first: str) -> None:
             raise ValueError(f"user name of more than {MAX_USERNAME_BYTES} bytes")
 
 
+class GateHost(Protocol):
+    """What a ``SaslGate`` needs of its connection (connection/sasl_hooks.py
+    implements it): the gate is handed this, never the connection itself."""
+
+    @property
+    def address(self) -> str:
+        """The client's address, which bad input is logged (and rate-limited) by."""
+
+    @property
+    def peer(self) -> str:
+        """The client's address and port."""
+
+    def reject(self, reason: str) -> None:
+        """A request that has no place here: logged, counted, the connection closed."""
+
+    def answer(self, chunks: Chunks) -> None:
+        """Write an answer now (before authentication one request is served at a time)."""
+
+    def authenticated(self, principal: str) -> None:
+        """Done: from now on the connection serves ``principal``, without the gate."""
+
+    def fail_authentication(self, chunks: Chunks | None) -> None:
+        """Mute the connection now; answer ``chunks`` (if any) and close it after
+        ``connection.failed.authentication.delay.ms``."""
+
+
 class SaslGate:
     """One connection's authentication, until it succeeds (see the module doc)."""
 
-    def __init__(self, connection: KafkaConnection) -> None:
-        self.connection = connection
-        self.mechanisms = enabled_mechanisms(connection.broker.config, connection.listener)
-        self.credentials: Credentials = connection.broker.credentials
+    def __init__(self, host: GateHost, listener: Listener, mechanisms: tuple[str, ...],
+                 max_receive_size: int, credentials: Credentials, metrics: Metrics,
+                 bad_input: BadInputLog) -> None:
+        self.host = host
+        self.listener = listener
+        self.mechanisms = mechanisms
+        self.credentials = credentials
+        self.metrics = metrics
+        self.bad_input = bad_input
         self.mechanism = ""
         self.server: PlainServer | ScramServer | None = None
         self.raw = False  # after a v0 handshake the tokens come bare
-        self.max_receive_size = connection.broker.config.sasl_server_max_receive_size
+        self.max_receive_size = max_receive_size  # sasl.server.max.receive.size
 
     def intercept(self, frame: memoryview) -> bool:
         """True if the gate took the frame; False: serve it as usual (ApiVersions)."""
@@ -224,14 +252,14 @@ class SaslGate:
                 stage = "authentication" if self.server else "handshake"
                 raise MalformedRequest(
                     f"API key {header.api_key} during SASL {stage} (expected {expected})")
-            from ..apis import APIS  # the registry imports the connection's modules
-
-            api = APIS[expected]
-            if not api.min_version <= header.api_version <= api.max_version:
-                raise MalformedRequest(f"{api.name} v{header.api_version} is not supported")
+            api = sasl_authenticate if self.server else sasl_handshake
+            low, high = api.VERSIONS
+            if not low <= header.api_version <= high:
+                name = api.__name__.rsplit(".", 1)[-1]
+                raise MalformedRequest(f"{name} v{header.api_version} is not supported")
             body = decode_request(frame, header, pos).body
         except MalformedRequest as exc:
-            self.connection._reject(str(exc))
+            self.host.reject(str(exc))
             return True
         if header.api_key == SASL_HANDSHAKE_KEY:
             self._handshake(header, body.mechanism)
@@ -247,7 +275,7 @@ class SaslGate:
         chunks = encode_response(SASL_HANDSHAKE_KEY, header.correlation_id, body)
         if not supported:
             # As Kafka: the answer at once, the close after the delay.
-            self.connection.gate_answer(chunks)
+            self.host.answer(chunks)
             self._failed(AuthenticationFailed(
                 "", f"unsupported mechanism {client_text(mechanism)}", None), None)
             return
@@ -255,31 +283,31 @@ class SaslGate:
         self.server = (PlainServer(self.credentials) if mechanism == "PLAIN"
                        else ScramServer(mechanism, self.credentials))
         self.raw = header.api_version == 0
-        self.connection.gate_answer(chunks)
+        self.host.answer(chunks)
 
     def _token(self, token: bytes, header: RequestHeader | None) -> None:
         assert self.server is not None
         try:
             answer, principal = self.server.step(token)
         except AuthenticationFailed as exc:
-            chunks = None
+            chunks: Chunks | None = None
             if header is not None:
                 chunks = self._authenticate_response(header, ErrorCode.sasl_authentication_failed,
                                                      exc.message, b"")
             self._failed(exc, chunks)
             return
         if header is None:
-            self.connection.gate_answer([_SIZE.pack(len(answer)), answer])
+            self.host.answer([_SIZE.pack(len(answer)), answer])
         else:
-            self.connection.gate_answer(
+            self.host.answer(
                 self._authenticate_response(header, ErrorCode.none, None, answer))
         if principal is not None:
-            self.connection.broker.metrics.authentication_successes += 1
-            self.connection.authenticated(principal)
+            self.metrics.authentication_successes += 1
+            self.host.authenticated(principal)
 
     @staticmethod
     def _authenticate_response(header: RequestHeader, code: ErrorCode, message: str | None,
-                               auth_bytes: bytes) -> list[bytes]:
+                               auth_bytes: bytes) -> Chunks:
         schema = response_schema(SASL_AUTHENTICATE_KEY, header.api_version)
         body = build(schema.SaslAuthenticateResponse, error_code=code, error_message=message,
                      auth_bytes=auth_bytes)
@@ -292,15 +320,15 @@ class SaslGate:
             "", f"invalid receive size {size} (sasl.server.max.receive.size is "
                 f"{self.max_receive_size})", None), None)
 
-    def _failed(self, exc: AuthenticationFailed, chunks: list[bytes] | None) -> None:
+    def _failed(self, exc: AuthenticationFailed, chunks: Chunks | None) -> None:
         """Count and log it; the connection answers ``chunks`` (if any) and closes
         after the delay."""
-        connection = self.connection
-        connection.broker.metrics.authentication_failures += 1
+        host = self.host
+        self.metrics.authentication_failures += 1
         user = f"User:{client_text(exc.user)}" if exc.user else "an unnamed user"
-        connection.limits.bad_input.log(
-            connection.address, logging.WARNING,
+        self.bad_input.log(
+            host.address, logging.WARNING,
             "failed authentication of %s from %s on listener %s (%s): %s", user,
-            connection.peer, connection.listener.name, self.mechanism or "handshake",
+            host.peer, self.listener.name, self.mechanism or "handshake",
             client_text(exc.reason))
-        connection.fail_authentication(chunks)
+        host.fail_authentication(chunks)

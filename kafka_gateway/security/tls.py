@@ -109,7 +109,7 @@ class HandshakeWatch:
     def __init__(self, listener: Listener, metrics: object, log: object) -> None:
         self.listener = listener
         self.metrics = metrics
-        self.log = log  # a limits.BadInputLog
+        self.log = log  # a bad_input.BadInputLog
 
     def __call__(self, exc: BaseException) -> None:
         self.metrics.tls_handshake_failures += 1  # type: ignore[attr-defined]

@@ -1,11 +1,11 @@
-"""What all connections share to stay bounded: request memory and bad-input logging.
+"""Request memory: ``queued.max.request.bytes``, shared by every connection of the node.
 
-``RequestMemory`` is ``queued.max.request.bytes``: every connection reads into
-buffers charged to one node-wide budget, from allocation until they are freed
-(their last frame answered and dropped by whoever held it). A connection whose
-next buffer does not fit waits, its reading paused, in arrival order. Buffers
-grow with the bytes that arrive, so what a connection holds is charged for
-bytes it was actually sent, not for a length it declared.
+``RequestMemory``: every connection reads into buffers charged to one node-wide
+budget, from allocation until they are freed (their last frame answered and
+dropped by whoever held it). A connection whose next buffer does not fit waits,
+its reading paused, in arrival order. Buffers grow with the bytes that arrive,
+so what a connection holds is charged for bytes it was actually sent, not for
+a length it declared.
 
 Half-received frames hold memory while they wait for more, so a budget spent
 on them alone could wait forever. One overdraft slot prevents that: when the
@@ -16,32 +16,23 @@ freed. So memory is bounded by the budget plus one frame (at most
 served. Each connection may also always read into a small fresh buffer
 (``FIRST_READ_BYTES``), as it always has kernel socket buffers.
 
-``BadInputLog`` rate-limits the warnings about bad input per client address:
-a client that keeps sending garbage (or reconnects to do it again) gets a few
-lines a minute, and the rest are counted in ``/metrics``. What a client
-chose (a user name, client id, group, transactional id, topic) is logged
-through ``common.logtext.client_text``: one bounded line, whatever it holds.
+(Not to be confused with body_bounds.py, which checks one request body's
+lengths against its frame before kio decodes it.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-import logging
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
 from typing import Protocol
 
 from .metrics import Metrics
-from .settings import GatewayConfig
 
 # A fresh buffer, before a connection has sent a larger frame.
 FIRST_READ_BYTES = 16 << 10
-BAD_INPUT_LINES_PER_WINDOW = 10
-BAD_INPUT_WINDOW_SECONDS = 60.0
-_MAX_TRACKED_PEERS = 4096
 FULL_COLLECT_INTERVAL_SECONDS = 1.0
 
 
@@ -210,64 +201,3 @@ class RequestMemory:
                 gc.collect()
             elif self._loop is not None:
                 self._loop.call_later(FULL_COLLECT_INTERVAL_SECONDS, self._schedule_wake)
-
-
-class BadInputLog:
-    """At most ``BAD_INPUT_LINES_PER_WINDOW`` lines per client address and window."""
-
-    def __init__(self, logger: logging.Logger, metrics: Metrics) -> None:
-        self.logger = logger
-        self.metrics = metrics
-        # address -> [window start, lines logged in it, lines suppressed since the last one]
-        self._peers: dict[str, list[float]] = {}
-
-    def log(self, address: str, level: int, message: str, *args: object,
-            exc_info: BaseException | None = None) -> None:
-        now = time.monotonic()
-        state = self._peers.get(address)
-        if state is None or now - state[0] >= BAD_INPUT_WINDOW_SECONDS:
-            suppressed = int(state[2]) if state else 0
-            state = self._peers[address] = [now, 0, suppressed]
-            self._prune(now)
-        if state[1] >= BAD_INPUT_LINES_PER_WINDOW:
-            state[2] += 1
-            self.metrics.log_lines_suppressed += 1
-            return
-        state[1] += 1
-        if state[2]:
-            message += " (%d similar lines from this address suppressed)"
-            args = (*args, int(state[2]))
-            state[2] = 0
-        self.logger.log(level, message, *args, exc_info=exc_info)
-
-    def _prune(self, now: float) -> None:
-        if len(self._peers) <= _MAX_TRACKED_PEERS:
-            return
-        for address, state in list(self._peers.items()):
-            if now - state[0] >= BAD_INPUT_WINDOW_SECONDS:
-                del self._peers[address]
-        while len(self._peers) > _MAX_TRACKED_PEERS:  # all recent: forget the oldest
-            del self._peers[next(iter(self._peers))]
-
-
-@dataclass(slots=True)
-class ConnectionLimits:
-    """What every connection of a listener shares."""
-
-    memory: RequestMemory
-    bad_input: BadInputLog
-    idle_seconds: float | None  # connections.max.idle.ms, None: never
-    partial_request_seconds: float | None  # gateway.partial.request.timeout.ms, None: never
-
-    @classmethod
-    def from_config(cls, config: GatewayConfig, metrics: Metrics,
-                    logger: logging.Logger) -> ConnectionLimits:
-        def seconds(ms: int) -> float | None:
-            return ms / 1000 if ms > 0 else None
-
-        return cls(
-            memory=RequestMemory(config.queued_max_request_bytes, metrics),
-            bad_input=BadInputLog(logger, metrics),
-            idle_seconds=seconds(config.connections_max_idle_ms),
-            partial_request_seconds=seconds(config.partial_request_timeout_ms),
-        )

@@ -7,7 +7,7 @@ the whole process. Kafka's own generated parsers refuse a count larger than
 the bytes remaining; this module does the same for kio: it walks the body the
 way kio will read it, from the same dataclass schemas (kio's own field
 introspection decides each field's wire form), and raises
-:class:`codec.MalformedRequest` when
+:class:`reader.MalformedRequest` when
 
 - an array's count times its smallest element is more than the bytes left,
 - a string, bytes or tagged field is longer than the bytes left,
@@ -40,7 +40,8 @@ from dataclasses import fields
 from functools import cache
 from typing import Any
 
-from kio.serial._introspect import (
+from .reader import MalformedRequest, read_uvarint
+from .thirdparty import (
     EntityField,
     EntityTupleField,
     PrimitiveField,
@@ -50,10 +51,6 @@ from kio.serial._introspect import (
     get_schema_field_type,
     is_optional,
 )
-
-# codec calls check_request from decode_request: the module, not its names,
-# since codec is still being imported when this is.
-from . import codec
 
 # A compiled step: (buffer, position, end) -> position after the field.
 Step = Callable[[Any, int, int], int]
@@ -97,15 +94,15 @@ def check_request(cls: type, frame: Any, pos: int, max_items: int = -1) -> int:
     try:
         end = _entity(cls, False).walk(frame, pos, len(frame))
     except (struct.error, IndexError) as exc:
-        raise codec.MalformedRequest(f"{cls.__name__} runs past the end of the frame") from exc
+        raise MalformedRequest(f"{cls.__name__} runs past the end of the frame") from exc
     except TooManyItems as exc:
-        raise codec.MalformedRequest(
+        raise MalformedRequest(
             f"{cls.__name__} has more than {max_items} array items "
             f"(gateway.request.max.array.items): {exc}") from exc
     finally:
         _items.left = -1
     if end > len(frame):
-        raise codec.MalformedRequest(f"{cls.__name__} runs past the end of the frame")
+        raise MalformedRequest(f"{cls.__name__} runs past the end of the frame")
     return end
 
 
@@ -124,15 +121,8 @@ class _Compiled:
         self.tagged_after = tagged_after
 
 
-def _uvarint(buf: Any, pos: int) -> tuple[int, int]:
-    byte = buf[pos]
-    if byte < 0x80:
-        return byte, pos + 1
-    return codec.read_uvarint(buf, pos)
-
-
-def _refuse(where: str, what: str, size: int, left: int) -> codec.MalformedRequest:
-    return codec.MalformedRequest(
+def _refuse(where: str, what: str, size: int, left: int) -> MalformedRequest:
+    return MalformedRequest(
         f"{where}: {what} of {size} does not fit in the {left} bytes left")
 
 
@@ -255,18 +245,18 @@ def _nullable_entity(walk_entity: Step) -> Step:
 
 def _compact_bytes(nullable: bool, where: str, string: bool) -> Step:
     def walk(buf: Any, pos: int, end: int) -> int:
-        size, pos = _uvarint(buf, pos)
+        size, pos = read_uvarint(buf, pos)
         if size == 0:
             if not nullable:
-                raise codec.MalformedRequest(f"{where}: null where the schema has none")
+                raise MalformedRequest(f"{where}: null where the schema has none")
             return pos
         size -= 1
         if size > end - pos:
             raise _refuse(where, "length", size, end - pos)
         if string and size > MAX_STRING_BYTES:
             # Kafka's generated parsers: "string field ... had invalid length".
-            raise codec.MalformedRequest(f"{where}: string of {size} bytes (at most "
-                                         f"{MAX_STRING_BYTES})")
+            raise MalformedRequest(f"{where}: string of {size} bytes (at most "
+                                   f"{MAX_STRING_BYTES})")
         return pos + size
     return walk
 
@@ -289,7 +279,7 @@ def _legacy_length(size: int, pos: int, end: int, nullable: bool, where: str) ->
     if size < 0:
         if size == -1 and nullable:
             return pos
-        raise codec.MalformedRequest(f"{where}: length {size} where the schema has "
+        raise MalformedRequest(f"{where}: length {size} where the schema has "
                                f"{'no null' if size == -1 else 'none'}")
     if size > end - pos:
         raise _refuse(where, "length", size, end - pos)
@@ -300,7 +290,7 @@ def _array(item: Step, item_min: int, item_fixed: int | None, item_tagged_after:
            flexible: bool, nullable: bool, where: str) -> Step:
     def walk(buf: Any, pos: int, end: int) -> int:
         if flexible:
-            count, pos = _uvarint(buf, pos)
+            count, pos = read_uvarint(buf, pos)
             count -= 1  # -1 is null
         else:
             (count,) = _I32.unpack_from(buf, pos)
@@ -308,7 +298,7 @@ def _array(item: Step, item_min: int, item_fixed: int | None, item_tagged_after:
         if count < 0:
             if count == -1 and nullable:
                 return pos
-            raise codec.MalformedRequest(f"{where}: array count {count} where the schema has "
+            raise MalformedRequest(f"{where}: array count {count} where the schema has "
                                    f"{'no null' if count == -1 else 'none'}")
         if count * item_min > end - pos:
             raise _refuse(where, "array count", count, end - pos)
@@ -334,20 +324,20 @@ def _array(item: Step, item_min: int, item_fixed: int | None, item_tagged_after:
 
 def _tagged_fields(where: str, known: dict[int, Step]) -> Step:
     def walk(buf: Any, pos: int, end: int) -> int:
-        count, pos = _uvarint(buf, pos)
+        count, pos = read_uvarint(buf, pos)
         if not count:
             return pos
         if count * 2 > end - pos:  # each takes a tag and a size
             raise _refuse(where, "tagged field count", count, end - pos)
         for _ in range(count):
-            tag, pos = _uvarint(buf, pos)
-            size, pos = _uvarint(buf, pos)
+            tag, pos = read_uvarint(buf, pos)
+            size, pos = read_uvarint(buf, pos)
             if size > end - pos:
                 raise _refuse(f"{where} tag {tag}", "size", size, end - pos)
             step = known.get(tag)
             # kio reads a known tag by its type and ignores the declared size.
             if step is not None and step(buf, pos, pos + size) != pos + size:
-                raise codec.MalformedRequest(f"{where} tag {tag}: content does not fill its "
+                raise MalformedRequest(f"{where} tag {tag}: content does not fill its "
                                        f"{size} bytes")
             pos += size
         return pos

@@ -1,0 +1,55 @@
+"""What the parts of one connection share: its transport and peer, whether it
+is closing, when it was last active, and how many requests it may have in flight."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from ..bad_input import BadInputLog
+from ..metrics import Metrics
+
+if TYPE_CHECKING:
+    from ..security.sasl import SaslGate
+    from ..security.session import Session
+
+MAX_IN_FLIGHT = 64
+
+
+class ConnectionState:
+    def __init__(self, loop: asyncio.AbstractEventLoop, metrics: Metrics,
+                 bad_input: BadInputLog) -> None:
+        self.loop = loop
+        self.metrics = metrics
+        self.bad_input = bad_input
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.address = "?"
+        self.client_host = ""
+        # Listener and principal, handed to every request; set once the transport is up.
+        self.session: Session | None = None
+        self.closing = False
+        self.reading_paused = False
+        self.writing_paused = False
+        self.last_active = self.last_read = loop.time()
+        self.max_in_flight = MAX_IN_FLIGHT
+        # Until a SASL client has authenticated: what sees its frames first.
+        self.gate: SaslGate | None = None
+
+    def active(self) -> None:
+        """Bytes went either way: the connection is not idle."""
+        self.last_active = self.loop.time()
+
+    def reject(self, reason: str) -> None:
+        """Bad input (a malformed or oversized frame, an API not served): logged,
+        counted, and this connection closed."""
+        self.bad_input.log(self.address, logging.WARNING,
+                           "closing connection from %s: %s", self.peer, reason)
+        self.metrics.bad_frames += 1
+        self.close()
+
+    def close(self) -> None:
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
