@@ -4,12 +4,18 @@ the repartition topic of the groupBy. Program: jvm/src/compaction/CountStreams.j
 
 The app counts the first records and stops cleanly; the gateway compacts the
 changelog meanwhile (the app asks for a segment every 200 ms of record time
-and cleaning as soon as anything is dirty). More records come; a slowed
-instance is killed with SIGKILL mid-stream; a new instance starts with an
-empty state directory, so its store can only come back by restoring the
+and cleaning as soon as anything is dirty; a commit marker bears the time of
+its commit, so a segment rolls at the first commit 200 ms after it began).
+More records come; a slowed instance is killed with SIGKILL mid-stream, once
+its changelog writes have closed the segment holding the first run's last
+counts and the cleaner has compacted past them; a new instance starts with
+an empty state directory, so its store can only come back by restoring the
 changelog, which it reads compacted (the test waits for the cleaner to reach
-the changelog's head segments first). Afterwards each user's last count in
-the output (read_committed) is exactly its number of input records.
+the changelog's head segments first). "Counted" means the app committed past
+every record of the source and of the repartition topic, not only of the
+source: the counting sub-topology lags behind the one feeding it. Afterwards
+each user's last count in the output (read_committed) is exactly its number
+of input records.
 
 The killed instance's transaction is aborted by its timeout (Streams' 10 s
 for EOS): the new instance has another transactional id (a new state
@@ -105,11 +111,25 @@ def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_line_
         (tmp_path / "run-1.log").write_text(app.stderr())
     assert step(first_run, "closed") == {"clean": True, "errors": []}
 
+    # A segment rolls only when a later batch arrives (as in Kafka), and the
+    # cleaner never touches the head segment: whatever of the first run's
+    # counts is still in it (all it committed in its last 200 ms, often
+    # most of them) is compacted only once the next instance writes to the
+    # changelog. The killed instance must get that far, or the new one
+    # restores the first run's counts uncompacted.
+    first_end = [high_watermark(gateway, changelog, p) for p in range(PARTITIONS)]
+
+    def going() -> int:
+        n = consumed(gateway, app_id, source)
+        past_first = all(partition_metric(gateway, "clean_offset", changelog, p) >= end
+                         for p, end in enumerate(first_end))
+        return n if n >= FIRST + 100 and past_first else 0
+
     produce(FIRST, SECOND)
     app = run("state-1", "--delay-ms", "3")
     try:
-        at_kill = wait_for(lambda: (n := consumed(gateway, app_id, source)) >= FIRST + 100 and n,
-                           180, "the slowed instance to get going", gateway, 0.2)
+        at_kill = wait_for(going, 180, "the slowed instance to get going and the changelog "
+                           "compacted past the first run's counts", gateway, 0.2)
     finally:
         app.kill()  # SIGKILL
         (tmp_path / "run-2-killed.log").write_text(app.stderr())
