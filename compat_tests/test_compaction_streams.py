@@ -116,7 +116,12 @@ def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_line_
     # counts is still in it (all it committed in its last 200 ms, often
     # most of them) is compacted only once the next instance writes to the
     # changelog. The killed instance must get that far, or the new one
-    # restores the first run's counts uncompacted.
+    # restores the first run's counts uncompacted. Its counting tasks get
+    # repartitioned records only once its main consumer has handed out what
+    # it fetched before them: the whole backlog of the source in one fetch
+    # of 1 MB a partition (the Java client drains one partition's fetch
+    # before the next), 5 s of the slowed processing. Fetches of at most one
+    # batch a partition let them count while the source is still being read.
     first_end = [high_watermark(gateway, changelog, p) for p in range(PARTITIONS)]
 
     def going() -> int:
@@ -126,7 +131,8 @@ def test_streams_counts_restore_from_the_compacted_changelog(gateway, java_line_
         return n if n >= FIRST + 100 and past_first else 0
 
     produce(FIRST, SECOND)
-    app = run("state-1", "--delay-ms", "3")
+    app = run("state-1", "--delay-ms", "3",
+              "--main-consumer-config", "max.partition.fetch.bytes=1")
     try:
         at_kill = wait_for(going, 180, "the slowed instance to get going and the changelog "
                            "compacted past the first run's counts", gateway, 0.2)
