@@ -46,7 +46,9 @@ import org.apache.log4j.spi.LoggingEvent;
  * output (user -> count). Commands:
  *
  *   produce --bootstrap B --input T --users U --from F --count N --base-ms MS
- *       records r-n -> "user-(n % U)" for n in [F, F + N), stamped MS + 10 n
+ *       [--batch-size BYTES]
+ *       records r-n -> "user-(n % U)" for n in [F, F + N), stamped MS + 10 n,
+ *       in batches of at most BYTES (batch.size) if given
  *   run --bootstrap B --app-id A --input T --output O --state-dir D [--delay-ms MS]
  *       [--topic-config NAME=VALUE] [--main-consumer-config NAME=VALUE]
  *       the app, until stdin says "stop" (or closes), NAME=VALUE set on its
@@ -81,6 +83,10 @@ public final class CountStreams {
         long base = Long.parseLong(kit.get("base-ms"));
         var props = kit.producer();
         props.put("linger.ms", "5");
+        String batchSize = kit.get("batch-size", "");
+        if (!batchSize.isEmpty()) {
+            props.put("batch.size", batchSize);
+        }
         List<Future<RecordMetadata>> acks = new ArrayList<>();
         try (var producer = new KafkaProducer<byte[], byte[]>(props)) {
             for (int n = from; n < from + count; n++) {
