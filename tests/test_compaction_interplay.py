@@ -112,6 +112,54 @@ def test_committed_transactions_are_compacted_inline_and_their_markers_go(tmp_pa
     run_engine(scenario, tmp_path)
 
 
+def test_commits_within_segment_ms_stay_in_the_head_segment_until_a_later_commit(tmp_path):
+    """What test_compaction_streams relies on: a COMMIT marker bears the
+    commit's time, so with segment.ms=200 and records stamped long ago (a
+    Kafka Streams changelog of old input) a segment rolls at the first commit
+    200 ms after the segment began. Everything committed within those 200 ms
+    stays in the head segment, which compaction never touches: nothing there
+    is cleanable (cleanable_bytes 0) until a later commit rolls it."""
+    async def scenario(engine):
+        await engine.create_topic("c", 1, {"cleanup.policy": "compact", "segment.ms": "200",
+                                           "min.cleanable.dirty.ratio": "0.01"})
+        tablet = engine.partition("c", 0)
+        clock = [now_ms()]
+        txns = TransactionCoordinator(engine, TxnSettings(), lambda: clock[0])
+        txns.load()
+        stamp = clock[0] - 90_000
+
+        async def commit_at(ms, tid, rounds):
+            clock[0] = ms
+            pid, epoch = await txns.init_producer_id(tid, 60_000)
+            await txns.add_partitions(tid, pid, epoch, [("c", 0)], -1)
+            for n in range(rounds):
+                data = keyed_batch([(b"k%d" % k, b"%s-%d" % (tid.encode(), n)) for k in range(4)],
+                                   timestamp=stamp, producer_id=pid, producer_epoch=epoch,
+                                   base_sequence=4 * n, attributes=batch_header.ATTR_TRANSACTIONAL)
+                await tablet.append(data, ms, txns.sink_for(tid, pid, epoch, "c", 0, -1))
+            await txns.end_txn(tid, pid, epoch, True, -1)
+            return tablet.log_end_offset
+
+        start = clock[0]
+        first = await commit_at(start, "t1", 1)  # records 0-3, its marker 4 starts a segment
+        second = await commit_at(start + 100, "t2", 5)  # 100 ms later: the same segment
+        assert [s.base for s in tablet.segments.closed] == [0]
+        assert tablet.segments.active.base == first - 1
+        await engine.compact("c", 0)
+        assert tablet.clean_end == first - 1
+        assert tablet.cleanable(now_ms()).cleanable_bytes == 0  # t2 is dirty, in the head
+        assert tablet.compaction_plan(now_ms()) is None
+        await commit_at(start + 5_000, "t3", 1)  # its marker rolls the head segment
+        assert tablet.segments.active.base == tablet.log_end_offset - 1
+        assert tablet.cleanable(now_ms()).cleanable_bytes > 0
+        await engine.compact("c", 0)
+        assert tablet.clean_end >= second  # compacted past t2
+        assert [r.value for r in await read_all(tablet)] == [b"t3-0"] * 4
+        check_log(tablet)
+
+    run_engine(scenario, tmp_path)
+
+
 # -------------------------------------------------- retention, DeleteRecords
 
 

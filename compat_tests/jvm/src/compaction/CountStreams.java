@@ -46,16 +46,20 @@ import org.apache.log4j.spi.LoggingEvent;
  * output (user -> count). Commands:
  *
  *   produce --bootstrap B --input T --users U --from F --count N --base-ms MS
- *       records r-n -> "user-(n % U)" for n in [F, F + N), stamped MS + 10 n
+ *       [--batch-size BYTES]
+ *       records r-n -> "user-(n % U)" for n in [F, F + N), stamped MS + 10 n,
+ *       in batches of at most BYTES (batch.size) if given
  *   run --bootstrap B --app-id A --input T --output O --state-dir D [--delay-ms MS]
- *       [--topic-config NAME=VALUE]
+ *       [--topic-config NAME=VALUE] [--main-consumer-config NAME=VALUE]
  *       the app, until stdin says "stop" (or closes), NAME=VALUE set on its
  *       internal topics as "topic.NAME" (StreamsConfig.topicPrefix); the store caches
  *       nothing, so every count goes to the changelog, and the internal
  *       topics roll a segment every 200 ms of record time and are cleaned as
- *       soon as anything is dirty. Prints its state changes and, for each
- *       changelog partition it restores, how many records it read (each with
- *       the time, "ms"); at the end, how many sends were answered without an
+ *       soon as anything is dirty; --main-consumer-config NAME=VALUE is set
+ *       on its main consumer (StreamsConfig.mainConsumerPrefix). Prints its
+ *       state changes and, for each changelog partition it restores, how
+ *       many records it read (each with the time, "ms"); at the end, how
+ *       many sends were answered without an
  *       offset ("offset-warnings": RecordCollectorImpl's WARN "Received
  *       offset=-1 ...", one per record on the gateway: counted, not printed).
  *   dump --bootstrap B --output O --partitions P
@@ -79,6 +83,10 @@ public final class CountStreams {
         long base = Long.parseLong(kit.get("base-ms"));
         var props = kit.producer();
         props.put("linger.ms", "5");
+        String batchSize = kit.get("batch-size", "");
+        if (!batchSize.isEmpty()) {
+            props.put("batch.size", batchSize);
+        }
         List<Future<RecordMetadata>> acks = new ArrayList<>();
         try (var producer = new KafkaProducer<byte[], byte[]>(props)) {
             for (int n = from; n < from + count; n++) {
@@ -126,6 +134,11 @@ public final class CountStreams {
         if (!topicConfig.isEmpty()) {  // name=value, for every internal topic
             String[] pair = topicConfig.split("=", 2);
             props.put(StreamsConfig.topicPrefix(pair[0]), pair[1]);
+        }
+        String consumerConfig = kit.get("main-consumer-config", "");
+        if (!consumerConfig.isEmpty()) {  // name=value, for the main consumer
+            String[] pair = consumerConfig.split("=", 2);
+            props.put(StreamsConfig.mainConsumerPrefix(pair[0]), pair[1]);
         }
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG), "6000");
         props.put(StreamsConfig.consumerPrefix(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG),
