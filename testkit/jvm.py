@@ -126,7 +126,9 @@ def compile_java(sources: Path = SOURCES, pom: Path = POM) -> Path:
         return out
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    (out / ".pom").write_text(str(pom))
+    # Relative to this checkout's jvm dir: the cache outlives checkouts, and a
+    # checkout with the same sources and pom reuses these classes.
+    (out / ".pom").write_text(str(pom.relative_to(JVM_DIR)))
     done = subprocess.run(
         [tool("javac"), "-nowarn", "-encoding", "UTF-8", "--release", "17",
          "-cp", classpath(pom=pom), "-d", str(out), *map(str, files)],
@@ -151,8 +153,12 @@ def java_command(main_class: str, *args: str, classes: Path | None = None,
 
 
 def classes_pom(classes: Path) -> Path:
-    """The pom whose jars ``classes`` were compiled against."""
+    """The pom (of this checkout) whose jars ``classes`` were compiled against."""
     marker = classes / ".pom"
     if not marker.exists():
         raise FileNotFoundError(f"{classes} was not made by compile_java (no .pom)")
-    return Path(marker.read_text())
+    recorded = Path(marker.read_text())
+    if recorded.is_absolute():
+        raise FileNotFoundError(f"{classes} names its pom by an absolute path ({recorded}): "
+                                "made by an older compile_java; delete it to compile again")
+    return JVM_DIR / recorded
