@@ -287,12 +287,11 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
     ) -> asyncio.Future[AppendResult]:
         """Check a checked batch's sequence, assign it offsets (or a blob of its
         transaction) and queue its write; resolve ``appended``."""
-        if sink is None:
-            return self._store(view, header, max_timestamp, settings, now_ms, appended, None)
         try:
             return self._store(view, header, max_timestamp, settings, now_ms, appended, sink)
         finally:
-            sink.settled()
+            if sink is not None:
+                sink.settled()  # stored or refused: the commit no longer waits for it
 
     def _store(
         self,
