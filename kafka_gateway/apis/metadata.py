@@ -18,10 +18,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from tablets import Topic
-from tablets.engine import check_topic_name
+from tablets import Topic, check_topic_name
 from tablets.errors import InvalidTopicName
-from tablets.tablet import LEADER_EPOCH
+from tablets.seam import LEADER_EPOCH
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..context import HandlerContext

@@ -14,7 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from tablets import Topic
-from tablets.important import ImportantGroup
+from tablets.seam import ImportantGroup
 from tablets.topic_config import TOPIC_CONFIGS
 from txn.state import TxnMetadata
 
