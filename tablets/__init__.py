@@ -2,6 +2,7 @@
 
 from .cleaner import CleanerSettings
 from .engine import EngineSettings, StorageEngine, Topic, check_topic_name
+from .node_records import open_node_records
 from .seam import AppendResult, ReadResult
 from .tablet import PartitionTablet
 
@@ -14,4 +15,5 @@ __all__ = [
     "StorageEngine",
     "Topic",
     "check_topic_name",
+    "open_node_records",
 ]

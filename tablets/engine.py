@@ -41,6 +41,7 @@ from .seam import (
     NodeRecordKind,
     PartitionCompaction,
     RunStats,
+    TopicView,
     WriteStats,
 )
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
@@ -203,7 +204,7 @@ class StorageEngine:
         topic = self.topics.get(name)
         return topic is not None and 0 <= index < len(topic.partitions)
 
-    def topic_configs(self, topic: Topic) -> dict[str, str]:
+    def topic_configs(self, topic: TopicView) -> dict[str, str]:
         """Every config of a topic with its effective value."""
         return effective(topic.configs, self.settings.topic_defaults)
 

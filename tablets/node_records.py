@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterable
 
 from . import keys
+from .seam import NodeRecordKind
 from .store import GroupCommitWriter, Ops, RocksStore
 
 # The kinds of node record, by the name the seam gives them.
@@ -63,8 +64,14 @@ class OfflineNodeRecords(NodeRecords):
     """One kind of node record of a stopped gateway's data directory (the
     security CLI): opens the store itself, and closes it."""
 
-    def __init__(self, data_dir: str, kind: str) -> None:
+    def __init__(self, data_dir: str, kind: NodeRecordKind) -> None:
         super().__init__(RocksStore(os.path.join(data_dir, "rocksdb")), NODE_RECORD_KINDS[kind])
 
     def close(self) -> None:
         self.store.close()
+
+
+def open_node_records(data_dir: str, kind: NodeRecordKind) -> OfflineNodeRecords:
+    """One kind of node record ("acl", "scram") of a stopped gateway's data
+    directory; close it when done."""
+    return OfflineNodeRecords(data_dir, kind)
