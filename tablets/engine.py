@@ -1,8 +1,10 @@
 """The storage engine: topics and their partition tablets on one RocksDB store.
 
-This is the narrow interface the wire protocol meets (in Kafka's terms:
-topics, partitions, configs, appends, reads, offsets). Another backend would
-implement the same methods; nothing here knows about the Kafka protocol.
+It implements the storage seam's ``NodeStorage`` (``tablets/seam.py``, the
+contract in Kafka's terms: topics, partitions, configs, appends, reads,
+offsets), and hands the transaction coordinator its ``TransactionStorage``
+(``txn_storage.py``). Another backend implements the same Protocols; nothing
+here knows about the Kafka protocol.
 """
 
 from __future__ import annotations

@@ -1,8 +1,10 @@
 """The storage seam: everything the Kafka layer and the transaction coordinator
 may ask of a storage engine, in Kafka's terms (as Tansu's ``Storage`` trait).
 
-Three contracts, checked by mypy (``tests/test_seam.py`` and the module's own
-assertions in ``tablets/rocks_seam.py``):
+Three contracts, checked: statically by mypy (``tablets/seam_check.py`` returns
+each RocksDB implementation as its Protocol; the callers are typed with the
+Protocols), at run time by ``tests/test_seam.py``, and by the import rule of
+``tests/test_layers.py`` (above the seam nothing imports the engine's internals):
 
 ``NodeStorage`` -- one node's storage, what the protocol layer calls:
   - topics: create (``check_new_topic`` first, Kafka's checks in Kafka's order),
