@@ -54,10 +54,11 @@ The coordinator is the front of parts that each own one concern:
 Here: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and the
 transactional Produce's sink, and loading everything at start-up.
 
-State is persisted with every change (``keys.TXN_STATE``, and a key per
-partition of the open transaction: ``keys.TXN_PARTITION``), so after ``kill
--9`` an open transaction is still open, with every partition it added, and a
-completed one is complete. Adding a partition writes its key only, so
+State is persisted with every change, through the storage seam
+(``tablets.seam.TransactionStorage``: the id's state record, and a record per
+partition of the open transaction), so after ``kill -9`` an open transaction
+is still open, with every partition it added, and a completed one is
+complete. Adding a partition writes its record only, so
 AddPartitionsToTxn costs the same with 3 partitions in the transaction or
 3,000.
 

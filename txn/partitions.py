@@ -7,8 +7,9 @@ transaction is open has another id: the commit and the abort skip it (no
 COMMIT marker lands in the new topic, no blob of it is deleted) and a
 Produce of the transaction cannot write to it.
 
-Each partition is one key (``keys.TXN_PARTITION``: transactional id,
-transaction instance, topic id, partition -> topic name), written by the
+Each partition is one record (``TransactionStorage.put_txn_partition``:
+transactional id, transaction instance, topic id, partition -> topic name),
+written by the
 AddPartitionsToTxn that adds it and deleted in the write that ends the
 transaction, so adding a partition costs the same whatever the transaction
 holds already, and after ``kill -9`` the open transaction has every
