@@ -63,9 +63,9 @@ class AdminHttp:
             await self._runner.cleanup()
 
     async def health(self, _request: web.Request) -> web.Response:
-        writer = self.broker.engine.writer
-        if writer is not None and writer.failed is not None:
-            return web.json_response({"status": "failed", "error": str(writer.failed)}, status=503)
+        failed = self.broker.engine.store_failure()
+        if failed is not None:
+            return web.json_response({"status": "failed", "error": str(failed)}, status=503)
         return web.json_response({"status": "ok"})
 
     async def metrics(self, _request: web.Request) -> web.Response:
@@ -83,5 +83,5 @@ class AdminHttp:
                     for t in topic.partitions
                 ],
             }
-            for topic in self.broker.engine.topics.values()
+            for topic in self.broker.engine.list_topics()
         })

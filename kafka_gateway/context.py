@@ -7,8 +7,8 @@ import logging
 from dataclasses import dataclass, field
 
 from common.logtext import client_text
-from tablets import StorageEngine, Topic
 from tablets.errors import TopicAlreadyExists
+from tablets.seam import NodeStorage, TopicView
 from txn import TransactionCoordinator
 
 from .groups import GroupCoordinator, GroupOffsets
@@ -25,7 +25,7 @@ class HandlerContext:
     """Built complete, once the engine has loaded (server.py's start)."""
 
     config: GatewayConfig
-    engine: StorageEngine
+    engine: NodeStorage
     metrics: Metrics
     groups: GroupCoordinator
     group_offsets: GroupOffsets
@@ -55,8 +55,8 @@ class HandlerContext:
     def cluster_id(self) -> str:
         return self.engine.cluster_id
 
-    async def auto_create(self, name: str) -> Topic:
-        existing = self.engine.topics.get(name)
+    async def auto_create(self, name: str) -> TopicView:
+        existing = self.engine.find_topic(name)
         if existing is not None:
             return existing
         log.info("auto-creating topic %s", client_text(name))

@@ -14,13 +14,13 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from tablets import StorageEngine
+from tablets.seam import NodeStorage
 
 PREFIX = "kafka_gateway_important_group_"
 LABELS = ["group", "topic", "partition"]
 
 
-def important_families(engine: StorageEngine) -> Iterator[Metric]:
+def important_families(engine: NodeStorage) -> Iterator[Metric]:
     lag = GaugeMetricFamily(
         PREFIX + "lag", "Records an important group has not committed (from its committed "
         "offset, or the log start where it never committed, to the high watermark)",
@@ -37,12 +37,11 @@ def important_families(engine: StorageEngine) -> Iterator[Metric]:
     passed = CounterMetricFamily(
         PREFIX + "records_deleted_unread", "Records retention deleted before this important "
         "group committed them (gateway.important.consumer.max.bytes)", labels=LABELS)
-    if engine.important is not None:
-        for row in engine.important.report(engine.tablets()):
-            values = [row.group, row.topic, str(row.partition)]
-            lag.add_metric(values, row.lag)
-            held_bytes.add_metric(values, row.held_bytes)
-            held_age.add_metric(values, row.held_age_ms / 1000)
-            passes.add_metric(values, row.passed)
-            passed.add_metric(values, row.records_passed)
+    for row in engine.important_groups():
+        values = [row.group, row.topic, str(row.partition)]
+        lag.add_metric(values, row.lag)
+        held_bytes.add_metric(values, row.held_bytes)
+        held_age.add_metric(values, row.held_age_ms / 1000)
+        passes.add_metric(values, row.passed)
+        passed.add_metric(values, row.records_passed)
     yield from (lag, held_bytes, held_age, passes, passed)

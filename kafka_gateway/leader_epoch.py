@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from tablets.tablet import LEADER_EPOCH
+from tablets.seam import LEADER_EPOCH
 
 
 def leader_epoch_error(current_leader_epoch: int) -> ErrorCode:

@@ -23,7 +23,7 @@ from prometheus_client.utils import floatToGoString
 
 from common.clock import now_ms
 from common.histogram import Histogram
-from tablets import StorageEngine
+from tablets.seam import NodeStorage
 
 from .apis import APIS
 from .context import HandlerContext
@@ -107,7 +107,7 @@ class GatewayCollector(Collector):
         yield _counter("produced_bytes", "Bytes of record batches produced",
                        metrics.produced_bytes)
         yield _counter("fetched_bytes", "Bytes of record batches fetched", metrics.fetched_bytes)
-        by_id = self.broker.engine.topics_by_id
+        engine = self.broker.engine
         for name, doc, counts in (
                 ("topic_bytes_in", "Bytes of record batches produced, per topic",
                  metrics.topic_bytes_in),
@@ -115,7 +115,7 @@ class GatewayCollector(Collector):
                  metrics.topic_bytes_out)):
             family = CounterMetricFamily(PREFIX + name, doc, labels=["topic"])
             for topic_id in list(counts):
-                topic = by_id.get(topic_id)
+                topic = engine.topic_by_id(topic_id)
                 if topic is None:  # deleted: its series ends, as in Kafka
                     del counts[topic_id]
                     continue
@@ -163,7 +163,7 @@ class GatewayCollector(Collector):
 
     def _store(self) -> Iterator[Metric]:
         engine = self.broker.engine
-        stats = engine.store.stats
+        stats = engine.write_stats()
         yield _counter("store_writes", "RocksDB writes (one per group commit)", stats.writes)
         yield _counter("store_changes", "Atomic changes written (several per group commit)",
                        stats.changes)
@@ -180,11 +180,10 @@ class GatewayCollector(Collector):
                                       "Atomic changes gathered into one RocksDB write")
         _add_histogram(sizes, [], stats.group_sizes)
         yield sizes
-        writer = engine.writer
         yield _gauge("store_failed",
                      "1 once a store write failed: writes are refused until a restart",
-                     int(writer is not None and writer.failed is not None))
-        yield _gauge("topics", "Topics", len(engine.topics))
+                     int(engine.store_failure() is not None))
+        yield _gauge("topics", "Topics", len(engine.list_topics()))
 
     def _partitions(self) -> Iterator[Metric]:
         labels = ["topic", "partition"]
@@ -194,7 +193,7 @@ class GatewayCollector(Collector):
                                   labels=labels)
         size = GaugeMetricFamily(PREFIX + "partition_bytes", "Bytes of record batches stored",
                                  labels=labels)
-        for topic in self.broker.engine.topics.values():
+        for topic in self.broker.engine.list_topics():
             for tablet in topic.partitions:
                 values = [topic.name, str(tablet.partition)]
                 high.add_metric(values, tablet.high_watermark)
@@ -268,10 +267,10 @@ class GatewayCollector(Collector):
                        "gateway.producer.state.max.per.partition", evicted)
 
 
-def compaction_families(engine: StorageEngine) -> Iterator[Metric]:
+def compaction_families(engine: NodeStorage) -> Iterator[Metric]:
     """The log cleaner's totals, and per compacted partition what is
     cleanable now and how far compaction has got."""
-    stats = engine.cleaner.stats
+    stats = engine.cleaner_stats()
     now = now_ms()
     labels = ["topic", "partition"]
     per_partition = {
@@ -292,22 +291,19 @@ def compaction_families(engine: StorageEngine) -> Iterator[Metric]:
         )
     }
     uncleanable = 0
-    for topic in engine.topics.values():
-        for tablet in topic.partitions:
-            if tablet.cleanable(now) is None:
-                continue
-            status = tablet.compaction
-            uncleanable += status.failure is not None
-            lag = now - status.dirty_since_ms if status.dirty_since_ms > 0 else 0
-            values = [topic.name, str(tablet.partition)]
-            for name, value in (
-                    ("compaction_cleanable_bytes", status.cleanable_bytes),
-                    ("compaction_dirty_ratio", status.dirty_ratio),
-                    ("compaction_lag_ms", max(lag, 0)),
-                    ("compaction_clean_offset", tablet.clean_end),
-                    ("compaction_partition_runs", status.runs),
-                    ("compaction_partition_bytes_reclaimed", status.bytes_reclaimed)):
-                per_partition[name].add_metric(values, value)
+    for each in engine.compaction_statuses(now):
+        status = each.status
+        uncleanable += status.failure is not None
+        lag = now - status.dirty_since_ms if status.dirty_since_ms > 0 else 0
+        values = [each.topic, str(each.partition)]
+        for name, value in (
+                ("compaction_cleanable_bytes", status.cleanable_bytes),
+                ("compaction_dirty_ratio", status.dirty_ratio),
+                ("compaction_lag_ms", max(lag, 0)),
+                ("compaction_clean_offset", each.clean_offset),
+                ("compaction_partition_runs", status.runs),
+                ("compaction_partition_bytes_reclaimed", status.bytes_reclaimed)):
+            per_partition[name].add_metric(values, value)
     yield from per_partition.values()
     for name, doc, value in (
             ("compaction_runs", "Compaction runs", stats.runs),

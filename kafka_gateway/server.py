@@ -9,8 +9,7 @@ import ipaddress
 import logging
 import signal
 
-from tablets import CleanerSettings, EngineSettings, StorageEngine, keys
-from tablets.node_records import NodeRecords
+from tablets import CleanerSettings, EngineSettings, StorageEngine
 from txn import TransactionCoordinator, TxnSettings
 
 from .acceptor import Acceptor, listening_sockets
@@ -77,7 +76,6 @@ class GatewayServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         self.engine.start(loop)
-        assert self.engine.consumer_offsets is not None
         groups = GroupCoordinator(self.config, self.engine.consumer_offsets)
         txns = TransactionCoordinator(
             self.engine,
@@ -89,14 +87,13 @@ class GatewayServer:
         group_offsets = GroupOffsets(self.config, groups, self.engine.consumer_offsets,
                                      pending=txns.pending_offsets)
         authorizer = Authorizer(
-            NodeRecords(self.engine.store, keys.ACL, self.engine.writer),
+            self.engine.node_records("acl"),
             parse_super_users(self.config.super_users),
             self.config.allow_everyone_if_no_acl_found, self.metrics,
             self.limits.bad_input) if self.config.authorizer_class_name else None
         self._context = HandlerContext(
             self.config, self.engine, self.metrics, groups, group_offsets, txns,
-            Credentials(NodeRecords(self.engine.store, keys.SCRAM_CREDENTIAL,
-                                    self.engine.writer)),
+            Credentials(self.engine.node_records("scram")),
             authorizer)
         txns.load()  # open transactions' pending offsets, before offset expiry starts
         group_offsets.start()
@@ -187,7 +184,7 @@ class GatewayServer:
             self._context.stopping = True
         for acceptor in self._acceptors:
             await acceptor.close()
-        for topic in self.engine.topics.values():
+        for topic in self.engine.list_topics():
             for tablet in topic.partitions:
                 tablet.wake_waiters()
         if self._context is not None:

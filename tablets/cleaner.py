@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING
 from common.clock import now_ms
 
 from . import compaction
-from .compaction import Aborted, RunStats, Throttle
+from .compaction import Aborted, Throttle
+from .seam import CleanerStats, RunStats
 from .store import RocksStore
 
 if TYPE_CHECKING:
@@ -51,19 +52,6 @@ class CleanerSettings:
     dedupe_buffer_bytes: int = 128 << 20  # log.cleaner.dedupe.buffer.size
     io_max_bytes_per_second: float = float("inf")  # log.cleaner.io.max.bytes.per.second
     io_buffer_bytes: int = compaction.CHUNK_BYTES  # log.cleaner.io.buffer.size: new bytes per swap
-
-
-@dataclass(slots=True)
-class CleanerStats:
-    """Node-wide totals, exported as metrics."""
-
-    runs: int = 0
-    chunks: int = 0  # chunks swapped in
-    bytes_read: int = 0
-    bytes_reclaimed: int = 0
-    failures: int = 0
-    seconds: float = 0.0
-    running: bool = False  # a run is under way now
 
 
 class Cleaner:

@@ -24,11 +24,11 @@ from __future__ import annotations
 import asyncio
 from array import array
 from bisect import bisect_left
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import keys
 from .compaction import Chunk, Plan
+from .seam import CompactionStatus
 from .segments import Cleanable
 from .store import Ops
 
@@ -41,18 +41,6 @@ if TYPE_CHECKING:
     from .tablet import TabletSettings
 
 _TIMESTAMP_FLOOR = -(2**63)
-
-
-@dataclass(slots=True)
-class CompactionStatus:
-    """One partition's compaction, for metrics."""
-
-    runs: int = 0
-    bytes_reclaimed: int = 0
-    cleanable_bytes: int = 0  # as of the last check
-    dirty_ratio: float = 0.0  # likewise
-    dirty_since_ms: int = -1  # first batch timestamp of the oldest uncompacted segment
-    failure: str | None = None  # why the last run failed: the partition is skipped
 
 
 class CompactedLog:

@@ -49,6 +49,7 @@ from . import batch as batch_header
 from . import keys, log_entry
 from .encode import encoder
 from .records import RecordError, RecordWalker, decompressed
+from .seam import RunStats
 from .store import RocksStore
 
 ENTRY_COST = 140  # bytes one key of the offset map takes (a dict entry, measured)
@@ -112,20 +113,6 @@ class Chunk:
     last: bool = False
     clean_end: int = 0  # with ``last``: where the next run starts
     next_horizon: int | None = None  # with ``last``: the earliest delete horizon kept
-
-
-@dataclass(slots=True)
-class RunStats:
-    keys: int = 0
-    map_end: int = 0
-    records_read: int = 0
-    records_kept: int = 0
-    bytes_read: int = 0  # by both passes
-    bytes_cleaned: int = 0  # the log rewritten: from its start to where the map ended
-    bytes_reclaimed: int = 0
-    batches_rewritten: int = 0
-    batches_dropped: int = 0
-    blobs_deleted: int = 0
 
 
 class Aborted(Exception):

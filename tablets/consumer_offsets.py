@@ -25,9 +25,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 
 from . import keys
+from .seam import CommittedOffset, OffsetCommit, TopicPartition
 from .store import GroupCommitWriter, Ops, RocksStore
 
 # offset, leader epoch, commit timestamp, version, committer length; then the
@@ -36,46 +36,17 @@ _VALUE = struct.Struct(">qiqqH")
 _VERSION_COUNTER = keys.COUNTER + b"consumer.offsets.version"
 _COUNTER = struct.Struct(">q")
 
-TopicPartition = tuple[str, int]
+def _encode(record: CommittedOffset) -> bytes:
+    committer = record.committer.encode()
+    return (_VALUE.pack(record.offset, record.leader_epoch, record.commit_timestamp,
+                        record.version, len(committer)) + committer + record.metadata.encode())
 
 
-@dataclass(frozen=True, slots=True)
-class OffsetCommit:
-    """What a client asks to commit for one partition."""
-
-    offset: int
-    leader_epoch: int = -1
-    metadata: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class CommittedOffset:
-    offset: int
-    leader_epoch: int
-    metadata: str
-    commit_timestamp: int  # ms since the epoch
-    version: int
-    # The transactional id whose transaction committed it ("" for OffsetCommit):
-    # the offset-range check lets a transaction re-commit its own offset.
-    committer: str = ""
-    # Who committed it, as the caller names it (the gateway: the group member
-    # and its generation, of a plain commit or of a transaction's member-fenced
-    # TxnOffsetCommit); "" when unknown.
-    # Kept in memory only: a restart forgets it, which makes the conflict
-    # checks stricter, never looser.
-    member: str = ""
-
-    def encode(self) -> bytes:
-        committer = self.committer.encode()
-        return (_VALUE.pack(self.offset, self.leader_epoch, self.commit_timestamp,
-                            self.version, len(committer)) + committer + self.metadata.encode())
-
-    @classmethod
-    def decode(cls, value: bytes) -> CommittedOffset:
-        offset, epoch, timestamp, version, length = _VALUE.unpack_from(value)
-        end = _VALUE.size + length
-        return cls(offset, epoch, value[end:].decode(), timestamp, version,
-                   value[_VALUE.size:end].decode())
+def _decode(value: bytes) -> CommittedOffset:
+    offset, epoch, timestamp, version, length = _VALUE.unpack_from(value)
+    end = _VALUE.size + length
+    return CommittedOffset(offset, epoch, value[end:].decode(), timestamp, version,
+                           value[_VALUE.size:end].decode())
 
 
 class ConsumerOffsets:
@@ -106,7 +77,7 @@ class ConsumerOffsets:
         start = keys.CONSUMER_OFFSET
         for key, value in self.store.scan(start, start + b"\xff"):
             group, topic, partition = keys.parse_consumer_offset_key(key)
-            self._groups.setdefault(group, {})[(topic, partition)] = CommittedOffset.decode(value)
+            self._groups.setdefault(group, {})[(topic, partition)] = _decode(value)
         for key, _ in self.store.scan(keys.RELEASED, keys.RELEASED + b"\xff"):
             group, released_topic, partition = keys.parse_released_key(key)
             if released_topic is None:
@@ -179,7 +150,7 @@ class ConsumerOffsets:
             record = CommittedOffset(commit.offset, commit.leader_epoch, commit.metadata, now_ms,
                                      self._last_version, committer,
                                      (members or {}).get((topic, partition), ""))
-            ops.put(keys.consumer_offset_key(group, topic, partition), record.encode())
+            ops.put(keys.consumer_offset_key(group, topic, partition), _encode(record))
             staged[(topic, partition)] = record
             self._in_flight[(group, (topic, partition))] = record
         ops.put(_VERSION_COUNTER, _COUNTER.pack(self._last_version))

@@ -1,8 +1,10 @@
 """The storage engine: topics and their partition tablets on one RocksDB store.
 
-This is the narrow interface the wire protocol meets (in Kafka's terms:
-topics, partitions, configs, appends, reads, offsets). Another backend would
-implement the same methods; nothing here knows about the Kafka protocol.
+It implements the storage seam's ``NodeStorage`` (``tablets/seam.py``, the
+contract in Kafka's terms: topics, partitions, configs, appends, reads,
+offsets), and hands the transaction coordinator its ``TransactionStorage``
+(``txn_storage.py``). Another backend implements the same Protocols; nothing
+here knows about the Kafka protocol.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from common.clock import now_ms
 
 from . import keys
 from .cleaner import Cleaner, CleanerSettings
-from .compaction import CompactionConfig, RunStats
+from .compaction import CompactionConfig
 from .config_parsing import parse_list
 from .consumer_offsets import ConsumerOffsets
 from .errors import (
@@ -34,6 +36,16 @@ from .errors import (
     UnknownTopic,
 )
 from .important import ImportantConsumers
+from .node_records import NODE_RECORD_KINDS, NodeRecords
+from .seam import (
+    CleanerStats,
+    ImportantGroup,
+    NodeRecordKind,
+    PartitionCompaction,
+    RunStats,
+    TopicView,
+    WriteStats,
+)
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
 from .tablet import PartitionTablet, TabletSettings
 from .topic_config import (
@@ -45,6 +57,7 @@ from .topic_config import (
     effective,
     validate_all,
 )
+from .txn_storage import RocksTransactionStorage
 
 log = logging.getLogger(__name__)
 
@@ -117,8 +130,9 @@ class StorageEngine:
         # Checks the records of compressed and large batches off the event
         # loop; two threads bound the memory decompression holds at once.
         self.validators = ThreadPoolExecutor(max_workers=2, thread_name_prefix="validate")
-        self.consumer_offsets: ConsumerOffsets | None = None  # set by start()
+        self._consumer_offsets: ConsumerOffsets | None = None  # set by start()
         self.important: ImportantConsumers | None = None  # set by start()
+        self._node_records: dict[str, NodeRecords] = {}
         self.cleaner = Cleaner(self.store, self.settings.cleaner)
         self.cluster_id = self._load_cluster_id()
 
@@ -135,10 +149,10 @@ class StorageEngine:
                 tablet.load()
             self._register(topic)
         self._share_tail_budget()
-        self.consumer_offsets = ConsumerOffsets(self.store, self.writer)
-        self.consumer_offsets.load()
-        self.important = ImportantConsumers(self.consumer_offsets)
-        self.consumer_offsets.is_important = self.is_important_consumer
+        offsets = self._consumer_offsets = ConsumerOffsets(self.store, self.writer)
+        offsets.load()
+        self.important = ImportantConsumers(offsets)
+        offsets.is_important = self.is_important_consumer
         self.cleaner.start(loop, self.tablets)
         log.info("loaded %d topics, committed offsets of %d groups", len(self.topics),
                  len(self.consumer_offsets.groups()))
@@ -160,7 +174,22 @@ class StorageEngine:
             self.store.write_now(ops)
         return value.decode()
 
+    @property
+    def consumer_offsets(self) -> ConsumerOffsets:
+        assert self._consumer_offsets is not None, "engine not started"
+        return self._consumer_offsets
+
     # --------------------------------------------------------- topics
+    def list_topics(self) -> list[Topic]:
+        """Every topic, sorted by name."""
+        return sorted(self.topics.values(), key=lambda t: t.name)
+
+    def find_topic(self, name: str) -> Topic | None:
+        return self.topics.get(name)
+
+    def topic_by_id(self, topic_id: UUID) -> Topic | None:
+        return self.topics_by_id.get(topic_id)
+
     def topic(self, name: str) -> Topic:
         topic = self.topics.get(name)
         if topic is None:
@@ -177,7 +206,7 @@ class StorageEngine:
         topic = self.topics.get(name)
         return topic is not None and 0 <= index < len(topic.partitions)
 
-    def topic_configs(self, topic: Topic) -> dict[str, str]:
+    def topic_configs(self, topic: TopicView) -> dict[str, str]:
         """Every config of a topic with its effective value."""
         return effective(topic.configs, self.settings.topic_defaults)
 
@@ -235,8 +264,8 @@ class StorageEngine:
         for kind in (keys.META, keys.LOG, keys.TIME_INDEX, keys.PRODUCER, keys.TXN_BLOB,
                      keys.SEGMENT):
             ops.delete_range(*keys.topic_range(kind, topic.topic_id))
-        if self.consumer_offsets is not None:
-            self.consumer_offsets.drop_topic(name, ops)
+        if self._consumer_offsets is not None:
+            self._consumer_offsets.drop_topic(name, ops)
         if self.important is not None:
             self.important.forget(name, [t.prefix for t in topic.partitions])
         await self._write(ops)
@@ -309,6 +338,49 @@ class StorageEngine:
         tablets = self.tablets()
         return (sum(len(t.producers) for t in tablets),
                 sum(t.producers.evictions for t in tablets))
+
+    # ------------------------------------------------- health and statistics
+    def store_failure(self) -> BaseException | None:
+        """Why a store write failed (writes are refused until a restart), or None."""
+        return None if self.writer is None else self.writer.failed
+
+    def write_stats(self) -> WriteStats:
+        return self.store.stats
+
+    def cleaner_stats(self) -> CleanerStats:
+        return self.cleaner.stats
+
+    def compaction_statuses(self, now_ms: int) -> list[PartitionCompaction]:
+        """Every partition the cleaner could compact now (its topic is compacted)."""
+        return [PartitionCompaction(topic.name, tablet.partition, tablet.compaction,
+                                    tablet.clean_end)
+                for topic in self.topics.values() for tablet in topic.partitions
+                if tablet.cleanable(now_ms) is not None]
+
+    def important_groups(self, topic: str | None = None) -> list[ImportantGroup]:
+        """What the important consumer groups hold back from retention, of one
+        topic (None: every topic)."""
+        if self.important is None:
+            return []
+        if topic is None:
+            return self.important.report(self.tablets())
+        found = self.topics.get(topic)
+        return [] if found is None else self.important.report(found.partitions)
+
+    # ------------------------------------------------------- node records
+    def node_records(self, kind: NodeRecordKind) -> NodeRecords:
+        """The node's records of one kind: "acl" or "scram" (credentials)."""
+        found = self._node_records.get(kind)
+        if found is None:
+            found = self._node_records[kind] = NodeRecords(self.store, NODE_RECORD_KINDS[kind],
+                                                           self.writer)
+        return found
+
+    def transaction_storage(self) -> RocksTransactionStorage:
+        """What the transaction coordinator may ask of this engine."""
+        assert self.writer is not None, "engine not started"
+        return RocksTransactionStorage(self.store, self.writer, self.consumer_offsets,
+                                       self.partition, self.has_partition)
 
     # --------------------------------------------------------- internals
     def _write(self, ops: Ops) -> asyncio.Future[None]:

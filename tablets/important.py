@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 
 from . import batch as rb
 from . import keys, log_entry
+from .seam import ImportantGroup
 
 if TYPE_CHECKING:
     from .consumer_offsets import ConsumerOffsets
@@ -54,22 +55,6 @@ class Held:
 
     bytes: int  # batches retention would have deleted but kept for this group
     age_ms: int  # now - max timestamp of the oldest such batch (0: holds nothing)
-
-
-@dataclass(frozen=True, slots=True)
-class ImportantGroup:
-    """One important group on one partition, as metrics and the console show it."""
-
-    topic: str
-    partition: int
-    group: str
-    committed: int | None  # its committed offset; None: never committed here
-    released: bool  # its offsets were deleted: it holds nothing
-    lag: int  # records from its committed offset (or the log start) to the high watermark
-    held_bytes: int
-    held_age_ms: int
-    passed: int  # retention passes that went past it (the ceiling)
-    records_passed: int  # records retention deleted before it committed them
 
 
 class ImportantConsumers:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import batch as batch_header
@@ -20,6 +19,7 @@ from . import keys, log_entry
 from .errors import OffsetOutOfRange
 from .in_memory_batches import InMemoryBatches
 from .records import first_record_at_or_after
+from .seam import ReadResult
 
 if TYPE_CHECKING:
     from array import array
@@ -27,18 +27,6 @@ if TYPE_CHECKING:
     from .store import RocksStore
 
 READAHEAD_BYTES = 4 << 20  # read past a fetch below the tail, for the next ones
-
-
-@dataclass(slots=True)
-class ReadResult:
-    batches: list[bytes]
-    high_watermark: int
-    log_start_offset: int
-
-    @property
-    def nbytes(self) -> int:
-        return sum(len(b) for b in self.batches)
-
 
 
 class LogReads:

@@ -9,9 +9,15 @@ storage layer does not know what the bytes mean.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 
+from . import keys
+from .seam import NodeRecordKind
 from .store import GroupCommitWriter, Ops, RocksStore
+
+# The kinds of node record, by the name the seam gives them.
+NODE_RECORD_KINDS = {"acl": keys.ACL, "scram": keys.SCRAM_CREDENTIAL}
 
 
 class NodeRecords:
@@ -52,3 +58,20 @@ class NodeRecords:
         deletes = list(deletes)
         self.store.write_now(self._ops(puts, deletes))
         self._applied(puts, deletes)
+
+
+class OfflineNodeRecords(NodeRecords):
+    """One kind of node record of a stopped gateway's data directory (the
+    security CLI): opens the store itself, and closes it."""
+
+    def __init__(self, data_dir: str, kind: NodeRecordKind) -> None:
+        super().__init__(RocksStore(os.path.join(data_dir, "rocksdb")), NODE_RECORD_KINDS[kind])
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def open_node_records(data_dir: str, kind: NodeRecordKind) -> OfflineNodeRecords:
+    """One kind of node record ("acl", "scram") of a stopped gateway's data
+    directory; close it when done."""
+    return OfflineNodeRecords(data_dir, kind)

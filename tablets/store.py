@@ -30,7 +30,7 @@ from rocksdict import (
     WriteOptions,
 )
 
-from common.histogram import Histogram
+from .seam import AtomicChange, WriteStats
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ FsyncPolicy = Literal["never", "always"]
 
 
 @dataclass(slots=True)
-class Ops:
+class Ops(AtomicChange):
     """The operations of one atomic change, in order."""
 
     puts: list[tuple[bytes, bytes]] = field(default_factory=list)
@@ -54,21 +54,7 @@ class Ops:
     def delete_range(self, start: bytes, end: bytes) -> None:
         self.delete_ranges.append((start, end))
 
-# Changes per RocksDB write: how much the group commit gathers.
-GROUP_SIZE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-
-
-@dataclass(slots=True)
-class WriterStats:
-    """Counters exported as metrics (and read by the benchmarks)."""
-
-    writes: int = 0  # RocksDB write calls (one per group)
-    changes: int = 0  # atomic changes submitted
-    fsyncs: int = 0
-    bytes: int = 0
-    write_seconds: float = 0.0
-    write_latency: Histogram = field(default_factory=Histogram)  # seconds per write
-    group_sizes: Histogram = field(default_factory=lambda: Histogram(GROUP_SIZE_BUCKETS))
+WriterStats = WriteStats  # the seam's name for the same counters
 
 
 class StorageError(RuntimeError):

@@ -61,10 +61,11 @@ from .in_memory_batches import InMemoryBatches
 from .log_entry import LEADER_EPOCH
 from .log_reads import LogReads
 from .producers import REFUSED, CachedBatch, ProducerStates, next_seq
+from .seam import AppendResult, BlobSink
 from .segments import Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 from .truncation import TruncatedLog
-from .txn_log import BlobSink, TransactionLog
+from .txn_log import TransactionLog
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -73,14 +74,6 @@ if TYPE_CHECKING:
 # starts, and the active segment (base offset, size, first and largest timestamps).
 _META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
-
-
-
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    base_offset: int
-    log_append_time: int  # -1 unless the topic uses LogAppendTime
-    log_start_offset: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,13 +6,13 @@ commit's part of the log (``stage_commit``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from . import batch as batch_header
 from . import keys, log_entry
 from .in_memory_batches import InMemoryBatches
 from .log_entry import LEADER_EPOCH
+from .seam import PendingBlob
 from .store import Ops
 
 if TYPE_CHECKING:
@@ -20,41 +20,6 @@ if TYPE_CHECKING:
 
     from .segments import Segments
     from .tablet import TabletSettings
-
-
-@dataclass(frozen=True, slots=True)
-class PendingBlob:
-    """A transactional batch stored outside the log until its transaction commits."""
-
-    key: bytes
-    header: bytes  # its 61-byte header, as produced
-    data: bytes | None  # the batch itself, while held in memory
-
-
-class BlobSink(Protocol):
-    """An open transaction, receiving one partition's transactional batches.
-
-    ``append`` announces each batch it accepts with ``expect`` (which raises
-    if the transaction takes no more batches) and settles it exactly once,
-    with ``settled``, after its blob is registered (``added``) or it failed:
-    the transaction's commit waits for what it expects. ``next_key`` raises
-    if the transaction ended in between; nothing of the batch is then stored.
-    """
-
-    def expect(self) -> None: ...
-
-    def admit(self, nbytes: int) -> None:
-        """Raise a TabletError to refuse a batch (nothing of it is stored)."""
-
-    def next_key(self, partition_prefix: bytes) -> bytes: ...
-
-    def pending_records(self, partition_prefix: bytes) -> int:
-        """Records of the transaction's batches already added to this partition."""
-        ...
-
-    def added(self, key: bytes, batch: bytes) -> None: ...
-
-    def settled(self) -> None: ...
 
 
 class TransactionLog:

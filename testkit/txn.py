@@ -22,7 +22,7 @@ from typing import Any
 from tablets import StorageEngine, keys
 from tablets import batch as batch_header
 from tablets.consumer_offsets import ConsumerOffsets
-from tablets.store import GroupCommitWriter, Ops
+from tablets.seam import AtomicChange, ChangeWriter
 from tablets.tablet import PartitionTablet
 from testkit.batches import decode_batches, make_batch
 from txn import TransactionCoordinator, TxnSettings, TxnState
@@ -64,20 +64,23 @@ class HeldWrites:
     """Stands for the coordinator's writer (``txns.writer = HeldWrites(...)``):
     its writes reach the store only when the test calls ``release``."""
 
-    def __init__(self, writer: GroupCommitWriter) -> None:
+    def __init__(self, writer: ChangeWriter) -> None:
         self.writer = writer
-        self.held: list[tuple[Ops, asyncio.Future[None]]] = []
+        self.held: list[tuple[AtomicChange, asyncio.Future[None]]] = []
 
-    def submit(self, ops: Ops) -> asyncio.Future[None]:
-        future: asyncio.Future[None] = self.writer.loop.create_future()
-        self.held.append((ops, future))
+    def begin(self) -> AtomicChange:
+        return self.writer.begin()
+
+    def commit(self, change: AtomicChange) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.held.append((change, future))
         return future
 
     async def release(self) -> int:
         """Write every held change, in order; returns how many."""
         held, self.held = self.held, []
         for ops, future in held:
-            await self.writer.submit(ops)
+            await self.writer.commit(ops)
             if not future.done():  # as the writer's: a cancelled waiter is skipped
                 future.set_result(None)
         return len(held)

@@ -19,8 +19,9 @@ import pytest
 from kafka_gateway.prometheus import compaction_families
 from tablets import batch as batch_header
 from tablets import compaction, keys, log_entry
-from tablets.compaction import RunStats, Throttle
+from tablets.compaction import Throttle
 from tablets.errors import PolicyViolation
+from tablets.seam import RunStats
 from testkit.batches import LZ4, ZSTD
 from testkit.compaction import (
     EAGER,

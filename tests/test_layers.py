@@ -155,3 +155,51 @@ def test_no_import_cycles_but_the_known_ones():
 def test_the_cycle_finder_finds_a_cycle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
     assert _cycles(graph) == {frozenset({"a", "b", "c"})}
+
+
+# The storage seam (tablets/seam.py): above it, the protocol layer, the
+# transaction coordinator, common/ and the benchmarks import only these modules
+# of tablets/ -- the seam and the values it names, the errors, Kafka's topic
+# config names and Kafka's record-batch format -- never the RocksDB engine's
+# internals (tablets.store, tablets.keys, tablets.tablet, tablets.engine, ...).
+SEAM_MODULES = {
+    "tablets",  # the package: only SEAM_NAMES below
+    "tablets.seam",
+    "tablets.errors",
+    "tablets.topic_config",
+    "tablets.batch",
+    "tablets.control",
+}
+# What the package itself may give: the RocksDB engine, built once by the
+# server (its composition root), its settings, the offline opening of node
+# records (the security CLI) and Kafka's topic name rules.
+SEAM_NAMES = {"StorageEngine", "EngineSettings", "CleanerSettings", "open_node_records",
+              "check_topic_name"}
+ABOVE_THE_SEAM = ("kafka_gateway", "txn", "common", "bench")
+
+
+def _names_from_the_package(module: str) -> set[str]:
+    """The names ``module`` imports with ``from tablets import ...`` (not modules)."""
+    path, _ = MODULES[module]
+    return {alias.name for node in ast.walk(ast.parse(path.read_text(), str(path)))
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "tablets"
+            for alias in node.names if f"tablets.{alias.name}" not in MODULES}
+
+
+def test_above_the_seam_only_the_seam_is_imported():
+    beyond = [(module, target) for layer in ABOVE_THE_SEAM
+              for module, target in _importers(layer, ("tablets",))
+              if target not in SEAM_MODULES]
+    assert beyond == [], "imports past the storage seam (tablets/seam.py)"
+    names = {(module, name) for module in MODULES if module.split(".")[0] in ABOVE_THE_SEAM
+             for name in _names_from_the_package(module) - SEAM_NAMES}
+    assert names == set(), "names from the tablets package past the seam"
+
+
+def test_the_seam_rule_sees_the_imports_it_forbids():
+    # The premise: the rule reads the imports it judges. The coordinator does
+    # import the seam, and a test helper (not above the seam) the store.
+    assert "tablets.seam" in GRAPH["txn.coordinator"]
+    assert "tablets.seam" in GRAPH["kafka_gateway.apis.fetch"]
+    assert "StorageEngine" in _names_from_the_package("kafka_gateway.server")
+    assert set(SEAM_MODULES) - {"tablets"} <= set(MODULES)

@@ -14,11 +14,11 @@ from tablets import batch as batch_header
 from tablets import keys
 from tablets.consumer_offsets import OffsetCommit
 from tablets.store import Ops
+from tablets.txn_storage import partitions_range
 from testkit.batches import make_batch
 from testkit.txn import GROUP, PARTITIONS, TID, TIMEOUT_MS, Clock, Env, run
 from txn import TxnState
 from txn.errors import InvalidTxnState, ProducerFenced, TransactionalIdNotFound
-from txn.state import partitions_range
 
 # ------------------------------------------------------------------ timeouts
 
@@ -339,7 +339,7 @@ def test_an_open_transaction_in_the_earlier_state_format_still_commits(tmp_path)
         record["partitions"] = sorted(meta.partitions)
         ops = Ops()
         ops.put(keys.txn_state_key(TID), json.dumps(record).encode())
-        for key, _value in env.engine.store.scan(*partitions_range(meta)):
+        for key, _value in env.engine.store.scan(*partitions_range(TID, meta.instance)):
             ops.delete(key)
         await env.engine.writer.submit(ops)
 

@@ -9,17 +9,22 @@ import uuid
 
 import pytest
 
-from tablets import keys
+from tablets import keys, txn_storage
 from tablets.consumer_offsets import OffsetCommit
-from txn.state import (
-    TRANSITIONS,
-    IllegalTransition,
-    TxnMetadata,
-    TxnState,
-    decode_partition_entry,
-    partition_entry,
-    partitions_range,
-)
+from tablets.txn_storage import decode_partition_entry
+from txn.state import TRANSITIONS, IllegalTransition, TxnMetadata, TxnState
+
+
+def partition_entry(meta: TxnMetadata, tp: tuple[str, int]) -> tuple[bytes, bytes]:
+    """The engine's record of one partition of ``meta``'s open transaction."""
+    topic_id = meta.partitions[tp]
+    assert topic_id is not None
+    return txn_storage.partition_entry(meta.transactional_id, meta.instance, tp, topic_id)
+
+
+def partitions_range(meta: TxnMetadata) -> tuple[bytes, bytes]:
+    return txn_storage.partitions_range(meta.transactional_id, meta.instance)
+
 
 E, ON, CC, CA = TxnState.EMPTY, TxnState.ONGOING, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT
 DEAD = TxnState.DEAD

@@ -19,10 +19,8 @@ import logging
 from collections.abc import Callable
 
 from common.logtext import client_text
-from tablets import keys
-from tablets.consumer_offsets import ConsumerOffsets
 from tablets.control import commit_marker
-from tablets.store import GroupCommitWriter, Ops
+from tablets.seam import AtomicChange, ChangeWriter, ConsumerOffsetStore
 
 from .conflicts import offset_conflict
 from .errors import InvalidTxnState, TxnConflict, TxnError
@@ -38,8 +36,8 @@ log = logging.getLogger(__name__)
 
 class TxnCompletion:
     def __init__(self, registry: TxnRegistry, open_txns: OpenTransactions,
-                 partitions: TxnPartitions, offsets: ConsumerOffsets,
-                 pending_offsets: PendingOffsets, writer: GroupCommitWriter, stats: TxnStats,
+                 partitions: TxnPartitions, offsets: ConsumerOffsetStore,
+                 pending_offsets: PendingOffsets, writer: ChangeWriter, stats: TxnStats,
                  clock: Callable[[], int]) -> None:
         self.registry = registry
         self.open_txns = open_txns
@@ -91,7 +89,7 @@ class TxnCompletion:
                 self.stats.conflicts += 1
                 log.warning("transaction %s conflicts at commit and is aborted: %s",
                             client_text(transactional_id), reason)
-        ops = Ops()
+        ops = self.writer.begin()
         if commit and reason is None:
             publish = self.stage_commit(meta, ops)
             meta.move(TxnState.COMPLETE_COMMIT)
@@ -110,7 +108,7 @@ class TxnCompletion:
         if reason is not None:
             raise TxnConflict(reason)
 
-    def stage_commit(self, meta: TxnMetadata, ops: Ops) -> Callable[[], None]:
+    def stage_commit(self, meta: TxnMetadata, ops: AtomicChange) -> Callable[[], None]:
         """Add the whole commit to ``ops``; returns what publishes it once durable."""
         opened = self.open_txns.pop(meta.transactional_id)
         opened.data.end(InvalidTxnState, f"the transaction of {meta.transactional_id} was "
@@ -125,12 +123,13 @@ class TxnCompletion:
         for (topic, index), tablet in current:
             # Blobs of a deleted topic were deleted with it, even when a topic
             # of the same name replaced it: the log must never name them.
-            own = keys.TXN_BLOB + tablet.prefix
+            storage = self.registry.storage
+            own = storage.log_ref(tablet)
             blobs = [blob for blob in opened.data.blobs.get((topic, index), [])
-                     if blob.key.startswith(own)]
-            publishers.append(tablet.stage_commit(blobs, marker, ops))
-        staged = {group: self.offsets.stage(group, commits, now, ops, meta.transactional_id,
-                                            meta.members.get(group))
+                     if storage.pending_log_ref(blob.key) == own]
+            publishers.append(storage.stage_commit(ops, tablet, blobs, marker))
+        staged = {group: self.registry.storage.stage_offsets(
+                      ops, group, commits, now, meta.transactional_id, meta.members.get(group))
                   for group, commits in meta.offsets.items()}
 
         def publish() -> None:
@@ -143,7 +142,7 @@ class TxnCompletion:
 
         return publish
 
-    def stage_abort(self, meta: TxnMetadata, ops: Ops, error: type[TxnError],
+    def stage_abort(self, meta: TxnMetadata, ops: AtomicChange, error: type[TxnError],
                     message: str) -> Callable[[], None]:
         """Add the abort to ``ops``; a batch still in flight gets ``error``."""
         opened = self.open_txns.pop(meta.transactional_id)
@@ -159,11 +158,11 @@ class TxnCompletion:
 
         return publish
 
-    async def write(self, ops: Ops, publish: Callable[[], None] | None) -> None:
+    async def write(self, ops: AtomicChange, publish: Callable[[], None] | None) -> None:
         """Submit ``ops``; ``publish`` runs once they are durable, even when the
         request waiting for them is cancelled (its client went away): a staged
         end must still publish, and give back its memory and pending offsets."""
-        done = self.writer.submit(ops)
+        done = self.writer.commit(ops)
         if publish is not None:
             done.add_done_callback(
                 lambda fut: publish() if not fut.cancelled() and fut.exception() is None

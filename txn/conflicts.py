@@ -42,10 +42,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tablets.consumer_offsets import ConsumerOffsets, OffsetCommit, TopicPartition
+from tablets.seam import ConsumerOffsetStore, OffsetCommit, TopicPartition
 
 
-def offset_conflict(offsets: ConsumerOffsets, group: str,
+def offset_conflict(offsets: ConsumerOffsetStore, group: str,
                     commits: Mapping[TopicPartition, OffsetCommit],
                     begin_version: int, transactional_id: str,
                     members: Mapping[TopicPartition, str] | None = None) -> str | None:

@@ -54,10 +54,11 @@ The coordinator is the front of parts that each own one concern:
 Here: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and the
 transactional Produce's sink, and loading everything at start-up.
 
-State is persisted with every change (``keys.TXN_STATE``, and a key per
-partition of the open transaction: ``keys.TXN_PARTITION``), so after ``kill
--9`` an open transaction is still open, with every partition it added, and a
-completed one is complete. Adding a partition writes its key only, so
+State is persisted with every change, through the storage seam
+(``tablets.seam.TransactionStorage``: the id's state record, and a record per
+partition of the open transaction), so after ``kill -9`` an open transaction
+is still open, with every partition it added, and a completed one is
+complete. Adding a partition writes its record only, so
 AddPartitionsToTxn costs the same with 3 partitions in the transaction or
 3,000.
 
@@ -74,9 +75,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 
 from common.clock import now_ms
-from tablets.consumer_offsets import OffsetCommit, TopicPartition
-from tablets.engine import StorageEngine
-from tablets.store import GroupCommitWriter, Ops
+from tablets.seam import ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
 
 from .commit import TxnCompletion
 from .conflicts import offset_conflict
@@ -98,14 +97,13 @@ log = logging.getLogger(__name__)
 
 
 class TransactionCoordinator:
-    def __init__(self, engine: StorageEngine, settings: TxnSettings | None = None,
+    def __init__(self, node: NodeStorage, settings: TxnSettings | None = None,
                  clock: Callable[[], int] = now_ms,
                  newest_connection: Callable[[], int] = lambda: -1) -> None:
-        assert engine.writer is not None and engine.consumer_offsets is not None, (
-            "start the engine first")
-        self.engine = engine
-        self._writer = engine.writer
-        self.offsets = engine.consumer_offsets
+        storage = node.transaction_storage()  # the engine is started
+        self.storage = storage
+        self._writer: ChangeWriter = storage
+        self.offsets = storage.consumer_offsets
         self.settings = settings or TxnSettings()
         self.clock = clock
         self.budget = MemoryBudget(self.settings.pending_memory_bytes)
@@ -113,24 +111,24 @@ class TransactionCoordinator:
         self.stats = TxnStats()
         # Offsets staged by open transactions: OffsetFetch(require_stable) asks here.
         self.pending_offsets = PendingOffsets()
-        self.partitions = TxnPartitions(engine)
-        self.registry = TxnRegistry(engine.store, self.partitions)
+        self.partitions = TxnPartitions(storage)
+        self.registry = TxnRegistry(storage, self.partitions)
         self.open_txns = OpenTransactions(self.registry, self.partitions, self.offsets,
                                           self.writer, self.budget, self.stored, self.stats,
                                           clock, newest_connection)
         self.completion = TxnCompletion(self.registry, self.open_txns, self.partitions,
                                         self.offsets, self.pending_offsets, self.writer,
                                         self.stats, clock)
-        self.sessions = Sessions(self.registry, self.completion, ProducerIds(engine.store),
+        self.sessions = Sessions(self.registry, self.completion, ProducerIds(storage),
                                  self.writer, self.settings, self.stats, clock)
 
     @property
-    def writer(self) -> GroupCommitWriter:
+    def writer(self) -> ChangeWriter:
         """What every part writes with."""
         return self._writer
 
     @writer.setter
-    def writer(self, writer: GroupCommitWriter) -> None:
+    def writer(self, writer: ChangeWriter) -> None:
         """Replace it in every part (a test holds writes: ``testkit.txn.HeldWrites``)."""
         self._writer = writer
         self.open_txns.writer = self.completion.writer = self.sessions.writer = writer
@@ -185,7 +183,7 @@ class TransactionCoordinator:
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             began = not meta.is_open
             self.open_txns.touch(meta, connection)
-            ops = Ops()
+            ops = self.writer.begin()
             # Only the partitions added are written (and the state record when
             # the transaction begins): the cost does not grow with the
             # transaction.
@@ -194,7 +192,7 @@ class TransactionCoordinator:
                 self.registry.put(meta, ops)
             elif not added:
                 return
-            await self.writer.submit(ops)
+            await self.writer.commit(ops)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                           group: str, connection: int = -1) -> None:
@@ -203,9 +201,9 @@ class TransactionCoordinator:
             self.open_txns.touch(meta, connection)
             if group not in meta.groups:
                 meta.groups.add(group)
-                ops = Ops()
+                ops = self.writer.begin()
                 self.registry.put(meta, ops)
-                await self.writer.submit(ops)
+                await self.writer.commit(ops)
 
     # ------------------------------------------------------ TxnOffsetCommit
     async def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
@@ -242,9 +240,9 @@ class TransactionCoordinator:
                     fenced[tp] = member
                 else:
                     fenced.pop(tp, None)
-            ops = Ops()
+            ops = self.writer.begin()
             self.registry.put(meta, ops)
-            await self.writer.submit(ops)
+            await self.writer.commit(ops)
             self.pending_offsets.hold(group, new)
 
     # -------------------------------------------------- transactional Produce

@@ -20,8 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common.logtext import client_text
-from tablets.consumer_offsets import ConsumerOffsets
-from tablets.store import GroupCommitWriter, Ops
+from tablets.seam import ChangeWriter, ConsumerOffsetStore
 
 from .partitions import TxnPartitions
 from .pending import MemoryBudget, PendingData, StoredBytes
@@ -44,7 +43,7 @@ class OpenTransaction:
 
 class OpenTransactions:
     def __init__(self, registry: TxnRegistry, partitions: TxnPartitions,
-                 offsets: ConsumerOffsets, writer: GroupCommitWriter, budget: MemoryBudget,
+                 offsets: ConsumerOffsetStore, writer: ChangeWriter, budget: MemoryBudget,
                  stored: StoredBytes, stats: TxnStats, clock: Callable[[], int],
                  newest_connection: Callable[[], int]) -> None:
         self.registry = registry
@@ -60,7 +59,7 @@ class OpenTransactions:
 
     def recover(self, meta: TxnMetadata) -> None:
         """Rebuild an open transaction loaded from the store (start-up)."""
-        data = PendingData.recover(self.registry.store, meta.instance, self.budget,
+        data = PendingData.recover(self.registry.storage, meta.instance, self.budget,
                                    self.partitions.prefixes(meta), self.stored)
         data.make_abort_only = self._abort_only_over_limit(meta, meta.instance)
         data.refused = meta.abort_only
@@ -79,7 +78,7 @@ class OpenTransactions:
             meta.offsets.clear()
             meta.members.clear()
             meta.abort_only = None
-            data = PendingData(meta.instance, self.budget, self.stored,
+            data = PendingData(meta.instance, self.budget, self.registry.storage, self.stored,
                                self._abort_only_over_limit(meta, meta.instance))
             self.by_id[meta.transactional_id] = OpenTransaction(
                 data, newest_connection=self.newest_connection())
@@ -100,9 +99,9 @@ class OpenTransactions:
                         client_text(meta.transactional_id), meta.producer_id, meta.epoch, reason)
             meta.abort_only = reason
             self.by_id[meta.transactional_id].data.refused = reason  # its batches too
-            ops = Ops()
+            ops = self.writer.begin()
             self.registry.put(meta, ops)
-            await self.writer.submit(ops)
+            await self.writer.commit(ops)
 
     def _abort_only_over_limit(self, meta: TxnMetadata,
                                instance: int) -> Callable[[str, str], None]:
@@ -118,10 +117,10 @@ class OpenTransactions:
             log.warning("transaction %s (producer %d epoch %d) can only abort: %s",
                         meta.transactional_id, meta.producer_id, meta.epoch, reason)
             meta.abort_only = reason
-            ops = Ops()
+            ops = self.writer.begin()
             self.registry.put(meta, ops)
             # A failed write fails the store, and every later request with it.
-            self.writer.submit(ops).add_done_callback(
+            self.writer.commit(ops).add_done_callback(
                 lambda done: done.cancelled() or done.exception())
 
         return over_limit

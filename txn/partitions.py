@@ -7,8 +7,9 @@ transaction is open has another id: the commit and the abort skip it (no
 COMMIT marker lands in the new topic, no blob of it is deleted) and a
 Produce of the transaction cannot write to it.
 
-Each partition is one key (``keys.TXN_PARTITION``: transactional id,
-transaction instance, topic id, partition -> topic name), written by the
+Each partition is one record (``TransactionStorage.put_txn_partition``:
+transactional id, transaction instance, topic id, partition -> topic name),
+written by the
 AddPartitionsToTxn that adds it and deleted in the write that ends the
 transaction, so adding a partition costs the same whatever the transaction
 holds already, and after ``kill -9`` the open transaction has every
@@ -23,17 +24,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from uuid import UUID
 
-from tablets.consumer_offsets import TopicPartition
-from tablets.engine import StorageEngine
-from tablets.store import Ops
-from tablets.tablet import PartitionTablet
+from tablets.seam import AtomicChange, PartitionLog, TopicPartition, TransactionStorage
 
-from .state import TxnMetadata, decode_partition_entry, partition_entry, partitions_range
+from .state import TxnMetadata
 
 
 class TxnPartitions:
-    def __init__(self, engine: StorageEngine) -> None:
-        self.engine = engine
+    def __init__(self, storage: TransactionStorage) -> None:
+        self.storage = storage
         # Open transactions loaded from the earlier format: their partition
         # keys are written with the next change.
         self._unsaved: set[str] = set()
@@ -51,34 +49,34 @@ class TxnPartitions:
                     del meta.partitions[tp]
                 else:
                     meta.partitions[tp] = tablet.topic_id
-        for key, value in self.engine.store.scan(*partitions_range(meta)):
-            tp, topic_id = decode_partition_entry(key, value)
+        for tp, topic_id in self.storage.txn_partitions(meta.transactional_id, meta.instance):
             meta.partitions[tp] = topic_id
 
-    def tablet(self, tp: TopicPartition, topic_id: UUID | None = None) -> PartitionTablet | None:
+    def tablet(self, tp: TopicPartition, topic_id: UUID | None = None) -> PartitionLog | None:
         """The partition if it exists (and, given ``topic_id``, belongs to that
         topic, not to one of the same name created after it)."""
-        if not self.engine.has_partition(*tp):
+        if not self.storage.has_partition(*tp):
             return None
-        tablet = self.engine.partition(*tp)
+        tablet = self.storage.partition(*tp)
         return tablet if topic_id is None or tablet.topic_id == topic_id else None
 
-    def current(self, meta: TxnMetadata) -> dict[TopicPartition, PartitionTablet]:
+    def current(self, meta: TxnMetadata) -> dict[TopicPartition, PartitionLog]:
         """The transaction's partitions that still exist as the topics they were added as."""
         return {tp: tablet for tp, topic_id in meta.partitions.items()
                 if topic_id is not None and (tablet := self.tablet(tp, topic_id)) is not None}
 
     def prefixes(self, meta: TxnMetadata) -> dict[TopicPartition, bytes]:
-        """The key prefixes of the transaction's partitions that still exist (as
-        the topics they were added as)."""
-        return {tp: tablet.prefix for tp, tablet in self.current(meta).items()}
+        """The log references (``TransactionStorage.log_ref``) of the
+        transaction's partitions that still exist (as the topics they were added as)."""
+        return {tp: self.storage.log_ref(tablet) for tp, tablet in self.current(meta).items()}
 
     def is_current(self, meta: TxnMetadata, tp: TopicPartition) -> bool:
         """Whether ``tp`` is in the transaction as the topic it is now."""
         topic_id = meta.partitions.get(tp)
         return topic_id is not None and self.tablet(tp, topic_id) is not None
 
-    def add(self, meta: TxnMetadata, partitions: Iterable[TopicPartition], ops: Ops) -> bool:
+    def add(self, meta: TxnMetadata, partitions: Iterable[TopicPartition],
+            ops: AtomicChange) -> bool:
         """Add existing partitions to the open transaction: a key each for the
         new ones (or for one re-added after its topic was recreated). Returns
         whether anything was added."""
@@ -89,29 +87,36 @@ class TxnPartitions:
             known = meta.partitions.get(tp)
             if known == tablet.topic_id:
                 continue
-            if known is not None:  # the key of the earlier topic
-                ops.delete(partition_entry(meta, tp)[0])
+            if known is not None:  # the record of the earlier topic
+                self.storage.delete_txn_partition(ops, meta.transactional_id, meta.instance, tp,
+                                                  known)
             meta.partitions[tp] = tablet.topic_id
-            ops.put(*partition_entry(meta, tp))
+            self._put(meta, tp, ops)
             added = True
         return added
 
-    def put_unsaved(self, meta: TxnMetadata, ops: Ops) -> None:
+    def _put(self, meta: TxnMetadata, tp: TopicPartition, ops: AtomicChange) -> None:
+        topic_id = meta.partitions[tp]
+        assert topic_id is not None, f"{tp} has no topic id"
+        self.storage.put_txn_partition(ops, meta.transactional_id, meta.instance, tp, topic_id)
+
+    def put_unsaved(self, meta: TxnMetadata, ops: AtomicChange) -> None:
         """With a state record written for an open transaction loaded from the
         earlier format (that record no longer lists the partitions): their keys."""
         if meta.transactional_id in self._unsaved and meta.is_open:
             self._unsaved.discard(meta.transactional_id)
             for tp in meta.partitions:
-                ops.put(*partition_entry(meta, tp))
+                self._put(meta, tp, ops)
 
     def is_unsaved(self, meta: TxnMetadata) -> bool:
         return meta.transactional_id in self._unsaved
 
-    def drop(self, meta: TxnMetadata, ops: Ops) -> None:
+    def drop(self, meta: TxnMetadata, ops: AtomicChange) -> None:
         """The transaction ends: its partition keys go in the same write, and
         it holds no partition any more (as in Kafka, and after a restart)."""
         self._unsaved.discard(meta.transactional_id)
         for tp, topic_id in meta.partitions.items():
             if topic_id is not None:
-                ops.delete(partition_entry(meta, tp)[0])
+                self.storage.delete_txn_partition(ops, meta.transactional_id, meta.instance, tp,
+                                                  topic_id)
         meta.partitions.clear()

@@ -1,13 +1,14 @@
 """The data of an open transaction: blobs written at Produce time, per partition.
 
-A transactional batch is stored once, as a blob outside the log
-(``keys.blob_key``: the partition, the transaction's node-wide instance, the
-arrival order). The coordinator keeps the list of each open transaction's
-blobs, so EndTxn(commit) can write one small log entry per blob without
-reading any of them; after a restart the list is rebuilt by one scan of the
-transaction's key range. While the node's budget allows, a blob's bytes are
-also kept in memory so the commit can put them in the partition's in-memory
-tail, where consumers at the head of the log read them without the disk.
+A transactional batch is stored once, as a blob outside the log (named by
+the engine, ``TransactionStorage.pending_ref``: the partition, the
+transaction's node-wide instance, the arrival order). The coordinator keeps
+the list of each open transaction's blobs, so EndTxn(commit) can write one
+small log entry per blob without reading any of them; after a restart the
+list is rebuilt (``TransactionStorage.recover_pending``). While the node's
+budget allows, a blob's bytes are also kept in memory so the commit can put
+them in the partition's in-memory tail, where consumers at the head of the
+log read them without the disk.
 
 A Produce takes its transaction's sink before its records are checked, and
 a compressed or large batch is checked on a worker thread, so the
@@ -32,11 +33,8 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from tablets import keys
 from tablets.batch import HEADER_SIZE, record_count_of
-from tablets.consumer_offsets import TopicPartition
-from tablets.store import Ops, RocksStore
-from tablets.txn_log import PendingBlob
+from tablets.seam import AtomicChange, PendingBlob, TopicPartition, TransactionStorage
 
 from .errors import ConcurrentTransactions, TxnDoomed, TxnError
 
@@ -95,6 +93,7 @@ class PendingData:
 
     instance: int
     budget: MemoryBudget
+    storage: TransactionStorage
     stored: StoredBytes = field(default_factory=StoredBytes)
     # Called with (which limit, why) when a batch is refused for a limit:
     # the coordinator makes the transaction abort-only (``open_transactions.py``).
@@ -161,30 +160,30 @@ class PendingData:
         self.records.clear()
 
     @classmethod
-    def recover(cls, store: RocksStore, instance: int, budget: MemoryBudget,
+    def recover(cls, storage: TransactionStorage, instance: int, budget: MemoryBudget,
                 partitions: dict[TopicPartition, bytes],
                 stored: StoredBytes | None = None) -> PendingData:
         """Rebuild an open transaction's blob lists from the store (start-up),
         and count their bytes in ``stored``.
 
         ``partitions`` maps the transaction's partitions (those still
-        existing) to their key prefixes.
+        existing) to their log references.
         """
-        pending = cls(instance, budget, stored or StoredBytes())
+        pending = cls(instance, budget, storage, stored or StoredBytes())
         for tp, prefix in partitions.items():
-            for key, value in store.scan(*keys.blob_range(prefix, instance)):
-                pending.next_ordinal = max(pending.next_ordinal, keys.blob_ordinal(key) + 1)
-                header = bytes(value[:HEADER_SIZE])
-                pending.blobs.setdefault(tp, []).append(PendingBlob(key, header, None))
-                pending.records[prefix] = pending.records.get(prefix, 0) + record_count_of(header)
-                pending.nbytes += len(value)
+            for blob in storage.recover_pending(prefix, instance):
+                pending.next_ordinal = max(pending.next_ordinal, blob.ordinal + 1)
+                pending.blobs.setdefault(tp, []).append(PendingBlob(blob.ref, blob.header, None))
+                pending.records[prefix] = (pending.records.get(prefix, 0)
+                                           + record_count_of(blob.header))
+                pending.nbytes += blob.nbytes
         pending.stored.used += pending.nbytes
         return pending
 
-    def abort(self, partitions: dict[TopicPartition, bytes], ops: Ops) -> None:
-        """Delete every blob of this transaction (its partitions and their prefixes)."""
+    def abort(self, partitions: dict[TopicPartition, bytes], ops: AtomicChange) -> None:
+        """Delete every blob of this transaction (its partitions and their log references)."""
         for prefix in partitions.values():
-            ops.delete_range(*keys.blob_range(prefix, self.instance))
+            self.storage.abort_pending(ops, prefix, self.instance)
 
 
 @dataclass(slots=True)
@@ -228,7 +227,7 @@ class PartitionSink:
         self.pending.check_open()
         ordinal = self.pending.next_ordinal
         self.pending.next_ordinal += 1
-        return keys.blob_key(partition_prefix, self.pending.instance, ordinal)
+        return self.pending.storage.pending_ref(partition_prefix, self.pending.instance, ordinal)
 
     def pending_records(self, partition_prefix: bytes) -> int:
         return self.pending.records.get(partition_prefix, 0)
@@ -241,5 +240,5 @@ class PartitionSink:
         pending.stored.used += len(batch)
         pending.blobs.setdefault(self.tp, []).append(
             PendingBlob(key, batch[:HEADER_SIZE], batch if keep else None))
-        prefix = keys.blob_partition(key)
+        prefix = pending.storage.pending_log_ref(key)
         pending.records[prefix] = pending.records.get(prefix, 0) + record_count_of(batch)

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from tablets.consumer_offsets import TopicPartition
+from tablets.seam import TopicPartition
 
 
 class PendingOffsets:

@@ -7,22 +7,19 @@ persists the transactional id's new state with it).
 
 from __future__ import annotations
 
-import struct
+from tablets.seam import AtomicChange, TransactionStorage
 
-from tablets import keys
-from tablets.store import Ops, RocksStore
-
-_KEY = keys.COUNTER + b"producer.id"
-_COUNTER = struct.Struct(">q")
+_COUNTER = "producer.id"
 
 
 class ProducerIds:
-    def __init__(self, store: RocksStore) -> None:
-        raw = store.get(_KEY)
-        self._last = _COUNTER.unpack(raw)[0] if raw else -1
+    def __init__(self, storage: TransactionStorage) -> None:
+        self.storage = storage
+        last = storage.counter(_COUNTER)
+        self._last = -1 if last is None else last
 
-    def allocate(self, ops: Ops) -> int:
+    def allocate(self, ops: AtomicChange) -> int:
         """A new id; ``ops`` must be written before the id is used."""
         self._last += 1
-        ops.put(_KEY, _COUNTER.pack(self._last))
+        self.storage.set_counter(ops, _COUNTER, self._last)
         return self._last

@@ -10,33 +10,30 @@ from __future__ import annotations
 
 import asyncio
 
-from tablets import keys
-from tablets.store import Ops, RocksStore
+from tablets.seam import AtomicChange, TransactionStorage
 
 from .errors import TransactionalIdNotFound
 from .ordered import SortedIds
 from .partitions import TxnPartitions
 from .state import TxnMetadata, TxnState
 
-_INSTANCE_KEY = keys.COUNTER + b"txn.instance"
+_INSTANCE = "txn.instance"
 
 
 class TxnRegistry:
-    def __init__(self, store: RocksStore, partitions: TxnPartitions) -> None:
-        self.store = store
+    def __init__(self, storage: TransactionStorage, partitions: TxnPartitions) -> None:
+        self.storage = storage
         self.partitions = partitions
         self.txns: dict[str, TxnMetadata] = {}
         self.ordered = SortedIds()  # the keys of txns, in order (the console pages them)
         self._locks: dict[str, asyncio.Lock] = {}
-        raw = store.get(_INSTANCE_KEY)
-        self._last_instance = int.from_bytes(raw, "big") if raw else 0
+        self._last_instance = storage.counter(_INSTANCE) or 0
 
     def load(self) -> list[TxnMetadata]:
         """Read every transactional id (start-up); returns them."""
-        start = keys.TXN_STATE
         loaded = []
-        for key, value in self.store.scan(start, start + b"\xff"):
-            meta = TxnMetadata.decode(key[1:].decode(), value)
+        for transactional_id, value in self.storage.txn_states():
+            meta = TxnMetadata.decode(transactional_id, value)
             self.register(meta)
             self._last_instance = max(self._last_instance, meta.instance)
             self.partitions.load(meta)
@@ -66,12 +63,12 @@ class TxnRegistry:
         self._last_instance += 1
         return self._last_instance
 
-    def put(self, meta: TxnMetadata, ops: Ops) -> None:
+    def put(self, meta: TxnMetadata, ops: AtomicChange) -> None:
         """Add the id's state to ``ops``."""
-        ops.put(keys.txn_state_key(meta.transactional_id), meta.encode())
+        self.storage.put_txn_state(ops, meta.transactional_id, meta.encode())
         self.partitions.put_unsaved(meta, ops)
         if meta.instance == self._last_instance:
-            ops.put(_INSTANCE_KEY, self._last_instance.to_bytes(8, "big"))
+            self.storage.set_counter(ops, _INSTANCE, self._last_instance)
 
     def describe(self, transactional_id: str) -> TxnMetadata:
         meta = self.txns.get(transactional_id)

@@ -18,8 +18,7 @@ import logging
 from collections.abc import Callable
 
 from common.logtext import client_text
-from tablets import keys
-from tablets.store import GroupCommitWriter, Ops
+from tablets.seam import AtomicChange, ChangeWriter
 
 from .commit import TxnCompletion
 from .errors import InvalidProducerIdMapping, InvalidTransactionTimeout, ProducerFenced
@@ -35,7 +34,7 @@ EPOCH_EXHAUSTED = 0x7FFF - 1  # Kafka moves to a new producer id at this epoch
 
 class Sessions:
     def __init__(self, registry: TxnRegistry, completion: TxnCompletion, ids: ProducerIds,
-                 writer: GroupCommitWriter, settings: TxnSettings, stats: TxnStats,
+                 writer: ChangeWriter, settings: TxnSettings, stats: TxnStats,
                  clock: Callable[[], int]) -> None:
         self.registry = registry
         self.completion = completion
@@ -57,9 +56,9 @@ class Sessions:
         same answer again.
         """
         if transactional_id is None:
-            ops = Ops()
+            ops = self.writer.begin()
             pid = self.ids.allocate(ops)
-            await self.writer.submit(ops)
+            await self.writer.commit(ops)
             return pid, 0
         if not 0 < timeout_ms <= self.settings.max_timeout_ms:
             raise InvalidTransactionTimeout(
@@ -67,13 +66,13 @@ class Sessions:
                 f"{self.settings.max_timeout_ms}] (transaction.max.timeout.ms)")
         async with self.registry.lock(transactional_id):
             meta = self.registry.txns.get(transactional_id)
-            ops = Ops()
+            ops = self.writer.begin()
             now = self.clock()
             if meta is None:
                 meta = TxnMetadata(transactional_id, self.ids.allocate(ops), 0, timeout_ms,
                                    updated_ms=now)
                 self.registry.put(meta, ops)
-                await self.writer.submit(ops)
+                await self.writer.commit(ops)
                 self.registry.register(meta)
                 return meta.producer_id, meta.epoch
             if producer_id >= 0:
@@ -101,7 +100,7 @@ class Sessions:
             await self.completion.write(ops, publish)
             return meta.producer_id, meta.epoch
 
-    def _bump_epoch(self, meta: TxnMetadata, ops: Ops, asked_by_current: bool) -> None:
+    def _bump_epoch(self, meta: TxnMetadata, ops: AtomicChange, asked_by_current: bool) -> None:
         """A new epoch (or producer id). Only a bump the current session asked
         for itself (KIP-360) may be retried by it; a fence (a new session, a
         timeout) leaves no way back for the old epoch."""
@@ -133,10 +132,10 @@ class Sessions:
                 await self._time_out(meta)
             elif (not meta.is_open and now - meta.updated_ms > self.settings.id_expiration_ms
                   and not self.registry.lock(meta.transactional_id).locked()):
-                ops = Ops()
-                ops.delete(keys.txn_state_key(meta.transactional_id))
+                ops = self.writer.begin()
+                self.registry.storage.delete_txn_state(ops, meta.transactional_id)
                 updated = meta.updated_ms
-                await self.writer.submit(ops)
+                await self.writer.commit(ops)
                 # A request that used the id meanwhile wrote it again after
                 # this deletion (writes land in order): it stays.
                 if (self.registry.txns.get(meta.transactional_id) is meta and not meta.is_open
@@ -151,7 +150,7 @@ class Sessions:
             log.info("transaction %s (producer %d epoch %d) timed out after %d ms: aborted",
                      client_text(meta.transactional_id), meta.producer_id, meta.epoch,
                      meta.timeout_ms)
-            ops = Ops()
+            ops = self.writer.begin()
             publish = self.completion.stage_abort(
                 meta, ops, ProducerFenced,
                 f"the transaction of {meta.transactional_id} (producer {meta.producer_id} "

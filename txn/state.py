@@ -18,8 +18,7 @@ import json
 from dataclasses import dataclass, field
 from uuid import UUID
 
-from tablets import keys
-from tablets.consumer_offsets import OffsetCommit, TopicPartition
+from tablets.seam import OffsetCommit, TopicPartition
 
 
 class TxnState(enum.Enum):
@@ -55,9 +54,9 @@ class IllegalTransition(RuntimeError):
 
 @dataclass(slots=True)
 class TxnMetadata:
-    """One transactional id, as persisted under ``keys.TXN_STATE``; the open
-    transaction's partitions are persisted each under its own key
-    (``keys.TXN_PARTITION``, ``partition_entry``), so adding one writes one key
+    """One transactional id, as persisted (``TransactionStorage.put_txn_state``);
+    the open transaction's partitions are persisted each as its own record
+    (``TransactionStorage.put_txn_partition``), so adding one writes one record
     whatever the transaction holds already.
 
     ``partitions`` maps each partition to the id of the topic it was added
@@ -121,7 +120,7 @@ class TxnMetadata:
 
     @classmethod
     def decode(cls, transactional_id: str, value: bytes) -> TxnMetadata:
-        """The state without its partitions (``partition_entry`` keys), or, in
+        """The state without its partitions (each its own record), or, in
         the earlier format, with them but without their topic ids (None)."""
         d = json.loads(value)
         return cls(
@@ -135,22 +134,3 @@ class TxnMetadata:
             # Absent in states written before member-fenced offsets were kept.
             {g: {(t, p): m for t, p, m in rows} for g, rows in d.get("members", {}).items()},
         )
-
-
-def partition_entry(meta: TxnMetadata, tp: TopicPartition) -> tuple[bytes, bytes]:
-    """(key, value) persisting one partition of ``meta``'s open transaction."""
-    topic_id = meta.partitions[tp]
-    assert topic_id is not None, f"{tp} has no topic id"
-    return (keys.txn_partition_key(meta.transactional_id, meta.instance, topic_id, tp[1]),
-            tp[0].encode())
-
-
-def partitions_range(meta: TxnMetadata) -> tuple[bytes, bytes]:
-    """[start, end) of every ``partition_entry`` key of ``meta``'s transaction."""
-    start = keys.txn_partitions_prefix(meta.transactional_id, meta.instance)
-    return start, start + b"\xff" * 21  # above any topic id (16) + partition (4)
-
-
-def decode_partition_entry(key: bytes, value: bytes) -> tuple[TopicPartition, UUID]:
-    topic_id, partition = keys.parse_txn_partition_key(key)
-    return (bytes(value).decode(), partition), topic_id

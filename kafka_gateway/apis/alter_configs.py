@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from kio.schema.errors import ErrorCode
 
-from tablets.engine import check_topic_name
+from tablets import check_topic_name
 from tablets.topic_config import validate_all
 
 from ..codec import NO_THROTTLE, Request, build, response_schema

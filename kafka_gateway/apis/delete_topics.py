@@ -37,7 +37,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
         by_id = name is None
         try:
             if name is None:
-                topic = broker.engine.topics_by_id.get(topic_id)
+                topic = broker.engine.topic_by_id(topic_id)
                 if topic is None:
                     results.append(_result(schema, None, topic_id, ErrorCode.unknown_topic_id,
                                            f"no topic with id {topic_id}"))

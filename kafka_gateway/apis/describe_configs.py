@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from tablets.engine import check_topic_name
+from tablets import check_topic_name
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..context import HandlerContext

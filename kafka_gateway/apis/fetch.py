@@ -26,7 +26,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from tablets.tablet import PartitionTablet
+from tablets.seam import PartitionLog
 
 from ..codec import EncodedBody, Request
 from ..context import HandlerContext
@@ -54,7 +54,7 @@ class _Wanted:
         self.index = index
         self.fetch_offset = fetch_offset
         self.max_bytes = max_bytes
-        self.tablet: PartitionTablet | None = tablet
+        self.tablet: PartitionLog | None = tablet
         self.error: ErrorCode = error
 
 
@@ -96,7 +96,7 @@ async def _count(metrics, wanted: list[_Wanted], parts, total: int) -> None:
 
 
 def _resolve(broker, key, part, by_id: bool) -> _Wanted:
-    topic = broker.engine.topics_by_id.get(key) if by_id else broker.engine.topics.get(key)
+    topic = broker.engine.topic_by_id(key) if by_id else broker.engine.find_topic(key)
     error = ErrorCode.none
     tablet = None
     if topic is None:
@@ -117,7 +117,8 @@ def _authorize(broker, request, wanted: list[_Wanted], by_id: bool) -> None:
         if by_id and want.error is ErrorCode.unknown_topic_id:
             continue  # nothing to name: unknown ids stay unknown
         if want.key not in codes:
-            name = broker.engine.topics_by_id[want.key].name if by_id else want.key
+            found = broker.engine.topic_by_id(want.key) if by_id else None
+            name = found.name if found is not None else want.key
             codes[want.key] = code_of(authorize, broker, request, Operation.READ,
                                       ResourceType.TOPIC, name)
         if codes[want.key]:
@@ -155,7 +156,7 @@ async def _read_all(wanted: list[_Wanted], max_bytes: int):
     return parts, total, failed
 
 
-async def _wait_for_data(tablets: list[PartitionTablet], timeout: float) -> None:
+async def _wait_for_data(tablets: list[PartitionLog], timeout: float) -> None:
     waiters = [t.waiter() for t in tablets]
     try:
         await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)

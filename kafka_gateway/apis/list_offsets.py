@@ -19,7 +19,7 @@ from collections import Counter
 
 from kio.schema.errors import ErrorCode
 
-from tablets.tablet import LEADER_EPOCH
+from tablets.seam import LEADER_EPOCH
 
 from ..answers import each_partition, refuse_denied
 from ..codec import NO_THROTTLE, Request, build, response_schema

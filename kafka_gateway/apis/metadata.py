@@ -18,10 +18,9 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from tablets import Topic
-from tablets.engine import check_topic_name
+from tablets import check_topic_name
 from tablets.errors import InvalidTopicName
-from tablets.tablet import LEADER_EPOCH
+from tablets.seam import LEADER_EPOCH, TopicView
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..context import HandlerContext
@@ -50,8 +49,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
     secured = broker.authorizer is not None
     if requested is None:
         topics = [await _topic(schema, t, node)
-                  async for t in sliced(sorted(broker.engine.topics.values(),
-                                               key=lambda t: t.name))
+                  async for t in sliced(broker.engine.list_topics())
                   if not secured or allowed(broker, request, Operation.DESCRIBE,
                                             ResourceType.TOPIC, t.name)]
     else:
@@ -59,7 +57,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
             name = getattr(wanted, "name", None)
             topic_id = getattr(wanted, "topic_id", None)
             if name is None and topic_id not in (None, _NO_ID):
-                topic = broker.engine.topics_by_id.get(topic_id)
+                topic = broker.engine.topic_by_id(topic_id)
                 if topic is None:
                     topics.append(_error(schema, None, ErrorCode.unknown_topic_id, topic_id))
                 elif secured and (code := _describe(broker, request, topic.name)):
@@ -90,7 +88,7 @@ def _describe(broker, request, name: str) -> ErrorCode:
 
 
 async def _named(broker, request, schema, name: str, allow_create: bool, node: int):
-    topic = broker.engine.topics.get(name)
+    topic = broker.engine.find_topic(name)
     if topic is not None:
         return await _topic(schema, topic, node)
     creating = allow_create and broker.config.auto_create_topics
@@ -111,7 +109,7 @@ async def _named(broker, request, schema, name: str, allow_create: bool, node: i
     return await _topic(schema, topic, node)
 
 
-async def _topic(schema, topic: Topic, node: int):
+async def _topic(schema, topic: TopicView, node: int):
     # A topic may have 10,000 partitions and a node hundreds of thousands: in slices.
     return build(
         schema.MetadataResponseTopic,

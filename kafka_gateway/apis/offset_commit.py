@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from tablets.consumer_offsets import OffsetCommit
+from tablets.seam import OffsetCommit
 
 from ..answers import answer_each, refuse_denied
 from ..codec import NO_THROTTLE, Request, build, response_schema

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from tablets.tablet import LEADER_EPOCH
+from tablets.seam import LEADER_EPOCH
 
 from ..answers import refuse_denied
 from ..codec import NO_THROTTLE, Request, build, response_schema

@@ -29,7 +29,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from tablets.consumer_offsets import OffsetCommit
+from tablets.seam import OffsetCommit
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..context import HandlerContext

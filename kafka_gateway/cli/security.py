@@ -156,13 +156,11 @@ async def run_users(args: argparse.Namespace) -> int:
 
 
 def _users_offline(args: argparse.Namespace) -> int:
-    from tablets import keys
-    from tablets.node_records import NodeRecords
-    from tablets.store import RocksStore
+    from tablets import open_node_records
 
-    store = RocksStore(os.path.join(args.data_dir, "rocksdb"))
+    records = open_node_records(args.data_dir, "scram")
     try:
-        credentials = Credentials(NodeRecords(store, keys.SCRAM_CREDENTIAL))
+        credentials = Credentials(records)
         users = credentials.users()
         if args.action == "list":
             for user, found in users.items():
@@ -185,7 +183,7 @@ def _users_offline(args: argparse.Namespace) -> int:
         print(f"Deleted {', '.join(mechanisms)} credentials of {args.name}.")
         return 0
     finally:
-        store.close()
+        records.close()
 
 
 def _print_user(user: str, credentials: list[tuple[str, int]]) -> None:

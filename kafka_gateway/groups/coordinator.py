@@ -38,7 +38,7 @@ from kio.schema.errors import ErrorCode
 
 from common.clock import now_ms
 from common.logtext import client_text
-from tablets.consumer_offsets import ConsumerOffsets
+from tablets.seam import ConsumerOffsetStore
 
 from ..errors import KafkaError
 from ..settings import GatewayConfig
@@ -84,7 +84,7 @@ class GroupCoordinator(JoinPhase, Fences):
     ``offsets`` is only read here: a group with committed offsets and no
     members is reported as Empty."""
 
-    def __init__(self, config: GatewayConfig, offsets: ConsumerOffsets,
+    def __init__(self, config: GatewayConfig, offsets: ConsumerOffsetStore,
                  clock: Callable[[], int] = now_ms) -> None:
         super().__init__(config, clock)
         self.offsets = offsets

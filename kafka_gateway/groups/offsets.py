@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from common.clock import now_ms
 from common.logtext import client_text
-from tablets.consumer_offsets import CommittedOffset, ConsumerOffsets, OffsetCommit, TopicPartition
+from tablets.seam import CommittedOffset, ConsumerOffsetStore, OffsetCommit, TopicPartition
 from txn.pending_offsets import PendingOffsets
 
 from ..errors import KafkaError
@@ -37,7 +37,7 @@ DEAD = GroupState.DEAD
 
 class GroupOffsets:
     def __init__(self, config: GatewayConfig, membership: GroupCoordinator,
-                 offsets: ConsumerOffsets, clock: Callable[[], int] = now_ms,
+                 offsets: ConsumerOffsetStore, clock: Callable[[], int] = now_ms,
                  pending: PendingOffsets | None = None) -> None:
         self.config = config
         self.membership = membership

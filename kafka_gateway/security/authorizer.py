@@ -34,7 +34,7 @@ from functools import partial
 from kio.schema.errors import ErrorCode
 
 from common.logtext import client_text
-from tablets.node_records import NodeRecords
+from tablets.seam import NodeRecordStore
 
 from ..bad_input import BadInputLog
 from ..errors import (
@@ -74,7 +74,7 @@ def parse_super_users(value: str) -> frozenset[str]:
 
 
 class Authorizer:
-    def __init__(self, records: NodeRecords, super_users: frozenset[str],
+    def __init__(self, records: NodeRecordStore, super_users: frozenset[str],
                  allow_if_no_acl: bool, metrics: Metrics, log: BadInputLog) -> None:
         self.records = records
         self.super_users = super_users

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from scramp import ScramException, ScramMechanism
 
-from tablets.node_records import NodeRecords
+from tablets.seam import NodeRecordStore
 
 # Mechanism name -> (hash, code in Describe/AlterUserScramCredentials).
 MECHANISMS: dict[str, tuple[Callable[..., hashlib._Hash], int]] = {
@@ -99,7 +99,7 @@ def _name(user: str, mechanism: str) -> bytes:
 class Credentials:
     """Every user's SCRAM credentials, in memory, written through to the store."""
 
-    def __init__(self, records: NodeRecords) -> None:
+    def __init__(self, records: NodeRecordStore) -> None:
         self.records = records
 
     def get(self, user: str, mechanism: str) -> ScramCredential | None:

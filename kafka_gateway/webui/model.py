@@ -10,11 +10,10 @@ agree.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 
-from tablets import Topic
-from tablets.important import ImportantGroup
+from tablets.seam import ImportantGroup, PartitionLog, TopicView
 from tablets.topic_config import TOPIC_CONFIGS
 from txn.state import TxnMetadata
 
@@ -100,14 +99,14 @@ class GroupView:
         return sum(row.lag or 0 for row in self.offsets)
 
 
-def _summary(topic: Topic) -> TopicSummary:
+def _summary(topic: TopicView) -> TopicSummary:
     return TopicSummary(topic.name, str(topic.topic_id), [
         PartitionRow(t.partition, t.log_start_offset, t.high_watermark, t.size_bytes)
         for t in topic.partitions], dict(topic.configs))
 
 
 def topics(broker: HandlerContext) -> list[TopicSummary]:
-    return [_summary(t) for t in sorted(broker.engine.topics.values(), key=lambda t: t.name)]
+    return [_summary(t) for t in broker.engine.list_topics()]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,30 +120,31 @@ class Totals:
 def totals(broker: HandlerContext) -> Totals:
     """The node's totals, without sorting or building a summary per topic."""
     partitions = records = size_bytes = 0
-    for found in broker.engine.topics.values():
+    every = broker.engine.list_topics()
+    for found in every:
         for tablet in found.partitions:
             partitions += 1
             records += tablet.high_watermark - tablet.log_start_offset
             size_bytes += tablet.size_bytes
-    return Totals(len(broker.engine.topics), partitions, records, size_bytes)
+    return Totals(len(every), partitions, records, size_bytes)
 
 
 def topic_page(broker: HandlerContext, after: str | None, before: str | None,
                size: int) -> tuple[Page, list[TopicSummary]]:
     """One page of topics, by name: only its topics are summarized."""
-    found = broker.engine.topics
+    found = {t.name: t for t in broker.engine.list_topics()}
     page = page_of(found.keys(), after=after, before=before, size=size)
     return page, [_summary(found[name]) for name in page.keys]
 
 
 def topic(broker: HandlerContext, name: str) -> TopicSummary | None:
-    found = broker.engine.topics.get(name)
+    found = broker.engine.find_topic(name)
     return None if found is None else _summary(found)
 
 
 def topic_configs(broker: HandlerContext, name: str) -> list[ConfigRow]:
     """Every topic config with its value and where it comes from, as DescribeConfigs."""
-    found = broker.engine.topics[name]
+    found = broker.engine.topic(name)
     rows = []
     for entry in topic_entries(found.configs, broker.config.topic_defaults(),
                                named=TOPIC_CONFIGS):  # the gateway's own too
@@ -165,8 +165,7 @@ def group_ids(broker: HandlerContext) -> list[tuple[str, str, str]]:
 
 def group(broker: HandlerContext, group_id: str) -> GroupView | None:
     described = broker.groups.describe(group_id)
-    committed = {} if broker.engine.consumer_offsets is None else \
-        broker.engine.consumer_offsets.group_offsets(group_id)
+    committed = broker.engine.consumer_offsets.group_offsets(group_id)
     if described.state == "Dead" and not committed:
         return None
     view = GroupView(group_id, described.state, described.protocol_type,
@@ -201,7 +200,7 @@ def groups(broker: HandlerContext) -> list[GroupView]:
 def group_keys(broker: HandlerContext) -> Collection[str]:
     """Every group id: groups the coordinator has, and groups with committed offsets."""
     committed = broker.engine.consumer_offsets
-    return broker.groups.groups.keys() | (committed.groups() if committed else ())
+    return broker.groups.groups.keys() | set(committed.groups())
 
 
 def group_page(broker: HandlerContext, after: str | None, before: str | None,
@@ -223,13 +222,11 @@ def transaction_page(broker: HandlerContext, after: str | None, before: str | No
 def readers_of(broker: HandlerContext, topic_name: str) -> list[tuple[str, int]]:
     """Groups with offsets on a topic, and their lag on it."""
     offsets = broker.engine.consumer_offsets
-    if offsets is None:
-        return []
     out = []
     for group_id in sorted(offsets.groups()):
         committed = {tp: c for tp, c in offsets.group_offsets(group_id).items()
                      if tp[0] == topic_name}
-        if committed and topic_name in broker.engine.topics:
+        if committed and broker.engine.find_topic(topic_name) is not None:
             lag = 0
             for (name, partition), offset in committed.items():
                 if broker.engine.has_partition(name, partition):
@@ -242,10 +239,7 @@ def readers_of(broker: HandlerContext, topic_name: str) -> list[tuple[str, int]]
 def important_of(broker: HandlerContext, topic_name: str) -> list[ImportantGroup]:
     """The topic's important consumer groups per partition: lag, and what they
     hold back from retention (tablets/important.py)."""
-    found = broker.engine.topics.get(topic_name)
-    if found is None or broker.engine.important is None:
-        return []
-    return broker.engine.important.report(found.partitions)
+    return broker.engine.important_groups(topic_name)
 
 
 def rates(broker: HandlerContext, topic_name: str | None = None) -> dict[str, float]:
@@ -255,18 +249,18 @@ def rates(broker: HandlerContext, topic_name: str | None = None) -> dict[str, fl
     engine = broker.engine
     if topic_name is None:
         bytes_in, bytes_out = metrics.produced_bytes, metrics.fetched_bytes
-        tablets = [t for topic_ in engine.topics.values() for t in topic_.partitions]
+        tablets: Sequence[PartitionLog] = [t for topic_ in engine.list_topics()
+                                           for t in topic_.partitions]
     else:
-        found = engine.topics.get(topic_name)
+        found = engine.find_topic(topic_name)
         tablets = [] if found is None else found.partitions
         bytes_in = 0 if found is None else metrics.topic_bytes_in.get(found.topic_id, 0)
         bytes_out = 0 if found is None else metrics.topic_bytes_out.get(found.topic_id, 0)
     consumed = 0
     offsets = engine.consumer_offsets
-    if offsets is not None:
-        for group_id in offsets.groups():
-            for (name, _partition), committed in offsets.group_offsets(group_id).items():
-                if topic_name is None or name == topic_name:
-                    consumed += committed.offset
+    for group_id in offsets.groups():
+        for (name, _partition), committed in offsets.group_offsets(group_id).items():
+            if topic_name is None or name == topic_name:
+                consumed += committed.offset
     return {"time": time.time(), "bytes_in": bytes_in, "bytes_out": bytes_out,
             "records_in": sum(t.high_watermark for t in tablets), "records_out": consumed}

@@ -7,7 +7,7 @@ from urllib.parse import quote
 
 from aiohttp import web
 
-from tablets.important import ImportantGroup
+from tablets.seam import ImportantGroup
 
 from ..context import HandlerContext
 from . import model
