@@ -103,6 +103,16 @@ class GatewayProcess:
         assert found, "the gateway runs without --admin-listen"
         return found[-1]
 
+    def memory_kib(self, key: str = "VmRSS") -> int:
+        """VmRSS (now) or VmHWM (peak) of the running gateway, in KiB; fails
+        loudly when the process is gone or the line cannot be read."""
+        assert self.process is not None and self.process.poll() is None, "gateway is gone"
+        with open(f"/proc/{self.process.pid}/status") as status:
+            for line in status:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+        raise AssertionError(f"no {key} in /proc/{self.process.pid}/status")
+
     def metrics(self) -> dict[prom.Sample, float]:
         """Its /metrics now, parsed as Prometheus does (read with ``prom.value``)."""
         return prom.samples(prom.scrape(self.admin_address()))

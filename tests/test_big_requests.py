@@ -32,14 +32,6 @@ TIMEOUT = 120.0
 API_VERSIONS_V0 = struct.pack(">ihhih", 14, 18, 0, 7, 4) + b"test"  # correlation 7
 
 
-def memory_kib(gateway: GatewayProcess, key: str) -> int:
-    """VmRSS (now) or VmHWM (peak) of the gateway process; fails if unreadable."""
-    assert gateway.process is not None
-    with open(f"/proc/{gateway.process.pid}/status") as status:
-        for line in status:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {key} in /proc/{gateway.process.pid}/status")
 
 
 def read_frame(sock: socket.socket) -> bytes:
@@ -184,7 +176,7 @@ def test_largest_requests_do_not_stall_other_clients(tmp_path):
                 ErrorCode.none)
         requests = big_requests()
         frames = [request_frame(body, 100 + i) for i, (_n, body, _c) in enumerate(requests)]
-        rss_before = memory_kib(gateway, "VmRSS")
+        rss_before = gateway.memory_kib("VmRSS")
         canary = Canary(address)
         canary.start()
         # name -> (worst canary, canaries, request seconds) of each attempt. A
@@ -219,8 +211,8 @@ def test_largest_requests_do_not_stall_other_clients(tmp_path):
         print(report)
         assert all(runs[-1][1] >= 3 and runs[-1][0] <= CANARY_BOUND
                    for runs in attempts.values()), report
-        rss_after = memory_kib(gateway, "VmRSS")
-        peak = memory_kib(gateway, "VmHWM")
+        rss_after = gateway.memory_kib("VmRSS")
+        peak = gateway.memory_kib("VmHWM")
         growth_mib, peak_mib = (rss_after - rss_before) / 1024, (peak - rss_before) / 1024
         print(f"RSS before {rss_before / 1024:.0f} MiB, after {rss_after / 1024:.0f} MiB, "
               f"peak {peak / 1024:.0f} MiB")

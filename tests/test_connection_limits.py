@@ -79,14 +79,6 @@ def closed_by_peer(sock: socket.socket, within: float = TIMEOUT) -> bool:
         return False
 
 
-def memory_kib(gateway: GatewayProcess, key: str) -> int:
-    """VmRSS (now) or VmHWM (peak) of the gateway process."""
-    assert gateway.process is not None
-    with open(f"/proc/{gateway.process.pid}/status") as status:
-        for line in status:
-            if line.startswith(key + ":"):
-                return int(line.split()[1])
-    raise AssertionError(f"no {key}")
 
 
 def metrics(gateway: GatewayProcess) -> dict[str, float]:
@@ -134,7 +126,7 @@ def test_a_length_prefix_alone_reserves_no_memory(tmp_path):
     """
     with GatewayProcess(tmp_path / "data", "--admin-listen", "127.0.0.1:0") as gateway:
         assert answered(gateway)
-        before = memory_kib(gateway, "VmRSS")
+        before = gateway.memory_kib("VmRSS")
         attackers = []
         for _ in range(20):
             sock = socket.create_connection(gateway.host_port, timeout=TIMEOUT)
@@ -146,7 +138,7 @@ def test_a_length_prefix_alone_reserves_no_memory(tmp_path):
                  "the attackers' bytes to be read")
         assert answered(gateway)
         canary(gateway, "after-prefix")
-        grown = memory_kib(gateway, "VmRSS") - before
+        grown = gateway.memory_kib("VmRSS") - before
         assert grown < 32 * 1024, f"RSS grew by {grown} KiB"
         assert metrics(gateway)["kafka_gateway_request_memory_bytes"] <= 20 * 16 * 1024
         for sock in attackers:
@@ -157,7 +149,7 @@ def test_an_idle_connection_holds_no_read_buffer(tmp_path):
     """300 connections that sent a request and went quiet: a few KiB each, not 256 KiB."""
     with GatewayProcess(tmp_path / "data", "--admin-listen", "127.0.0.1:0") as gateway:
         assert answered(gateway)
-        before = memory_kib(gateway, "VmRSS")
+        before = gateway.memory_kib("VmRSS")
         clients = []
         for i in range(300):
             sock = socket.create_connection(gateway.host_port, timeout=TIMEOUT)
@@ -165,7 +157,7 @@ def test_an_idle_connection_holds_no_read_buffer(tmp_path):
             clients.append(sock)
         for i, sock in enumerate(clients):
             assert struct.unpack_from(">i", read_frame(sock))[0] == i
-        grown = memory_kib(gateway, "VmRSS") - before
+        grown = gateway.memory_kib("VmRSS") - before
         assert grown < 24 * 1024, f"RSS grew by {grown} KiB"
         assert metrics(gateway)["kafka_gateway_request_memory_bytes"] == 0
         for sock in clients:
@@ -209,7 +201,7 @@ def test_the_node_budget_bounds_frames_in_flight_and_serves_larger_ones(tmp_path
                         "--auto-create-topics-enable", "false",
                         "--queued-max-request-bytes", str(budget)) as gateway:
         assert answered(gateway)
-        peak_before = memory_kib(gateway, "VmHWM")
+        peak_before = gateway.memory_kib("VmHWM")
         socks = [socket.create_connection(gateway.host_port, timeout=TIMEOUT)
                  for _ in range(connections)]
         frames = {sock: produce_frame(b"absent", records, i) for i, sock in enumerate(socks)}
@@ -235,7 +227,7 @@ def test_the_node_budget_bounds_frames_in_flight_and_serves_larger_ones(tmp_path
             code = struct.unpack_from(">h", response, 4 + 4 + 2 + 6 + 4 + 4)[0]
             assert code == UNKNOWN_TOPIC_OR_PARTITION
             sock.close()
-        peak_growth = memory_kib(gateway, "VmHWM") - peak_before
+        peak_growth = gateway.memory_kib("VmHWM") - peak_before
         assert peak_growth < 48 * 1024, f"peak RSS grew by {peak_growth} KiB for 90 MiB sent"
         # What is still charged is garbage of the error path awaiting the collector;
         # it is charged until then, and bounded like everything else.

@@ -126,13 +126,6 @@ def authenticate_error(sock: socket.socket) -> int:
 
 
 # ---------------------------------------------------------------- watching
-def memory_kib(gateway: GatewayProcess, key: str = "VmRSS") -> int:
-    assert gateway.process is not None and gateway.process.poll() is None, "gateway is gone"
-    status = Path(f"/proc/{gateway.process.pid}/status").read_text()
-    for line in status.splitlines():
-        if line.startswith(key + ":"):
-            return int(line.split()[1])
-    raise AssertionError(f"no {key} in /proc/{gateway.process.pid}/status")
 
 
 class Canary(threading.Thread):
@@ -159,7 +152,7 @@ class Canary(threading.Thread):
                 answer = read_frame(self.sock)
                 self.latencies.append(time.perf_counter() - started)
                 assert struct.unpack_from(">ih", answer) == (correlation, 0)
-                self.peak_rss_kib = max(self.peak_rss_kib, memory_kib(self.gateway))
+                self.peak_rss_kib = max(self.peak_rss_kib, self.gateway.memory_kib())
                 time.sleep(0.005)
         except BaseException as exc:  # reported by stop()
             self.error = exc
@@ -176,7 +169,7 @@ class Canary(threading.Thread):
 
 def under_attack(gateway: GatewayProcess, attack: Callable[[], None]) -> None:
     """Run ``attack`` with the canary going; bound its latency and the RSS growth."""
-    rss_before = memory_kib(gateway)
+    rss_before = gateway.memory_kib()
     canary = Canary(gateway)
     canary.start()
     time.sleep(0.1)  # a few round trips before the attack
