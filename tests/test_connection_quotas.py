@@ -23,7 +23,6 @@ from test_connection_limits import (
     answered,
     api_versions_frame,
     closed_by_peer,
-    memory_kib,
     metrics,
     read_frame,
     wait_for,
@@ -132,11 +131,11 @@ def test_half_finished_tls_handshakes_are_closed_after_the_timeout(tmp_path):
             assert works(client, 1)
         wait_for(lambda: metrics(gateway)["kafka_gateway_connections"] == 0,
                  "the first client to be closed")
-        rss_before = memory_kib(gateway, "VmRSS")
+        rss_before = gateway.memory_kib("VmRSS")
         held, waited = _half_open_wave(gateway, port, attackers)
-        rss_first = memory_kib(gateway, "VmHWM") - rss_before
+        rss_first = gateway.memory_kib("VmHWM") - rss_before
         held_again, waited_again = _half_open_wave(gateway, port, attackers)
-        rss_second = memory_kib(gateway, "VmHWM") - rss_before
+        rss_second = gateway.memory_kib("VmHWM") - rss_before
         print(f"\n{attackers} half-open TLS handshakes, twice: +{held}/+{held_again} "
               f"sockets, closed after {waited:.1f}/{waited_again:.1f} s; peak RSS "
               f"+{rss_first} KiB after the first wave, +{rss_second} KiB after the second")
