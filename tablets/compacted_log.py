@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .in_memory_batches import InMemoryBatches
     from .segments import Segments
     from .store import GroupCommitWriter
-    from .tablet import TabletSettings
+    from .tablet_settings import TabletSettings
 
 _TIMESTAMP_FLOOR = -(2**63)
 

@@ -47,7 +47,8 @@ from .seam import (
     WriteStats,
 )
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
-from .tablet import PartitionTablet, TabletSettings
+from .tablet import PartitionTablet
+from .tablet_settings import TabletSettings
 from .topic_config import (
     IMPORTANT_GROUPS,
     IMPORTANT_MAX_BYTES,

@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING
 from . import batch as batch_header
 from . import keys, validate
 from .compacted_log import CompactedLog
-from .compaction import CompactionConfig
 from .errors import (
     BatchRefused,
     TabletError,
@@ -64,6 +63,7 @@ from .producers import REFUSED, CachedBatch, ProducerStates, next_seq
 from .seam import AppendResult, BlobSink
 from .segments import Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
+from .tablet_settings import TabletSettings
 from .truncation import TruncatedLog
 from .txn_log import TransactionLog
 
@@ -74,31 +74,6 @@ if TYPE_CHECKING:
 # starts, and the active segment (base offset, size, first and largest timestamps).
 _META = struct.Struct(">qqqqqqqq")
 _TIMESTAMP = struct.Struct(">q")
-
-
-@dataclass(frozen=True, slots=True)
-class TabletSettings:
-    """The effective configs a tablet enforces (read from the topic each time)."""
-
-    max_message_bytes: int
-    log_append_time: bool
-    timestamp_difference_max_ms: int
-    retention_ms: int
-    retention_bytes: int
-    max_producers: int = 10_000  # producer ids whose sequences a partition keeps
-    topic: str = ""  # the topic's name, for messages
-    # When Kafka would roll a segment: segment.bytes, and segment.ms (for a
-    # compacted topic at most max.compaction.lag.ms, as in Kafka).
-    segment_bytes: int = 1 << 30
-    segment_ms: int = 604_800_000
-    deletes: bool = True  # cleanup.policy has "delete" (DeleteRecords is allowed)
-    compaction: CompactionConfig | None = None  # cleanup.policy has "compact"
-    # gateway.transactional.produce.offset=lower-bound: a transactional batch
-    # is answered with a lower bound of its offset instead of -1.
-    txn_offset_lower_bound: bool = False
-    # gateway.important.consumer.groups / .max.bytes (tablets/important.py).
-    important_groups: tuple[str, ...] = ()
-    important_max_bytes: int = -1
 
 
 @dataclass(slots=True)

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from .in_memory_batches import InMemoryBatches
     from .segments import Segments
     from .store import GroupCommitWriter, RocksStore
-    from .tablet import TabletSettings
+    from .tablet_settings import TabletSettings
 
 
 class TruncatedLog:

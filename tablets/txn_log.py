@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .segments import Segments
-    from .tablet import TabletSettings
+    from .tablet_settings import TabletSettings
 
 
 class TransactionLog:

@@ -54,7 +54,7 @@ from .errors import (
 from .records import RecordError, RecordWalker, walk
 
 if TYPE_CHECKING:
-    from .tablet import TabletSettings
+    from .tablet_settings import TabletSettings
 
 INLINE_RECORDS = 4096
 # Record errors named in one answer: Kafka names every record, but a small

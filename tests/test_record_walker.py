@@ -173,7 +173,7 @@ BOUNDED = textwrap.dedent("""
     import lz4.frame
     from tablets import validate
     from tablets.batch import build_batch, parse_batches
-    from tablets.tablet import TabletSettings
+    from tablets.tablet_settings import TabletSettings
     from testkit.batches import GZIP, LZ4, huge_value_batch, varint
 
     def valid_bomb(codec, size):
