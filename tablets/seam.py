@@ -53,6 +53,7 @@ whose epoch never changes (``LEADER_EPOCH``).
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -127,6 +128,40 @@ class CompactionStatus:
     dirty_ratio: float = 0.0  # likewise
     dirty_since_ms: int = -1  # first batch timestamp of the oldest uncompacted segment
     failure: str | None = None  # why the last run failed: the partition is skipped
+
+
+class OpenFile(Protocol):
+    """An open file of the engine's (a segment file): only its descriptor is used."""
+
+    def fileno(self) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """Bytes of the log lying in a file the engine owns, handed out without reading them.
+
+    The contract, for engines that keep record bytes in files:
+    - the bytes a region names never change: an engine deletes or replaces a
+      file (retention, compaction) but never writes over bytes it handed out;
+    - the region holds its ``file`` object, which keeps the descriptor open
+      (and a deleted file's bytes readable) for as long as the region lives,
+      so a reader may send it after the engine moved on.
+    The protocol layer sends a region with ``os.sendfile`` on plaintext
+    listeners and through ``read()`` otherwise.
+    """
+
+    file: OpenFile
+    offset: int
+    length: int
+
+    def __len__(self) -> int:
+        return self.length
+
+    def read(self) -> bytes:
+        data = os.pread(self.file.fileno(), self.length, self.offset)
+        if len(data) != self.length:
+            raise OSError(f"short read of a file region: {len(data)} of {self.length} bytes")
+        return data
 
 
 @dataclass(slots=True)
