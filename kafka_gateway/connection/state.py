@@ -1,5 +1,6 @@
 """What the parts of one connection share: its transport and peer, whether it
-is closing, when it was last active, and how many requests it may have in flight."""
+is closing or cannot write, when it was last active, and how many requests it
+may have in flight."""
 
 from __future__ import annotations
 
@@ -31,11 +32,22 @@ class ConnectionState:
         self.session: Session | None = None
         self.closing = False
         self.reading_paused = False
-        self.writing_paused = False
+        self.writing_paused = False  # the transport's buffer is full (pause_writing)
+        # A file region of an answer waits for the socket (regions.py): as above.
+        self.sendfile_waiting = False
+        # The socket's descriptor, on plaintext listeners: answers' file regions
+        # are sent on it with os.sendfile (regions.py). None on TLS listeners.
+        self.sendfile_fd: int | None = None
         self.last_active = self.last_read = loop.time()
         self.max_in_flight = MAX_IN_FLIGHT
         # Until a SASL client has authenticated: what sees its frames first.
         self.gate: SaslGate | None = None
+
+    @property
+    def cannot_write(self) -> bool:
+        """The socket takes nothing now: the transport's buffer is full, or a
+        file region waits to be sent."""
+        return self.writing_paused or self.sendfile_waiting
 
     def active(self) -> None:
         """Bytes went either way: the connection is not idle."""
