@@ -43,9 +43,10 @@ _RECEIVED = re.compile(
 _CONSUMER = textwrap.dedent("""
     import sys, time
     from confluent_kafka import Consumer, TopicPartition, OFFSET_BEGINNING, OFFSET_END
-    bootstrap, topic, start, records, seconds = sys.argv[1:6]
+    bootstrap, topic, start, records, seconds, debug, extra = sys.argv[1:8]
+    settings = dict(pair.split("=", 1) for pair in extra.split(",") if pair)
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "fetch-gaps",
-                         "enable.auto.commit": False, "debug": "protocol"})
+                         "enable.auto.commit": False, "debug": debug, **settings})
     offset = OFFSET_BEGINNING if start == "earliest" else OFFSET_END
     consumer.assign([TopicPartition(topic, 0, offset)])
     wanted, got = int(records), 0
@@ -80,18 +81,23 @@ def _create(bootstrap: str, topic: str) -> None:
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
 
 
+KEEP_LOG: str | None = None
+CONSUMER_SETTINGS = ""  # name=value,... for the consumer (--consumer)
+DEBUG = "protocol"  # with --debug-fetch also "fetch": why librdkafka holds a fetch back
+
+
 def _consume(bootstrap: str, topic: str, start: str, records: int,
              seconds: float) -> tuple[int, list[str]]:
     done = subprocess.run([sys.executable, "-c", _CONSUMER, bootstrap, topic, start,
-                           str(records), str(seconds)],
+                           str(records), str(seconds), DEBUG, CONSUMER_SETTINGS],
                           capture_output=True, text=True, timeout=seconds + 120, check=True)
     return int(done.stdout.split()[0]), done.stderr.splitlines()
 
 
 def _fetches(lines: list[str]) -> dict[str, float]:
+    """Per Fetch that brought data: rtt, and the gap before the next was sent."""
     sent: dict[int, float] = {}
-    received: list[tuple[float, int, float]] = []  # (when, bytes, rtt ms)
-    sends: list[float] = []
+    received: dict[int, tuple[float, int, float]] = {}  # corr id: (when, bytes, rtt ms)
     for line in lines:
         match = _LINE.match(line)
         if match is None:
@@ -100,26 +106,32 @@ def _fetches(lines: list[str]) -> dict[str, float]:
         text = match.group(4)
         if (found := _SENT.search(text)) is not None:
             sent[int(found.group(1))] = when
-            sends.append(when)
         elif (found := _RECEIVED.search(text)) is not None:
-            received.append((when, int(found.group(1)), float(found.group(3))))
-    gaps = []
-    for when, _size, _rtt in received:
-        following = [s for s in sends if s >= when]
-        if following:
-            gaps.append((following[0] - when) * 1000)
-    rtts = [rtt for _w, _s, rtt in received]
-    sizes = [size for _w, size, _r in received]
+            received[int(found.group(2))] = (when, int(found.group(1)), float(found.group(3)))
+    # Fetches with data, each followed by another: a last long-poll at the end
+    # of the log (max.wait) is no round trip.
+    full = [corr for corr, (_w, size, _r) in received.items()
+            if size > 1000 and corr in sent and corr + 1 in sent]
+    rtts = [received[corr][2] for corr in full]
+    logged = [(received[corr][0] - sent[corr]) * 1000 for corr in full]
+    gaps = [(sent[corr + 1] - received[corr][0]) * 1000 for corr in full]
+    cycles = [(sent[corr + 1] - sent[corr]) * 1000 for corr in full]
+    sizes = [received[corr][1] for corr in full]
 
     def quantile(values: list[float], q: float) -> float:
         return statistics.quantiles(values, n=10)[int(q * 10) - 1] if len(values) > 1 else 0.0
 
-    return {"fetches": len(received),
-            "mb_per_fetch": statistics.mean(sizes) / 1e6 if sizes else 0.0,
+    def mean(values: list[float]) -> float:
+        return round(statistics.mean(values), 3) if values else 0.0
+
+    return {"fetches": len(full), "mb_per_fetch": round(mean(sizes) / 1e6, 3),
+            "ms_per_fetch": mean(cycles),  # from one FetchRequest sent to the next
             "rtt_p50": statistics.median(rtts) if rtts else 0.0,
-            "rtt_p90": quantile(rtts, 0.9),
-            "gap_p50": statistics.median(gaps) if gaps else 0.0,
-            "gap_p90": quantile(gaps, 0.9)}
+            "rtt_p90": round(quantile(rtts, 0.9), 3), "rtt_mean": mean(rtts),
+            "sent_to_received_mean": mean(logged),  # by the log's clock (1 ms steps)
+            "gap_mean": mean(gaps), "gap_p90": round(quantile(gaps, 0.9), 3),
+            "gaps_over_5ms": sum(gap > 5 for gap in gaps),
+            "ms_in_gaps_over_5ms": round(sum(gap for gap in gaps if gap > 5), 1)}
 
 
 def _measure(name: str, bootstrap: str, mb: int, head_mbps: float, head_seconds: float) -> None:
@@ -131,11 +143,16 @@ def _measure(name: str, bootstrap: str, mb: int, head_mbps: float, head_seconds:
     started = time.monotonic()
     got, lines = _consume(bootstrap, topic, "earliest", records, 600)
     took = time.monotonic() - started
+    if KEEP_LOG:
+        Path(f"{KEEP_LOG}.{name}").write_text("\n".join(lines))
     print(f"{name} from the start: {got} records, {mb / took:.0f} MiB/s (with start-up): "
           f"{_fetches(lines)}", flush=True)
+    if head_seconds <= 0:
+        return
     # At the head: a producer writes at head_mbps while the consumer follows.
     consumer = subprocess.Popen([sys.executable, "-c", _CONSUMER, bootstrap, topic, "latest",
-                                 "0", str(head_seconds)], stdout=subprocess.PIPE,
+                                 "0", str(head_seconds), DEBUG, CONSUMER_SETTINGS],
+                                stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
     time.sleep(3)  # the consumer has joined and sits at the end
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all"})
@@ -160,7 +177,18 @@ def main() -> None:
     parser.add_argument("--servers", default="gateway,kafka")
     parser.add_argument("--head-mbps", type=float, default=5.0)
     parser.add_argument("--head-seconds", type=float, default=20.0)
+    parser.add_argument("--debug-fetch", action="store_true",
+                        help="also librdkafka's fetch debug: slower, says why it waits")
+    parser.add_argument("--keep-log", help="write the consumer's log from the start here")
+    parser.add_argument("--consumer", default="",
+                        help="consumer settings, name=value,... (fetch.queue.backoff.ms=10)")
+    parser.add_argument("--skip-head", action="store_true")
     args = parser.parse_args()
+    global DEBUG, KEEP_LOG, CONSUMER_SETTINGS
+    CONSUMER_SETTINGS = args.consumer
+    if args.debug_fetch:
+        DEBUG = "protocol,fetch"
+    KEEP_LOG = args.keep_log
     with tempfile.TemporaryDirectory(prefix="fetch-gaps-") as work:
         for name in args.servers.split(","):
             directory = Path(work) / name
@@ -168,11 +196,11 @@ def main() -> None:
             if name == "gateway":
                 with GatewayProcess(directory / "data") as gateway:
                     _measure(name, gateway.bootstrap, args.mb, args.head_mbps,
-                             args.head_seconds)
+                             0 if args.skip_head else args.head_seconds)
             else:
                 with KafkaBroker(directory) as kafka:
                     _measure(name, kafka.bootstrap, args.mb, args.head_mbps,
-                             args.head_seconds)
+                             0 if args.skip_head else args.head_seconds)
 
 
 if __name__ == "__main__":
