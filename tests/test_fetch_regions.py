@@ -281,6 +281,10 @@ def test_client_gone_mid_sendfile(tmp_path, monkeypatch, loop):
                 await asyncio.sleep(0.01)
             assert calls.would_block, vars(calls)
             assert calls.sent < slices[0] - HEADER
+            # Backpressure meanwhile: no new request is taken while the region waits.
+            [connection] = server.connections
+            assert connection.state.sendfile_waiting and connection.state.reading_paused
+            assert connection.answers.sending is not None
             sock = writer.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()  # RST: gone, unread bytes and all
@@ -356,5 +360,42 @@ def test_region_past_its_files_end_closes_the_connection(tmp_path, monkeypatch, 
                 await asyncio.wait_for(other.request(kr.metadata([])), 10)
             finally:
                 await other.close()
+
+    _run(loop, main)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_client_that_stops_reading_mid_sendfile_expires_idle(tmp_path, monkeypatch, loop):
+    """A region waiting on a client that reads nothing more is no activity:
+    ``connections.max.idle.ms`` closes the connection, as when the transport's
+    own buffer is full."""
+    slices = [16 << 20]
+    path = _make_data(tmp_path, sum(slices))
+    calls = SendfileCalls(monkeypatch)
+
+    async def main() -> None:
+        async with running(tmp_path, connections_max_idle_ms=500) as server:
+            await _create_topic(server)
+            log = FakeLog(path, slices)
+            _fake_reads(monkeypatch, server, log)
+            expired = server.broker.metrics.connections_expired
+            _reader, writer = await _connect(port_of(server, "PLAINTEXT"),
+                                             receive_buffer=8 << 10)
+            try:
+                writer.write(_fetch(1))
+                await writer.drain()
+                for _ in range(1000):
+                    if server.broker.metrics.connections_expired > expired:
+                        break
+                    await asyncio.sleep(0.01)
+                assert calls.would_block, vars(calls)  # it was waiting on the socket
+                assert server.broker.metrics.connections_expired == expired + 1
+                for _ in range(500):
+                    if not server.connections:
+                        break
+                    await asyncio.sleep(0.01)
+                assert not server.connections
+            finally:
+                writer.close()
 
     _run(loop, main)
