@@ -399,3 +399,30 @@ def test_client_that_stops_reading_mid_sendfile_expires_idle(tmp_path, monkeypat
                 writer.close()
 
     _run(loop, main)
+
+
+@pytest.mark.parametrize("loop", LOOPS)
+def test_shutdown_finishes_a_region_being_sent(tmp_path, monkeypatch, loop):
+    """Stopping the gateway lets an answer whose region waits for a slow client
+    finish (within the shutdown grace), as it lets a buffered answer flush."""
+    slices = [6 << 20]
+    path = _make_data(tmp_path, sum(slices))
+    calls = SendfileCalls(monkeypatch)
+
+    async def main() -> None:
+        async with running(tmp_path) as server:
+            await _create_topic(server)
+            log = FakeLog(path, slices)
+            _fake_reads(monkeypatch, server, log)
+            slow = asyncio.create_task(_answers(port_of(server, "PLAINTEXT"), 1, slow=True))
+            for _ in range(500):
+                if calls.would_block or slow.done():
+                    break
+                await asyncio.sleep(0.01)
+            assert calls.would_block and not slow.done(), vars(calls)
+        # Stopped: the answer was still being sent when the stop began.
+        [answer] = await slow
+        assert answer.endswith(path.read_bytes() + b"\0\0\0")
+        assert calls.sent == slices[0] - HEADER
+
+    _run(loop, main)

@@ -185,6 +185,13 @@ class Answers:
         self.pending.clear()
 
     async def drain(self, timeout: float) -> None:
-        """Let the requests already read finish and be answered (shutdown)."""
+        """Let the requests already read finish and be answered (shutdown),
+        including an answer's file regions still being sent: closing the
+        transport would cut them off (it only flushes what it holds itself)."""
+        loop = self.state.loop
+        deadline = loop.time() + timeout
         if self.pending:
             await asyncio.wait([task for task, _size, _buffer in self.pending], timeout=timeout)
+        while (self.sending is not None or (self.pending and self.pending[0][0].done())) \
+                and not self.state.closing and loop.time() < deadline:
+            await asyncio.sleep(0.01)  # a slow client's send, at shutdown only
