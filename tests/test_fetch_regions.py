@@ -190,6 +190,20 @@ def test_plaintext_sends_regions_with_sendfile_byte_exact(tmp_path, monkeypatch,
                 assert struct.unpack_from(">i", frame)[0] == i + 1
                 start = sum(slices[:i])
                 assert frame.endswith(path.read_bytes()[start : start + slices[i]] + b"\0\0\0")
+            # Once an answer with regions is sent, its socket is uncorked again.
+            log.regions, log.reads = True, 0
+            reader, writer = await _connect(port)
+            try:
+                writer.write(_fetch(1))
+                await writer.drain()
+                assert await _answer(reader) == with_regions[0]
+                host, client_port = writer.get_extra_info("sockname")
+                [connection] = [c for c in server.connections
+                                if c.peer == f"{host}:{client_port}"]
+                assert connection.state.sendfile_socket is not None
+                assert _corked(connection.state.sendfile_socket) == 0
+            finally:
+                writer.close()
 
     _run(loop, main)
 
@@ -250,6 +264,10 @@ def test_slow_reader_large_regions_pipelined_in_order(tmp_path, monkeypatch, loo
     _run(loop, main)
 
 
+def _corked(sock: object) -> int:
+    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_CORK)  # type: ignore[attr-defined]
+
+
 def _open_descriptors() -> int:
     return len(os.listdir("/proc/self/fd"))
 
@@ -285,6 +303,7 @@ def test_client_gone_mid_sendfile(tmp_path, monkeypatch, loop):
             [connection] = server.connections
             assert connection.state.sendfile_waiting and connection.state.reading_paused
             assert connection.answers.sending is not None
+            assert _corked(connection.state.sendfile_socket) == 1  # until its last byte
             sock = writer.get_extra_info("socket")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()  # RST: gone, unread bytes and all

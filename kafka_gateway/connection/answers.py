@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from ..request_memory import ReadBuffer
 from .read_buffer import ConnectionBuffer
 from .regions import AnswerChunks, BytesRun, RegionSend, has_regions, read_regions
-from .state import ConnectionState
+from .state import ConnectionState, SocketLike
 
 # Buffers written as they are (SASL's answers before authentication).
 Chunks = Sequence[bytes | bytearray]
@@ -122,8 +122,8 @@ class Answers:
         assert transport is not None
         if transport.is_closing():  # the client went away first: nothing refused
             return True
-        if has_regions(chunks) and state.sendfile_fd is not None:
-            return self._send_regions(state.sendfile_fd, chunks)
+        if has_regions(chunks) and state.sendfile_socket is not None:
+            return self._send_regions(state.sendfile_socket, chunks)
         failure: BaseException | None = None
         try:
             # Regions on TLS: read, as their bytes pass through Python to be
@@ -143,8 +143,8 @@ class Answers:
         state.close()
         return False
 
-    def _send_regions(self, fd: int, chunks: AnswerChunks) -> bool:
-        send = RegionSend(self.state, fd, chunks, self._write_run, self._sent, self._waiting)
+    def _send_regions(self, sock: SocketLike, chunks: AnswerChunks) -> bool:
+        send = RegionSend(self.state, sock, chunks, self._write_run, self._sent, self._waiting)
         result = send.run()
         if result is None:
             self.sending = send

@@ -78,8 +78,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
             # Plaintext: file regions of answers go out by os.sendfile on the
             # socket (regions.py); uvloop's and the stdlib's transports both
             # expose it (a pseudo-socket / TransportSocket with fileno()).
-            sock = transport.get_extra_info("socket")
-            state.sendfile_fd = sock.fileno() if sock is not None else None
+            state.sendfile_socket = transport.get_extra_info("socket")
         if self.listener.sasl:
             config = self.broker.config
             credentials = self.broker.credentials

@@ -27,6 +27,14 @@ How a region is sent, the same way under uvloop (deployed) and the stdlib loop:
   as when the transport's own buffer is full;
 - then the rest of the answer, through the transport.
 
+The socket is corked (``TCP_CORK``) from the first byte of such an answer to
+its last: the few bytes before a region, the region and the few after it
+leave as full segments, not as three pushes. Measured on loopback (1 MiB
+Fetches, uvloop): uncorked, the two small extra segments per answer cost the
+gateway 0.42-0.46 CPU s/GiB and 0.8-1.05 ms per Fetch; corked, 0.18-0.21 s/GiB
+and 0.32-0.40 ms, the cheapest way measured (reading the region and writing it
+through the transport: 0.18-0.30 s/GiB, 0.33-0.68 ms; docs/performance.md).
+
 A client gone meanwhile (EPIPE or ECONNRESET from ``sendfile``, or the
 connection lost while waiting) ends the send quietly: ``Answers.cancel``
 stops the watch and closes the dup, which would otherwise keep the socket
@@ -41,16 +49,20 @@ stdlib's ``sock_sendfile`` does, minus those.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
 from tablets.seam import FileRegion
 
-from .state import ConnectionState
+from .state import ConnectionState, SocketLike
 
 log = logging.getLogger(__package__)
+
+_CORK = getattr(socket, "TCP_CORK", None)  # Linux; elsewhere answers go uncorked
 
 # What an answer is made of: bytes, and regions of the engine's files.
 AnswerChunks = Sequence[bytes | bytearray | FileRegion]
@@ -93,14 +105,16 @@ class RegionSend:
     is closing), None when it waits for the socket; then ``done(ok)`` is
     called once it has finished (not if cancelled)."""
 
-    __slots__ = ("_pieces", "done", "fd", "offset", "region", "state", "waiting", "watch_fd",
-                 "write_bytes")
+    __slots__ = ("_pieces", "corked", "done", "fd", "offset", "region", "sock", "state",
+                 "waiting", "watch_fd", "write_bytes")
 
-    def __init__(self, state: ConnectionState, fd: int, chunks: AnswerChunks,
+    def __init__(self, state: ConnectionState, sock: SocketLike, chunks: AnswerChunks,
                  write_bytes: Callable[[BytesRun], bool], done: Callable[[bool], None],
                  waiting: Callable[[bool], None]) -> None:
         self.state = state
-        self.fd = fd  # the socket's descriptor, owned by the transport
+        self.sock = sock  # the transport's socket (only setsockopt is used)
+        self.fd = sock.fileno()  # its descriptor, owned by the transport
+        self.corked = False
         self._pieces = _pieces(chunks)
         self.write_bytes = write_bytes  # through the transport (Answers.write)
         self.done = done
@@ -110,6 +124,22 @@ class RegionSend:
         self.watch_fd = -1  # a dup of ``fd``, watched for writability while waiting
 
     def run(self) -> bool | None:
+        if not self.corked:
+            self._cork(True)
+        result = self._run()
+        if result is not None:
+            self._cork(False)  # pushes what is left of the answer
+        return result
+
+    def _cork(self, on: bool) -> None:
+        if _CORK is None or self.corked == on:
+            return
+        self.corked = on
+        # OSError: the connection is gone, nothing to hold back or push.
+        with contextlib.suppress(OSError):
+            self.sock.setsockopt(socket.IPPROTO_TCP, _CORK, int(on))
+
+    def _run(self) -> bool | None:
         state = self.state
         transport = state.transport
         while True:
@@ -180,6 +210,7 @@ class RegionSend:
 
     def cancel(self) -> None:
         """The connection closed: stop, holding no descriptor and no region."""
+        self._cork(False)
         self._stop_watching()
         self.region = None
         self._pieces = iter(())

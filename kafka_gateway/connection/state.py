@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..bad_input import BadInputLog
 from ..metrics import Metrics
@@ -16,6 +16,15 @@ if TYPE_CHECKING:
     from ..security.session import Session
 
 MAX_IN_FLIGHT = 64
+
+
+class SocketLike(Protocol):
+    """A transport's socket (uvloop's pseudo-socket, the stdlib's TransportSocket):
+    what sending file regions on it uses (regions.py)."""
+
+    def fileno(self) -> int: ...
+
+    def setsockopt(self, level: int, option: int, value: int, /) -> None: ...
 
 
 class ConnectionState:
@@ -35,9 +44,9 @@ class ConnectionState:
         self.writing_paused = False  # the transport's buffer is full (pause_writing)
         # A file region of an answer waits for the socket (regions.py): as above.
         self.sendfile_waiting = False
-        # The socket's descriptor, on plaintext listeners: answers' file regions
+        # The transport's socket, on plaintext listeners: answers' file regions
         # are sent on it with os.sendfile (regions.py). None on TLS listeners.
-        self.sendfile_fd: int | None = None
+        self.sendfile_socket: SocketLike | None = None
         self.last_active = self.last_read = loop.time()
         self.max_in_flight = MAX_IN_FLIGHT
         # Until a SASL client has authenticated: what sees its frames first.
