@@ -31,7 +31,7 @@ The socket is corked (``TCP_CORK``) from the first byte of such an answer to
 its last: the few bytes before a region, the region and the few after it
 leave as full segments, not as three pushes. Measured on loopback (1 MiB
 Fetches, uvloop): uncorked, the two small extra segments per answer cost the
-gateway 0.42-0.46 CPU s/GiB and 0.8-1.05 ms per Fetch; corked, 0.18-0.21 s/GiB
+gateway 0.41-0.47 CPU s/GiB and 0.6-1.05 ms per Fetch; corked, 0.18-0.21 s/GiB
 and 0.32-0.40 ms, the cheapest way measured (reading the region and writing it
 through the transport: 0.18-0.30 s/GiB, 0.33-0.68 ms; docs/performance.md).
 
