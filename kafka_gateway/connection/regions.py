@@ -5,7 +5,8 @@ An engine that keeps record bytes in files hands a Fetch its batches as
 each region goes from the page cache to the socket with ``os.sendfile``: no
 record byte is read into Python, copied or joined. On a TLS listener the bytes
 must pass through Python to be encrypted: there a region is read (one
-``os.pread``) and written through the transport like any other bytes
+``os.pread``, on the loop: a copy from the page cache, where a Fetch's bytes
+mostly are) and written through the transport like any other bytes
 (``Answers.write``).
 
 How a region is sent, the same way under uvloop (deployed) and the stdlib loop:
