@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import cache
 from types import ModuleType
@@ -20,6 +20,8 @@ from kio.index import UnknownEntity, load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
+
+from tablets.seam import FileRegion
 
 from .body_bounds import check_request
 from .reader import MalformedRequest, skip_tagged_fields
@@ -57,9 +59,11 @@ class Request:
 @dataclass(frozen=True, slots=True)
 class EncodedBody:
     """A response body its handler encoded itself, as chunks: the Fetch hot path
-    (apis/fetch_response.py) and Produce v0-2, which kio has no schemas for."""
+    (apis/fetch_response.py) and Produce v0-2, which kio has no schemas for.
+    A Fetch answer's record bytes may be ``FileRegion``s of the log's files,
+    sent by the connection without being read (connection/regions.py)."""
 
-    chunks: list[bytes]
+    chunks: Sequence[bytes | FileRegion]  # read-only: covariant, a list[bytes] is one
     flexible: bool  # whether the response header carries tagged fields
 
 
@@ -189,14 +193,16 @@ class _CoalescingWriter:
     __slots__ = ("_run", "chunks", "size")
 
     def __init__(self) -> None:
-        self.chunks: list[bytes | bytearray] = []
+        self.chunks: list[bytes | bytearray | FileRegion] = []
         self.size = 0
         self._run = bytearray()
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | FileRegion) -> None:
         size = len(data)
         self.size += size
-        if size >= PASS_THROUGH_BYTES:  # record batches: passed on, not copied
+        # Record batches: passed on, not copied; a file region whatever its size
+        # (its bytes are not read here).
+        if size >= PASS_THROUGH_BYTES or isinstance(data, FileRegion):
             if self._run:
                 self.chunks.append(self._run)
                 self._run = bytearray()
@@ -207,14 +213,15 @@ class _CoalescingWriter:
             self.chunks.append(self._run)
             self._run = bytearray()
 
-    def done(self) -> list[bytes | bytearray]:
+    def done(self) -> list[bytes | bytearray | FileRegion]:
         if self._run:
             self.chunks.append(self._run)
             self._run = bytearray()
         return self.chunks
 
 
-def encode_response(api_key: int, correlation_id: int, body: Any) -> list[bytes | bytearray]:
+def encode_response(api_key: int, correlation_id: int,
+                    body: Any) -> list[bytes | bytearray | FileRegion]:
     """Size prefix, response header and body, as a bounded number of buffers
     for writelines(): about 2 * size / PASS_THROUGH_BYTES + 2."""
     out = _CoalescingWriter()

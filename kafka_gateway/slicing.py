@@ -37,6 +37,8 @@ from dataclasses import fields, is_dataclass
 from functools import cache
 from typing import Any, TypeVar
 
+from tablets.seam import FileRegion
+
 from .codec import EncodedBody, encode_response
 from .metrics import Metrics, error_counts
 
@@ -82,7 +84,7 @@ def _worker() -> ThreadPoolExecutor:
 
 
 async def encode(metrics: Metrics, api: str, api_key: int, correlation_id: int,
-                 body: Any) -> list[bytes]:
+                 body: Any) -> list[bytes | bytearray | FileRegion]:
     """The response's buffers, with its error codes counted in ``metrics``;
     a large one is encoded on the worker thread."""
     if not is_large(body):
@@ -96,7 +98,8 @@ async def encode(metrics: Metrics, api: str, api_key: int, correlation_id: int,
 
 
 def _encode_counted(api: str, api_key: int, correlation_id: int,
-                    body: Any) -> tuple[list[bytes], Counter[tuple[str, str]]]:
+                    body: Any) -> tuple[list[bytes | bytearray | FileRegion],
+                                        Counter[tuple[str, str]]]:
     return encode_response(api_key, correlation_id, body), error_counts(api, body)
 
 

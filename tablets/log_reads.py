@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_left
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from . import batch as batch_header
 from . import keys, log_entry
 from .errors import OffsetOutOfRange
 from .in_memory_batches import InMemoryBatches
 from .records import first_record_at_or_after
-from .seam import ReadResult
+from .seam import FileRegion, ReadResult
 
 if TYPE_CHECKING:
     from array import array
@@ -86,7 +86,9 @@ class LogReads:
                 self._ahead = ahead
                 self._ahead_end = batch_header.last_offset_of(loaded[-1]) + 1 if loaded else 0
             batches = ahead.slice(offset, hw, max_bytes, min_one)
-        return ReadResult(batches, hw, self.log_start_offset)
+        # Bytes only here (ReadResult also carries FileRegions, for engines that
+        # keep record bytes in files): the same list, retyped, not copied.
+        return ReadResult(cast("list[bytes | FileRegion]", batches), hw, self.log_start_offset)
 
     def _read_disk(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
         out: list[bytes] = []

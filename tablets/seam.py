@@ -166,7 +166,7 @@ class FileRegion:
 
 @dataclass(slots=True)
 class ReadResult:
-    batches: list[bytes]
+    batches: list[bytes | FileRegion]
     high_watermark: int
     log_start_offset: int
 

@@ -26,7 +26,7 @@ from uuid import UUID
 
 from kio.schema.errors import ErrorCode
 
-from tablets.seam import PartitionLog
+from tablets.seam import FileRegion, PartitionLog
 
 from ..codec import EncodedBody, Request
 from ..context import HandlerContext
@@ -127,7 +127,9 @@ def _authorize(broker, request, wanted: list[_Wanted], by_id: bool) -> None:
 
 async def _read_all(wanted: list[_Wanted], max_bytes: int):
     """Read every partition once; returns (results, bytes read, any error)."""
-    parts: list[tuple[ErrorCode, int, int, list]] = []
+    # Batches as the engine hands them out: bytes, or regions of its files that
+    # the connection sends without reading them (connection/regions.py).
+    parts: list[tuple[ErrorCode, int, int, list[bytes | FileRegion]]] = []
     total = 0
     failed = False
     async for want in sliced(wanted):

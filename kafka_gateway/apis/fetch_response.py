@@ -4,7 +4,9 @@ Measured: encoding through kio meant joining each partition's batches into
 one bytes object (a copy of every byte served) and building several
 dataclasses per partition; that was the largest share of the gateway's CPU
 while serving consumers. Here the batches go out as they are stored, as
-separate chunks for ``transport.writelines``, and the fields around them are
+separate chunks for ``transport.writelines`` (or, for batches the engine hands
+out as ``FileRegion``s of its files, for ``os.sendfile``: connection/regions.py),
+and the fields around them are
 packed with a few ``struct`` calls. Field layout per version follows Kafka's
 FetchResponse.json (v4-13); a test compares the bytes with kio's encoding.
 """
@@ -13,6 +15,8 @@ from __future__ import annotations
 
 import struct
 from uuid import UUID
+
+from tablets.seam import FileRegion
 
 from ..codec import EncodedBody, encode_uvarint
 
@@ -28,8 +32,9 @@ def _array_length(count: int, flexible: bool) -> bytes:
     return encode_uvarint(count + 1) if flexible else _I32.pack(count)
 
 
-# One partition's result: (index, error code, high watermark, log start, batches).
-PartitionResult = tuple[int, int, int, int, list[bytes]]
+# One partition's result: (index, error code, high watermark, log start, batches);
+# a batch (or a run of them) is bytes or a region of one of the log's files.
+PartitionResult = tuple[int, int, int, int, list[bytes | FileRegion]]
 
 
 def encode(version: int, topics: dict[str | UUID, list[PartitionResult]],
@@ -40,7 +45,7 @@ def encode(version: int, topics: dict[str | UUID, list[PartitionResult]],
     # could not resolve (unknown topic or partition): empty there too.
     empty = _array_length(0, flexible)
     aborted = empty if read_committed else _array_length(-1, flexible)
-    chunks: list[bytes] = []
+    chunks: list[bytes | FileRegion] = []
     head = bytearray(_I32.pack(0))  # throttle time
     if version >= 7:
         head += _I16.pack(0) + _I32.pack(0)  # error code, session id (no sessions)

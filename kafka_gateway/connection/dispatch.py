@@ -30,7 +30,8 @@ from ..codec import (
 from ..context import HandlerContext
 from ..request_memory import ReadBuffer
 from ..slicing import encode
-from .answers import Answers, Chunks
+from .answers import Answers
+from .regions import AnswerChunks
 from .state import ConnectionState
 
 
@@ -68,7 +69,7 @@ class Dispatcher:
         task = state.loop.create_task(self.serve(request, api.name))
         self.answers.add(task, len(frame), buffer)
 
-    async def serve(self, request: Request, name: str) -> Chunks | None:
+    async def serve(self, request: Request, name: str) -> AnswerChunks | None:
         metrics = self.broker.metrics
         answers = self.answers
         started = time.perf_counter()

@@ -5,7 +5,8 @@ Backpressure, so that a slow or stalled client only ever stalls itself: at
 most ``MAX_IN_FLIGHT`` requests and ``MAX_IN_FLIGHT_BYTES`` of request frames
 per connection (a producer pipelining large batches keeps the writer busy
 without holding hundreds of MiB of frames); no new request is taken while
-the socket's send buffer is full; and one Fetch at a time per connection, each
+the socket's send buffer is full (or an answer's file region waits to be
+sent, connection/regions.py); and one Fetch at a time per connection, each
 started only while the client is reading its answers, so what waits in memory
 for a client that stopped reading is at most one Fetch answer (as with
 Kafka, which serves one request per connection at a time).
@@ -73,6 +74,11 @@ class KafkaConnection(asyncio.BufferedProtocol):
         if self.listener.protocol == "SSL":  # SASL_SSL: the principal comes from SASL
             principal = principal_from_certificate(transport.get_extra_info("ssl_object"))
         state.session = Session(self.listener, state.address, principal)
+        if not self.listener.tls:
+            # Plaintext: file regions of answers go out by os.sendfile on the
+            # socket (regions.py); uvloop's and the stdlib's transports both
+            # expose it (a pseudo-socket / TransportSocket with fileno()).
+            state.sendfile_socket = transport.get_extra_info("socket")
         if self.listener.sasl:
             config = self.broker.config
             credentials = self.broker.credentials
@@ -107,7 +113,8 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def resume_writing(self) -> None:
         self.state.writing_paused = False
         self.state.active()  # the client read
-        self.answers.writable.set()
+        if not self.state.sendfile_waiting:
+            self.answers.writable.set()
         self._take_frames()
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -128,7 +135,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
         self._update_reading()
 
     def _saturated(self) -> bool:
-        return self.state.writing_paused or self.answers.full
+        return self.state.cannot_write or self.answers.full
 
     def _update_reading(self) -> None:
         state = self.state

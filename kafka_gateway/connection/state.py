@@ -1,11 +1,12 @@
 """What the parts of one connection share: its transport and peer, whether it
-is closing, when it was last active, and how many requests it may have in flight."""
+is closing or cannot write, when it was last active, and how many requests it
+may have in flight."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from ..bad_input import BadInputLog
 from ..metrics import Metrics
@@ -15,6 +16,15 @@ if TYPE_CHECKING:
     from ..security.session import Session
 
 MAX_IN_FLIGHT = 64
+
+
+class SocketLike(Protocol):
+    """A transport's socket (uvloop's pseudo-socket, the stdlib's TransportSocket):
+    what sending file regions on it uses (regions.py)."""
+
+    def fileno(self) -> int: ...
+
+    def setsockopt(self, level: int, option: int, value: int, /) -> None: ...
 
 
 class ConnectionState:
@@ -31,11 +41,22 @@ class ConnectionState:
         self.session: Session | None = None
         self.closing = False
         self.reading_paused = False
-        self.writing_paused = False
+        self.writing_paused = False  # the transport's buffer is full (pause_writing)
+        # A file region of an answer waits for the socket (regions.py): as above.
+        self.sendfile_waiting = False
+        # The transport's socket, on plaintext listeners: answers' file regions
+        # are sent on it with os.sendfile (regions.py). None on TLS listeners.
+        self.sendfile_socket: SocketLike | None = None
         self.last_active = self.last_read = loop.time()
         self.max_in_flight = MAX_IN_FLIGHT
         # Until a SASL client has authenticated: what sees its frames first.
         self.gate: SaslGate | None = None
+
+    @property
+    def cannot_write(self) -> bool:
+        """The socket takes nothing now: the transport's buffer is full, or a
+        file region waits to be sent."""
+        return self.writing_paused or self.sendfile_waiting
 
     def active(self) -> None:
         """Bytes went either way: the connection is not idle."""

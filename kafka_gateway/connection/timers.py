@@ -51,7 +51,7 @@ class ConnectionTimers:
         # Busy means serving a request (a parked long-poll) or waiting for our
         # memory; not a client that stopped reading its answers, whatever it
         # has sent or is owed.
-        busy = (self.answers.pending and not state.writing_paused) or self.buffer.awaiting_memory
+        busy = (self.answers.pending and not state.cannot_write) or self.buffer.awaiting_memory
         if idle is not None and not busy:
             if now - state.last_active >= idle:
                 self._expire(f"idle for {idle:g} s", bad=False)
