@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
 from types import ModuleType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kio.index import UnknownEntity, load_payload_module
 from kio.serial import entity_reader, entity_writer
@@ -31,6 +31,12 @@ _CORRELATION = struct.Struct(">i")
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
 
+# A request's body type: the union of kio's classes for the versions an API
+# serves (one class per version), or the tuple its own reader returns.
+# Covariant: a Request[HeartbeatRequest] is a Request[object] to code that
+# reads only its header or session (authorize()).
+Body = TypeVar("Body", covariant=True)
+
 
 @dataclass(frozen=True, slots=True)
 class RequestHeader:
@@ -41,9 +47,11 @@ class RequestHeader:
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class Request(Generic[Body]):
+    """A decoded request; its body is read as ``Body`` (apis/<api>.py names it)."""
+
     header: RequestHeader
-    body: Any  # the kio request entity
+    body: Body
     size: int  # frame size in bytes, for metrics
     client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
     connection: int = -1  # the id of the connection it came on (ids increase)
@@ -130,20 +138,23 @@ def decode_request(
     frame: bytes | memoryview,
     header: RequestHeader,
     pos: int,
-    decode: Callable[[Any, int, int, int], Any] | None = None,
+    decode: Callable[[bytes | memoryview, int, int, int], object] | None = None,
     client_host: str = "",
     connection: int = -1,
     session: Any = None,
     max_items: int = -1,
-) -> Request:
+) -> Request[object]:
     """Read the body of a request whose (api_key, version) is supported.
 
     ``decode`` is the API's own reader where it has one (a hot path, or
     versions kio has no schema for); otherwise kio reads the body. Either
     refuses a body with more than ``max_items`` array items (-1: any number).
+    The body is of the type the API's handler takes (``apis.Api``: the class
+    kio has for this version is one of its union, tests/test_contract.py).
     """
     version = header.api_version
     cls = _request_class(header.api_key, version)
+    body: object
     try:
         if cls is not None and cls.__flexible__:
             pos = skip_tagged_fields(frame, pos)

@@ -9,6 +9,7 @@ only partitions of topics the principal may DESCRIBE are listed.
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
@@ -22,11 +23,17 @@ from ..errors import EXPECTED, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, authorize
 
+if TYPE_CHECKING:
+    from kio.schema.describe_transactions.v0 import request as v0
+
+    # The request body at each version served: kio generates one class per version.
+    DescribeTransactionsRequest: TypeAlias = v0.DescribeTransactionsRequest
+
 API_KEY = 65
 VERSIONS = (0, 0)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[DescribeTransactionsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     states = []
     for transactional_id in request.body.transactional_ids:

@@ -21,8 +21,10 @@ Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.schema.join_group.v0 import request as v0
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..context import HandlerContext
@@ -32,13 +34,31 @@ from ..groups import JoinRequest
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
+if TYPE_CHECKING:
+    from kio.schema.join_group.v1 import request as v1
+    from kio.schema.join_group.v2 import request as v2
+    from kio.schema.join_group.v3 import request as v3
+    from kio.schema.join_group.v4 import request as v4
+    from kio.schema.join_group.v5 import request as v5
+    from kio.schema.join_group.v6 import request as v6
+    from kio.schema.join_group.v7 import request as v7
+    from kio.schema.join_group.v8 import request as v8
+    from kio.schema.join_group.v9 import request as v9
+
+    # The request body at each version served: kio generates one class per version.
+    JoinGroupRequest: TypeAlias = (
+        v0.JoinGroupRequest | v1.JoinGroupRequest | v2.JoinGroupRequest | v3.JoinGroupRequest
+        | v4.JoinGroupRequest | v5.JoinGroupRequest | v6.JoinGroupRequest | v7.JoinGroupRequest
+        | v8.JoinGroupRequest | v9.JoinGroupRequest
+    )
+
 API_KEY = 11
 VERSIONS = (0, 9)
 
 _MS = datetime.timedelta(milliseconds=1)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[JoinGroupRequest]) -> Response:
     body = request.body
     version = request.version
     if code := code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
@@ -58,7 +78,8 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
         protocol_type=body.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],  # not views of the frame
         session_timeout_ms=session_timeout_ms,
-        rebalance_timeout_ms=body.rebalance_timeout // _MS if version >= 1 else session_timeout_ms,
+        rebalance_timeout_ms=(session_timeout_ms if isinstance(body, v0.JoinGroupRequest)
+                              else body.rebalance_timeout // _MS),  # v0 has none
         require_known_member_id=version >= 4,
         reason=getattr(body, "reason", None),
     ))

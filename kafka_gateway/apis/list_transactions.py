@@ -7,6 +7,8 @@ Lists only the transactional ids the principal may DESCRIBE.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from kio.schema.errors import ErrorCode
 
 from txn.state import TxnState
@@ -17,13 +19,19 @@ from ..contract import Response
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed
 
+if TYPE_CHECKING:
+    from kio.schema.list_transactions.v0 import request as v0
+
+    # The request body at each version served: kio generates one class per version.
+    ListTransactionsRequest: TypeAlias = v0.ListTransactionsRequest
+
 API_KEY = 66
 VERSIONS = (0, 0)
 
 _BY_NAME = {state.value: state for state in TxnState}
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[ListTransactionsRequest]) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     unknown = tuple(name for name in body.state_filters if name not in _BY_NAME)

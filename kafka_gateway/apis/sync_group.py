@@ -13,7 +13,10 @@ Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from kio.schema.errors import ErrorCode
+from kio.schema.sync_group.v5 import request as v5
 
 from ..codec import NO_THROTTLE, Request, build, response_schema
 from ..context import HandlerContext
@@ -22,11 +25,24 @@ from ..errors import KafkaError
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
+if TYPE_CHECKING:
+    from kio.schema.sync_group.v0 import request as v0
+    from kio.schema.sync_group.v1 import request as v1
+    from kio.schema.sync_group.v2 import request as v2
+    from kio.schema.sync_group.v3 import request as v3
+    from kio.schema.sync_group.v4 import request as v4
+
+    # The request body at each version served: kio generates one class per version.
+    SyncGroupRequest: TypeAlias = (
+        v0.SyncGroupRequest | v1.SyncGroupRequest | v2.SyncGroupRequest | v3.SyncGroupRequest
+        | v4.SyncGroupRequest | v5.SyncGroupRequest
+    )
+
 API_KEY = 14
 VERSIONS = (0, 5)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[SyncGroupRequest]) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     try:
@@ -34,7 +50,8 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
     except KafkaError as exc:
         return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=exc.code,
                      protocol_type=None, protocol_name=None, assignment=b"")
-    if request.version >= 5 and (body.protocol_type is None or body.protocol_name is None):
+    if isinstance(body, v5.SyncGroupRequest) and (body.protocol_type is None
+                                                  or body.protocol_name is None):
         # As Kafka: from v5 both are mandatory; the group is not touched.
         return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE,
                      error_code=ErrorCode.inconsistent_group_protocol, protocol_type=None,
