@@ -20,6 +20,7 @@ from kio.index import UnknownEntity, load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
+from kio.static.protocol import ResponsePayload
 
 from .body_bounds import check_request
 from .reader import MalformedRequest, skip_tagged_fields
@@ -261,3 +262,10 @@ def build(cls: type, **values: Any) -> Any:
     """
     names = _field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def build_response(cls: type, **values: Any) -> ResponsePayload:
+    """``build`` for the body a handler answers with (``contract.Response``):
+    ``cls`` is read from a schema module, so ``build`` can only return Any."""
+    body: ResponsePayload = build(cls, **values)
+    return body

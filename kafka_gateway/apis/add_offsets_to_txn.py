@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, InvalidGroupId, error_code
@@ -48,4 +48,5 @@ async def handle(broker: HandlerContext, request: Request[AddOffsetsToTxnRequest
                                       body.producer_epoch, body.group_id, request.connection)
     except EXPECTED as exc:
         code = error_code(exc, API_KEY, request.version)
-    return build(schema.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
+    return build_response(schema.AddOffsetsToTxnResponse, throttle_time=NO_THROTTLE,
+                          error_code=code)

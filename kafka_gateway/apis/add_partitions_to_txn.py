@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
@@ -73,8 +73,8 @@ async def handle(broker: HandlerContext, request: Request[AddPartitionsToTxnRequ
         by_topic.setdefault(topic, []).append(build(
             schema.AddPartitionsToTxnPartitionResult, partition_index=index,
             partition_error_code=code))
-    return build(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
-                 results_by_topic_v3_and_below=tuple(
+    return build_response(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                          results_by_topic_v3_and_below=tuple(
                      build(schema.AddPartitionsToTxnTopicResult, name=name,
                            results_by_partition=tuple(parts))
                      for name, parts in by_topic.items()))

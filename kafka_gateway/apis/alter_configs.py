@@ -17,7 +17,7 @@ from kio.schema.errors import ErrorCode
 from tablets import check_topic_name
 from tablets.topic_config import validate_all
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, InvalidRequest, error_code, error_message
@@ -109,6 +109,6 @@ async def alter(broker: HandlerContext, request: Request[object], api_key: int,
         responses.append(build(schema.AlterConfigsResourceResponse, error_code=code,
                                error_message=message, resource_type=resource.resource_type,
                                resource_name=resource.resource_name))
-    return build(schema.AlterConfigsResponse if api_key == API_KEY
-                 else schema.IncrementalAlterConfigsResponse,
-                 throttle_time=NO_THROTTLE, responses=tuple(responses))
+    return build_response(schema.AlterConfigsResponse if api_key == API_KEY
+                          else schema.IncrementalAlterConfigsResponse,
+                          throttle_time=NO_THROTTLE, responses=tuple(responses))

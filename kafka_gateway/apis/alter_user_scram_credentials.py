@@ -13,11 +13,12 @@ cluster (CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import ResponsePayload
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
@@ -54,12 +55,13 @@ async def handle(broker: HandlerContext,
     users = list(dict.fromkeys([d.name for d in body.deletions]
                                + [u.name for u in body.upsertions]))
 
-    def response(errors: dict[str, tuple[ErrorCode, str | None]]) -> Any:
-        return build(schema.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
-                     results=tuple(build(schema.AlterUserScramCredentialsResult, user=user,
-                                         error_code=errors.get(user, (ErrorCode.none, None))[0],
-                                         error_message=errors.get(user, (None, None))[1])
-                                   for user in users))
+    def response(errors: dict[str, tuple[ErrorCode, str | None]]) -> ResponsePayload:
+        return build_response(
+            schema.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+            results=tuple(build(schema.AlterUserScramCredentialsResult, user=user,
+                                error_code=errors.get(user, (ErrorCode.none, None))[0],
+                                error_message=errors.get(user, (None, None))[1])
+                          for user in users))
 
     if denied := code_of(authorize_cluster, broker, request, Operation.ALTER):
         return response({user: (denied, None) for user in users})

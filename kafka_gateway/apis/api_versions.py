@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol, TypeAlias
 from kio.schema.errors import ErrorCode
 from kio.static.protocol import ResponsePayload
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 
@@ -62,7 +62,7 @@ def advertise(apis: Iterable[Advertised]) -> None:
 def response(version: int, error: ErrorCode = ErrorCode.none) -> ResponsePayload:
     assert _advertised, "the registry (apis/__init__.py) has not called advertise()"
     schema = response_schema(API_KEY, version)
-    return build(
+    return build_response(
         schema.ApiVersionsResponse,
         error_code=error,
         api_keys=tuple(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import KafkaError
@@ -71,6 +71,6 @@ async def handle(broker: HandlerContext, request: Request[CreateAclsRequest]) ->
                 results.append((ErrorCode.invalid_request, str(exc)))
     if valid:
         await authorizer.create(valid)
-    return build(schema.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple([
+    return build_response(schema.CreateAclsResponse, throttle_time=NO_THROTTLE, results=tuple([
         build(schema.AclCreationResult, error_code=code, error_message=message)
         async for code, message in sliced(results)]))

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from kio.schema.errors import ErrorCode
 
 from ..answers import answer_each
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import InvalidReplicaAssignment, error_code, error_message
@@ -66,4 +66,5 @@ async def handle(broker: HandlerContext, request: Request[CreatePartitionsReques
     topics: tuple[CreatePartitionsTopic, ...] = body.topics
     results = await answer_each(topics, create, lambda topic, exc: answer(
         topic, error_code(exc), error_message(exc)))
-    return build(schema.CreatePartitionsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+    return build_response(schema.CreatePartitionsResponse, throttle_time=NO_THROTTLE,
+                          results=tuple(results))

@@ -19,7 +19,7 @@ from uuid import UUID, uuid4
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import (
@@ -95,7 +95,8 @@ async def handle(broker: HandlerContext, request: Request[CreateTopicsRequest]) 
                       error_code=error_code(exc), error_message=error_message(exc),
                       num_partitions=-1, replication_factor=-1, configs=())
             )
-    return build(schema.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+    return build_response(schema.CreateTopicsResponse, throttle_time=NO_THROTTLE,
+                          topics=tuple(results))
 
 
 def _plan(broker: HandlerContext, topic: CreatableTopic) -> tuple[int, dict[str, str | None]]:

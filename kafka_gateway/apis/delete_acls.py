@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import ResponsePayload
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import KafkaError
@@ -50,9 +51,9 @@ async def handle(broker: HandlerContext, request: Request[DeleteAclsRequest]) ->
                                principal=b.principal, host=b.host, operation=b.operation,
                                permission_type=b.permission) for b in deleted))
 
-    async def response(results: Iterable[object]) -> Any:
-        return build(schema.DeleteAclsResponse, throttle_time=NO_THROTTLE,
-                     filter_results=tuple([r async for r in sliced(results)]))
+    async def response(results: Iterable[object]) -> ResponsePayload:
+        return build_response(schema.DeleteAclsResponse, throttle_time=NO_THROTTLE,
+                              filter_results=tuple([r async for r in sliced(results)]))
 
     filters: tuple[DeleteAclsFilter, ...] = request.body.filters
     try:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from kio.schema.errors import ErrorCode
 
 from ..answers import answer_each
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import error_code
@@ -47,4 +47,5 @@ async def handle(broker: HandlerContext, request: Request[DeleteGroupsRequest]) 
 
     results = await answer_each(request.body.groups_names, delete,
                                 lambda group_id, exc: answer(group_id, error_code(exc)))
-    return build(schema.DeleteGroupsResponse, throttle_time=NO_THROTTLE, results=tuple(results))
+    return build_response(schema.DeleteGroupsResponse, throttle_time=NO_THROTTLE,
+                          results=tuple(results))

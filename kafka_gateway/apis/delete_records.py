@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from kio.schema.errors import ErrorCode
 
 from ..answers import each_partition, refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import error_code
@@ -61,6 +61,6 @@ async def handle(broker: HandlerContext, request: Request[DeleteRecordsRequest])
     topics: tuple[DeleteRecordsTopic, ...] = request.body.topics
     answered = await each_partition(topics, lambda topic: topic.partitions, delete,
                                     lambda _topic, part, exc: answer(part, code=error_code(exc)))
-    return build(schema.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(
+    return build_response(schema.DeleteRecordsResponse, throttle_time=NO_THROTTLE, topics=tuple(
         build(schema.DeleteRecordsTopicResult, name=topic.name, partitions=tuple(parts))
         for topic, parts in answered))

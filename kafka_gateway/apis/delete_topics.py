@@ -15,7 +15,7 @@ from uuid import UUID
 from kio.schema.delete_topics.v6 import request as v6
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code, error_message
@@ -70,7 +70,8 @@ async def handle(broker: HandlerContext, request: Request[DeleteTopicsRequest]) 
         except EXPECTED as exc:
             results.append(_result(schema, name, topic_id or _NO_ID, error_code(exc),
                                    error_message(exc)))
-    return build(schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE, responses=tuple(results))
+    return build_response(schema.DeleteTopicsResponse, throttle_time=NO_THROTTLE,
+                          responses=tuple(results))
 
 
 def _result(schema: ModuleType, name: str | None, topic_id: UUID | None, code: ErrorCode,

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from itertools import groupby
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import ResponsePayload
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import KafkaError
@@ -75,9 +76,10 @@ def acl_filter(item: WireAclFilter) -> AclFilter:
 async def handle(broker: HandlerContext, request: Request[DescribeAclsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
 
-    def response(code: ErrorCode, message: str | None, resources: Iterable[object] = ()) -> Any:
-        return build(schema.DescribeAclsResponse, throttle_time=NO_THROTTLE, error_code=code,
-                     error_message=message, resources=tuple(resources))
+    def response(code: ErrorCode, message: str | None,
+                 resources: Iterable[object] = ()) -> ResponsePayload:
+        return build_response(schema.DescribeAclsResponse, throttle_time=NO_THROTTLE,
+                              error_code=code, error_message=message, resources=tuple(resources))
 
     try:
         authorizer = acl_authorizer(broker, request, Operation.DESCRIBE,

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 
@@ -23,7 +23,7 @@ VERSIONS = (0, 0)
 async def handle(broker: HandlerContext, request: Request[DescribeClusterRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     host, port = broker.advertised(request)
-    return build(
+    return build_response(
         schema.DescribeClusterResponse,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,

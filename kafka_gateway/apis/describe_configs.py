@@ -18,7 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from tablets import check_topic_name
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, InvalidRequest, KafkaError, error_code, error_message
@@ -87,8 +87,8 @@ async def handle(broker: HandlerContext, request: Request[DescribeConfigsRequest
                 configs=tuple(_entry(schema, e, body.include_synonyms) for e in entries),
             )
         )
-    return build(schema.DescribeConfigsResponse, throttle_time=NO_THROTTLE,
-                 results=tuple(results))
+    return build_response(schema.DescribeConfigsResponse, throttle_time=NO_THROTTLE,
+                          results=tuple(results))
 
 
 def _entries(broker: HandlerContext, resource_type: int, name: str,

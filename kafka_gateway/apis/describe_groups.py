@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
@@ -76,4 +76,5 @@ async def handle(broker: HandlerContext, request: Request[DescribeGroupsRequest]
                 for m in described.members
             ),
         ))
-    return build(schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    return build_response(schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
+                          groups=tuple(groups))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from kio.schema.errors import ErrorCode
 
 from ..answers import each_partition, refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import UnknownTopicOrPartition, error_code
@@ -60,6 +60,6 @@ async def handle(broker: HandlerContext, request: Request[DescribeProducersReque
     answered = await each_partition(topics, lambda topic: topic.partition_indexes,
                                     describe,
                                     lambda _topic, index, exc: answer(index, error_code(exc)))
-    return build(schema.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(
+    return build_response(schema.DescribeProducersResponse, throttle_time=NO_THROTTLE, topics=tuple(
         build(schema.TopicResponse, name=topic.name, partitions=tuple(parts))
         for topic, parts in answered))

@@ -16,7 +16,7 @@ from kio.static.primitive import i32Timedelta
 
 from txn.state import TxnState
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
@@ -63,8 +63,8 @@ async def handle(broker: HandlerContext, request: Request[DescribeTransactionsRe
             producer_id=meta.producer_id, producer_epoch=meta.epoch,
             topics=tuple(build(schema.TopicData, topic=topic, partitions=tuple(parts))
                          for topic, parts in by_topic.items())))
-    return build(schema.DescribeTransactionsResponse, throttle_time=NO_THROTTLE,
-                 transaction_states=tuple(states))
+    return build_response(schema.DescribeTransactionsResponse, throttle_time=NO_THROTTLE,
+                          transaction_states=tuple(states))
 
 
 def _time(ms: int) -> datetime.datetime:

@@ -12,8 +12,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import ResponsePayload
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import KafkaError
@@ -35,9 +36,10 @@ async def handle(broker: HandlerContext,
                  request: Request[DescribeUserScramCredentialsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
 
-    def response(code: ErrorCode, results: list[object]) -> Any:
-        return build(schema.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
-                     error_code=code, error_message=None, results=tuple(results))
+    def response(code: ErrorCode, results: list[object]) -> ResponsePayload:
+        return build_response(schema.DescribeUserScramCredentialsResponse,
+                              throttle_time=NO_THROTTLE, error_code=code, error_message=None,
+                              results=tuple(results))
 
     def result(user: str, code: ErrorCode = ErrorCode.none, message: str | None = None,
                credentials: Iterable[ScramCredential] = ()) -> Any:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
@@ -51,4 +51,4 @@ async def handle(broker: HandlerContext, request: Request[EndTxnRequest]) -> Res
                                   body.committed, request.connection)
     except EXPECTED as exc:
         code = error_code(exc, API_KEY, request.version)
-    return build(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
+    return build_response(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

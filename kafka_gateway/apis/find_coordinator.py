@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from kio.schema.errors import ErrorCode
 from kio.schema.find_coordinator.v4 import request as v4
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import InvalidGroupId, InvalidRequest, code_of
@@ -67,16 +67,19 @@ async def handle(broker: HandlerContext, request: Request[FindCoordinatorRequest
     # As Kafka: a success says "NONE" (v1-3) or "" (v4, per key).
     success = "" if request.version >= 4 else "NONE"
 
-    def answer(cls: type, code: ErrorCode, **key: str) -> Any:
+    def answer(code: ErrorCode) -> dict[str, Any]:
+        """A key's answer: the coordinator (this node), or the error."""
         ok = code is ErrorCode.none
-        return build(cls, **key, throttle_time=NO_THROTTLE, error_code=code,
-                     error_message=success if ok else code.name.upper(),
-                     node_id=node if ok else -1, host=host if ok else "",
-                     port=port if ok else -1)
+        return {"throttle_time": NO_THROTTLE, "error_code": code,
+                "error_message": success if ok else code.name.upper(),
+                "node_id": node if ok else -1, "host": host if ok else "",
+                "port": port if ok else -1}
 
     if isinstance(body, v4.FindCoordinatorRequest):  # v4: a batch of keys
-        return build(schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(
-            answer(schema.Coordinator, _error_for(broker, request, key_type, key), key=key)
-            for key in body.coordinator_keys
-        ))
-    return answer(schema.FindCoordinatorResponse, _error_for(broker, request, key_type, body.key))
+        return build_response(
+            schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(
+                build(schema.Coordinator, key=key,
+                      **answer(_error_for(broker, request, key_type, key)))
+                for key in body.coordinator_keys))
+    return build_response(schema.FindCoordinatorResponse,
+                          **answer(_error_for(broker, request, key_type, body.key)))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeAlias
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
@@ -44,4 +44,4 @@ async def handle(broker: HandlerContext, request: Request[HeartbeatRequest]) -> 
         code = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
                                        getattr(body, "group_instance_id", None))
     schema = response_schema(API_KEY, request.version)
-    return build(schema.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
+    return build_response(schema.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
@@ -82,5 +82,5 @@ async def handle(broker: HandlerContext, request: Request[InitProducerIdRequest]
                 getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
         except EXPECTED as exc:
             code = error_code(exc, API_KEY, request.version)
-    return build(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=code,
-                 producer_id=producer_id, producer_epoch=epoch)
+    return build_response(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=code,
+                          producer_id=producer_id, producer_epoch=epoch)

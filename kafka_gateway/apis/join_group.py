@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from kio.schema.errors import ErrorCode
 from kio.schema.join_group.v0 import request as v0
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
@@ -64,10 +64,10 @@ async def handle(broker: HandlerContext, request: Request[JoinGroupRequest]) -> 
     if code := code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
                        body.group_id):
         schema = response_schema(API_KEY, version)
-        return build(schema.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
-                     generation_id=-1, protocol_type=None,
-                     protocol_name=None if version >= 7 else "", leader="",
-                     skip_assignment=False, member_id="", members=())
+        return build_response(schema.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
+                              generation_id=-1, protocol_type=None,
+                              protocol_name=None if version >= 7 else "", leader="",
+                              skip_assignment=False, member_id="", members=())
     session_timeout_ms = body.session_timeout // _MS
     result = await broker.groups.join_group(JoinRequest(
         group_id=body.group_id,
@@ -87,7 +87,7 @@ async def handle(broker: HandlerContext, request: Request[JoinGroupRequest]) -> 
     protocol_name = result.protocol_name
     if protocol_name is None and version < 7:
         protocol_name = ""  # nullable only from v7
-    return build(
+    return build_response(
         schema.JoinGroupResponse,
         throttle_time=NO_THROTTLE,
         error_code=result.error,

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..security.acls import Operation, ResourceType
@@ -41,7 +41,7 @@ async def handle(broker: HandlerContext, request: Request[ListGroupsRequest]) ->
     schema = response_schema(API_KEY, request.version)
     states = getattr(request.body, "states_filter", ())
     everything = cluster_allowed(broker, request, Operation.DESCRIBE)
-    return build(
+    return build_response(
         schema.ListGroupsResponse,
         throttle_time=NO_THROTTLE,
         error_code=ErrorCode.none,

@@ -24,7 +24,7 @@ from kio.schema.errors import ErrorCode
 from tablets.seam import LEADER_EPOCH, PartitionLog
 
 from ..answers import each_partition, refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import InvalidRequest, error_class, error_code
@@ -88,7 +88,7 @@ async def handle(broker: HandlerContext, request: Request[ListOffsetsRequest]) -
     answered = await each_partition(
         topics, lambda topic: topic.partitions, look_up,
         lambda _topic, part, exc: _answer(schema, part.partition_index, error_code(exc)))
-    return build(schema.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(
+    return build_response(schema.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(
         build(schema.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(parts))
         for topic, parts in answered))
 

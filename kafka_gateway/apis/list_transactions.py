@@ -13,7 +13,7 @@ from kio.schema.errors import ErrorCode
 
 from txn.state import TxnState
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..security.acls import Operation, ResourceType
@@ -38,7 +38,7 @@ async def handle(broker: HandlerContext, request: Request[ListTransactionsReques
     states = {_BY_NAME[name] for name in body.state_filters if name in _BY_NAME}
     listed = [] if unknown and not states else broker.txns.list(
         states or None, set(body.producer_id_filters) or None)
-    return build(
+    return build_response(
         schema.ListTransactionsResponse, throttle_time=NO_THROTTLE, error_code=ErrorCode.none,
         unknown_state_filters=unknown,
         transaction_states=tuple(build(schema.TransactionState,

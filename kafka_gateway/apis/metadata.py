@@ -24,7 +24,7 @@ from tablets import check_topic_name
 from tablets.errors import InvalidTopicName
 from tablets.seam import LEADER_EPOCH, TopicView
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
@@ -96,7 +96,7 @@ async def handle(broker: HandlerContext, request: Request[MetadataRequest]) -> R
             topics.append(await _named(broker, request, schema, name or "", allow_create, node))
 
     host, port = broker.advertised(request)
-    return build(
+    return build_response(
         schema.MetadataResponse,
         throttle_time=NO_THROTTLE,
         brokers=(build(schema.MetadataResponseBroker, node_id=node, host=host, port=port,

@@ -26,7 +26,7 @@ from kio.schema.errors import ErrorCode
 from tablets.seam import OffsetCommit
 
 from ..answers import answer_each, refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import (
@@ -122,5 +122,6 @@ async def handle(broker: HandlerContext, request: Request[OffsetCommitRequest]) 
                       async for p in sliced(parts)]
         topics.append(build(schema.OffsetCommitResponseTopic, name=topic.name,
                             partitions=tuple(partitions)))
-    return build(schema.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+    return build_response(schema.OffsetCommitResponse, throttle_time=NO_THROTTLE,
+                          topics=tuple(topics))
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from kio.schema.errors import ErrorCode
 
 from ..answers import answer_each, refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, GroupSubscribedToTopic, UnknownTopicOrPartition, code_of, error_code
@@ -72,7 +72,7 @@ async def handle(broker: HandlerContext, request: Request[OffsetDeleteRequest]) 
                 await broker.group_offsets.offsets.delete(body.group_id, doomed)
             except EXPECTED as exc:  # the store refused the write
                 codes.update(dict.fromkeys(doomed, error_code(exc)))
-    return build(
+    return build_response(
         schema.OffsetDeleteResponse,
         error_code=group_code,
         throttle_time=NO_THROTTLE,

@@ -25,7 +25,7 @@ from kio.schema.offset_fetch.v8 import request as v8
 
 from tablets.seam import CommittedOffset, TopicPartition
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
@@ -67,19 +67,19 @@ async def handle(broker: HandlerContext, request: Request[OffsetFetchRequest]) -
     schema = response_schema(API_KEY, request.version)
     body = request.body
     if isinstance(body, v8.OffsetFetchRequest):  # v8: a batch of groups
-        return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple([
+        return build_response(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple([
             await _group(broker, request, schema, g.group_id, g.topics, body.require_stable)
             async for g in sliced(body.groups)
         ]))
     group_denied = _group_denied(broker, request, body.group_id)
     if group_denied and request.version >= 2:
-        return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=(),
-                     error_code=group_denied)
+        return build_response(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=(),
+                              error_code=group_denied)
     topics = await _topics(broker, request, schema, body.group_id, body.topics,
                      getattr(body, "require_stable", False), "OffsetFetchResponseTopic",
                      "OffsetFetchResponsePartition", group_denied)
-    return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
-                 error_code=ErrorCode.none)
+    return build_response(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
+                          error_code=ErrorCode.none)
 
 
 def _group_denied(broker: HandlerContext, request: Request[object], group_id: str) -> ErrorCode:

@@ -16,7 +16,7 @@ from kio.schema.errors import ErrorCode
 from tablets.seam import LEADER_EPOCH
 
 from ..answers import refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
@@ -69,5 +69,5 @@ async def handle(broker: HandlerContext, request: Request[OffsetForLeaderEpochRe
                                     end_offset=end))
         topics.append(build(schema.OffsetForLeaderTopicResult, topic=topic.topic,
                             partitions=tuple(partitions)))
-    return build(schema.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE,
-                 topics=tuple(topics))
+    return build_response(schema.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE,
+                          topics=tuple(topics))

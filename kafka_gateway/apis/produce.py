@@ -72,7 +72,7 @@ from tablets.batch import transactional_producer
 from tablets.seam import AppendResult
 
 from ..answers import refuse_denied
-from ..codec import NO_THROTTLE, EncodedBody, Request, build, response_schema
+from ..codec import NO_THROTTLE, EncodedBody, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import (
@@ -119,7 +119,7 @@ async def handle(broker: HandlerContext, request: Request[ProduceRequest]) -> Re
     async with _append_lock(broker, request.connection):
         await _append_all(broker, request, body, acks, now, refused, denied, pending)
 
-    results: dict[str, list] = {}
+    results: dict[str, list[Any]] = {}
     # Every append is made: the answers may be built in slices (slicing.py).
     async for name, index, outcome in sliced(pending):
         try:
@@ -153,7 +153,7 @@ async def handle(broker: HandlerContext, request: Request[ProduceRequest]) -> Re
         return None
     if request.version < 3:
         return _legacy_response(request.version, results)
-    return build(
+    return build_response(
         schema.ProduceResponse,
         responses=tuple(
             build(schema.TopicProduceResponse, name=name, partition_responses=tuple(parts))

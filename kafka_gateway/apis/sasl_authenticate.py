@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import Request, build, response_schema
+from ..codec import Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 
@@ -32,7 +32,7 @@ VERSIONS = (0, 2)
 
 async def handle(broker: HandlerContext, request: Request[SaslAuthenticateRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
-    return build(schema.SaslAuthenticateResponse, error_code=ErrorCode.illegal_sasl_state,
-                 error_message="SaslAuthenticate request received after successful "
+    return build_response(schema.SaslAuthenticateResponse, error_code=ErrorCode.illegal_sasl_state,
+                          error_message="SaslAuthenticate request received after successful "
                                "authentication or on a listener without SASL",
-                 auth_bytes=b"")
+                          auth_bytes=b"")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import Request, build, response_schema
+from ..codec import Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 
@@ -29,5 +29,5 @@ VERSIONS = (0, 1)
 
 async def handle(broker: HandlerContext, request: Request[SaslHandshakeRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
-    return build(schema.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state,
-                 mechanisms=())
+    return build_response(schema.SaslHandshakeResponse, error_code=ErrorCode.illegal_sasl_state,
+                          mechanisms=())

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from kio.schema.errors import ErrorCode
 from kio.schema.sync_group.v5 import request as v5
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import KafkaError
@@ -48,14 +48,15 @@ async def handle(broker: HandlerContext, request: Request[SyncGroupRequest]) -> 
     try:
         authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
     except KafkaError as exc:
-        return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE, error_code=exc.code,
-                     protocol_type=None, protocol_name=None, assignment=b"")
+        return build_response(schema.SyncGroupResponse, throttle_time=NO_THROTTLE,
+                              error_code=exc.code,
+                              protocol_type=None, protocol_name=None, assignment=b"")
     if isinstance(body, v5.SyncGroupRequest) and (body.protocol_type is None
                                                   or body.protocol_name is None):
         # As Kafka: from v5 both are mandatory; the group is not touched.
-        return build(schema.SyncGroupResponse, throttle_time=NO_THROTTLE,
-                     error_code=ErrorCode.inconsistent_group_protocol, protocol_type=None,
-                     protocol_name=None, assignment=b"")
+        return build_response(schema.SyncGroupResponse, throttle_time=NO_THROTTLE,
+                              error_code=ErrorCode.inconsistent_group_protocol, protocol_type=None,
+                              protocol_name=None, assignment=b"")
     result = await broker.groups.sync_group(
         body.group_id, body.generation_id, body.member_id,
         getattr(body, "group_instance_id", None),
@@ -63,7 +64,7 @@ async def handle(broker: HandlerContext, request: Request[SyncGroupRequest]) -> 
         {a.member_id: bytes(a.assignment) for a in body.assignments},  # kept: copy out of the frame
     )
     ok = result.error is ErrorCode.none
-    return build(
+    return build_response(
         schema.SyncGroupResponse,
         throttle_time=NO_THROTTLE,
         error_code=result.error,

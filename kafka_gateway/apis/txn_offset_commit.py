@@ -31,7 +31,7 @@ from kio.schema.errors import ErrorCode
 
 from tablets.seam import OffsetCommit
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
@@ -101,6 +101,6 @@ async def handle(broker: HandlerContext, request: Request[TxnOffsetCommitRequest
     async for (topic, index), each in sliced(codes.items()):
         by_topic.setdefault(topic, []).append(build(
             schema.TxnOffsetCommitResponsePartition, partition_index=index, error_code=each))
-    return build(schema.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+    return build_response(schema.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
         build(schema.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(parts))
         for name, parts in by_topic.items()))
