@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields
 from functools import cache
 from types import ModuleType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from kio.index import UnknownEntity, load_payload_module
 from kio.serial import entity_reader, entity_writer
@@ -24,6 +24,9 @@ from kio.static.protocol import ResponsePayload
 
 from .body_bounds import check_request
 from .reader import MalformedRequest, skip_tagged_fields
+
+if TYPE_CHECKING:
+    from .security.session import Session
 
 API_VERSIONS_KEY = 18
 _HEADER = struct.Struct(">hhih")
@@ -56,7 +59,7 @@ class Request(Generic[Body]):
     size: int  # frame size in bytes, for metrics
     client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
     connection: int = -1  # the id of the connection it came on (ids increase)
-    session: Any = None  # security.session.Session: listener and principal (None in unit tests)
+    session: Session | None = None  # listener and principal (None in unit tests)
 
     @property
     def version(self) -> int:
@@ -142,7 +145,7 @@ def decode_request(
     decode: Callable[[bytes | memoryview, int, int, int], object] | None = None,
     client_host: str = "",
     connection: int = -1,
-    session: Any = None,
+    session: Session | None = None,
     max_items: int = -1,
 ) -> Request[object]:
     """Read the body of a request whose (api_key, version) is supported.

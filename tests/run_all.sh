@@ -127,12 +127,11 @@ python3 -m ruff check .
 
 step "types"
 # mypy, configured in pyproject.toml ([tool.mypy]: the modules it checks, and
-# how strictly), in one run: strict on tablets/, txn/ and common/; the
-# protocol layer's handlers fully typed (handle(HandlerContext,
-# Request[<body>]) -> Response, checked against apis.ApiModule), their
-# contract and the error model strict; the storage seam's callers checked
-# against tablets/seam.py's Protocols. Any error fails the run here, before
-# the tests.
+# how strictly), in one run: strict on tablets/, txn/ and common/, and on the
+# protocol layer's handlers (handle(HandlerContext, Request[<body>]) ->
+# Response, checked against apis.ApiModule), their contract and the error
+# model; the storage seam's callers checked against tablets/seam.py's
+# Protocols. Any error fails the run here, before the tests.
 python3 -m mypy
 
 # pytest exits 5 when it collected nothing: that is a failure too.
