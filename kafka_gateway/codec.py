@@ -14,17 +14,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import cache
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from kio.index import UnknownEntity, load_payload_module
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 from kio.static.primitive import i32Timedelta
+from kio.static.protocol import ResponsePayload
 
 from tablets.seam import FileRegion
 
 from .body_bounds import check_request
 from .reader import MalformedRequest, skip_tagged_fields
+
+if TYPE_CHECKING:
+    from .security.session import Session
 
 API_VERSIONS_KEY = 18
 _HEADER = struct.Struct(">hhih")
@@ -32,6 +36,12 @@ _SIZE = struct.Struct(">i")
 _CORRELATION = struct.Struct(">i")
 
 NO_THROTTLE = i32Timedelta.parse(datetime.timedelta(0))
+
+# A request's body type: the union of kio's classes for the versions an API
+# serves (one class per version), or the tuple its own reader returns.
+# Covariant: a Request[HeartbeatRequest] is a Request[object] to code that
+# reads only its header or session (authorize()).
+Body = TypeVar("Body", covariant=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +53,15 @@ class RequestHeader:
 
 
 @dataclass(frozen=True, slots=True)
-class Request:
+class Request(Generic[Body]):
+    """A decoded request; its body is read as ``Body`` (apis/<api>.py names it)."""
+
     header: RequestHeader
-    body: Any  # the kio request entity
+    body: Body
     size: int  # frame size in bytes, for metrics
     client_host: str = ""  # the peer's address, as Kafka reports it ("/127.0.0.1")
     connection: int = -1  # the id of the connection it came on (ids increase)
-    session: Any = None  # security.session.Session: listener and principal (None in unit tests)
+    session: Session | None = None  # listener and principal (None in unit tests)
 
     @property
     def version(self) -> int:
@@ -134,20 +146,23 @@ def decode_request(
     frame: bytes | memoryview,
     header: RequestHeader,
     pos: int,
-    decode: Callable[[Any, int, int, int], Any] | None = None,
+    decode: Callable[[bytes | memoryview, int, int, int], object] | None = None,
     client_host: str = "",
     connection: int = -1,
-    session: Any = None,
+    session: Session | None = None,
     max_items: int = -1,
-) -> Request:
+) -> Request[object]:
     """Read the body of a request whose (api_key, version) is supported.
 
     ``decode`` is the API's own reader where it has one (a hot path, or
     versions kio has no schema for); otherwise kio reads the body. Either
     refuses a body with more than ``max_items`` array items (-1: any number).
+    The body is of the type the API's handler takes (``apis.Api``: the class
+    kio has for this version is one of its union, tests/test_contract.py).
     """
     version = header.api_version
     cls = _request_class(header.api_key, version)
+    body: object
     try:
         if cls is not None and cls.__flexible__:
             pos = skip_tagged_fields(frame, pos)
@@ -257,3 +272,10 @@ def build(cls: type, **values: Any) -> Any:
     """
     names = _field_names(cls)
     return cls(**{k: v for k, v in values.items() if k in names})
+
+
+def build_response(cls: type, **values: Any) -> ResponsePayload:
+    """``build`` for the body a handler answers with (``contract.Response``):
+    ``cls`` is read from a schema module, so ``build`` can only return Any."""
+    body: ResponsePayload = build(cls, **values)
+    return body

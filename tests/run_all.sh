@@ -126,23 +126,13 @@ step "lint"
 python3 -m ruff check .
 
 step "types"
-# mypy, configured in pyproject.toml ([tool.mypy]: the packages it checks, and
-# which of them are strict). Any error fails the run here, before the tests.
+# mypy, configured in pyproject.toml ([tool.mypy]: the modules it checks, and
+# how strictly), in one run: strict on tablets/, txn/ and common/, and on the
+# protocol layer's handlers (handle(HandlerContext, Request[<body>]) ->
+# Response, checked against apis.ApiModule), their contract and the error
+# model; the storage seam's callers checked against tablets/seam.py's
+# Protocols. Any error fails the run here, before the tests.
 python3 -m mypy
-# The protocol layer's handlers, their contract and the error model: typed
-# handle(HandlerContext, Request) -> Response, checked against apis.ApiModule
-# (strict on errors/answers/contract through their [[tool.mypy.overrides]];
-# the modules they import are read, not checked, until they are typed too).
-# The storage seam's callers too: every module that holds the engine is checked
-# against tablets/seam.py's Protocols (context.py types it as NodeStorage).
-python3 -m mypy --follow-imports=silent --allow-untyped-defs --allow-incomplete-defs \
-  --allow-untyped-calls --allow-any-generics --no-warn-return-any --implicit-reexport \
-  $(ls kafka_gateway/apis/*.py | grep -v produce_request.py) \
-  kafka_gateway/errors.py kafka_gateway/answers.py kafka_gateway/contract.py \
-  kafka_gateway/context.py kafka_gateway/server.py kafka_gateway/prometheus.py \
-  kafka_gateway/important_metrics.py kafka_gateway/admin_http.py kafka_gateway/leader_epoch.py \
-  kafka_gateway/webui/model.py kafka_gateway/webui/pages.py kafka_gateway/groups/*.py \
-  kafka_gateway/security/authorizer.py
 
 # pytest exits 5 when it collected nothing: that is a failure too.
 run_pytest() {

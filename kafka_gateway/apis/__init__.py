@@ -2,18 +2,19 @@
 
 Each module declares ``API_KEY``, ``VERSIONS`` (the range this gateway
 supports, within Kafka 3.4's) and ``async def handle(broker: HandlerContext,
-request: Request) -> Response``, a ``contract.Handler``: the response body
-(or None for a Produce with acks=0).
+request: Request[<its body type>]) -> Response``, a ``contract.Handler``: the
+response body (or None for a Produce with acks=0). Its body type is the union
+of kio's request classes for those versions, or what its own ``decode``
+returns (``Api`` ties the two: mypy checks each entry below).
 ApiVersions advertises exactly what this registry holds (handed to it below).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
-from ..contract import Handler
+from ..contract import Decoder, Handler
 from . import (
     add_offsets_to_txn,
     add_partitions_to_txn,
@@ -57,24 +58,26 @@ from . import (
     txn_offset_commit,
 )
 
+Body = TypeVar("Body")
+Body_contra = TypeVar("Body_contra", contravariant=True)
+
 
 @dataclass(frozen=True, slots=True)
-class Api:
+class Api(Generic[Body]):
     key: int
     name: str
     min_version: int
     max_version: int
-    handle: Handler
-    # (frame, body position, version, max array items) -> request body, for an
-    # API that reads its own requests (a measured hot path); the others go
-    # through kio.
-    decode: Callable[[Any, int, int, int], Any] | None = None
+    handle: Handler[Body]
+    # The API's own reader of its requests (a measured hot path: Produce),
+    # returning the body its handler takes; the others go through kio.
+    decode: Decoder[Body] | None = None
     # Served one at a time per connection, and only while the client reads its
     # answers (their size is the client's to choose: see connection.py).
     one_at_a_time: bool = False
 
 
-class ApiModule(Protocol):
+class ApiModule(Protocol[Body_contra]):
     """What each module of apis/ declares (mypy checks each module against it)."""
 
     API_KEY: int
@@ -82,21 +85,23 @@ class ApiModule(Protocol):
     __name__: str
 
     @property
-    def handle(self) -> Handler: ...
+    def handle(self) -> Handler[Body_contra]: ...
 
 
-def _api(module: ApiModule) -> Api:
+def _api(module: ApiModule[Body], decode: Decoder[Body] | None = None,
+         one_at_a_time: bool = False) -> Api[Body]:
     low, high = module.VERSIONS
     name = module.__name__.rsplit(".", 1)[-1]
-    return Api(module.API_KEY, name, low, high, module.handle, getattr(module, "decode", None),
-               getattr(module, "ONE_AT_A_TIME", False))
+    return Api(module.API_KEY, name, low, high, module.handle, decode, one_at_a_time)
 
 
-APIS: dict[int, Api] = {
+# Api[Any]: each entry's body type is its own (checked where it is built);
+# dispatch hands a handler the request its entry's decoder, or kio, read.
+APIS: dict[int, Api[Any]] = {
     api.key: api
     for api in (
-        _api(produce),
-        _api(fetch),
+        _api(produce, decode=produce.decode),
+        _api(fetch, one_at_a_time=fetch.ONE_AT_A_TIME),
         _api(list_offsets),
         _api(metadata),
         _api(offset_for_leader_epoch),

@@ -12,11 +12,11 @@ OPERATION_NOT_ATTEMPTED).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
@@ -24,11 +24,23 @@ from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
 
+if TYPE_CHECKING:
+    from kio.schema.add_partitions_to_txn.v0 import request as v0
+    from kio.schema.add_partitions_to_txn.v1 import request as v1
+    from kio.schema.add_partitions_to_txn.v2 import request as v2
+    from kio.schema.add_partitions_to_txn.v3 import request as v3
+
+    # The request body at each version served: kio generates one class per version.
+    AddPartitionsToTxnRequest: TypeAlias = (
+        v0.AddPartitionsToTxnRequest | v1.AddPartitionsToTxnRequest | v2.AddPartitionsToTxnRequest
+        | v3.AddPartitionsToTxnRequest
+    )
+
 API_KEY = 24
 VERSIONS = (0, 3)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[AddPartitionsToTxnRequest]) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     wanted = [tp async for tp in sliced((topic.name, index) for topic in body.v3_and_below_topics
@@ -61,8 +73,8 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
         by_topic.setdefault(topic, []).append(build(
             schema.AddPartitionsToTxnPartitionResult, partition_index=index,
             partition_error_code=code))
-    return build(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
-                 results_by_topic_v3_and_below=tuple(
+    return build_response(schema.AddPartitionsToTxnResponse, throttle_time=NO_THROTTLE,
+                          results_by_topic_v3_and_below=tuple(
                      build(schema.AddPartitionsToTxnTopicResult, name=name,
                            results_by_partition=tuple(parts))
                      for name, parts in by_topic.items()))

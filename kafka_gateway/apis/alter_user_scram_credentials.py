@@ -13,17 +13,24 @@ cluster (CLUSTER_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import ResponsePayload
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
 from ..security.acls import Operation
 from ..security.authorizer import authorize_cluster
 from ..security.scram import BY_CODE, MAX_ITERATIONS, MIN_ITERATIONS, from_salted_password
+
+if TYPE_CHECKING:
+    from kio.schema.alter_user_scram_credentials.v0 import request as v0
+
+    # The request body at each version served: kio generates one class per version.
+    AlterUserScramCredentialsRequest: TypeAlias = v0.AlterUserScramCredentialsRequest
 
 API_KEY = 51
 VERSIONS = (0, 0)
@@ -41,27 +48,31 @@ def _problem(name: str, mechanism: int, iterations: int | None) -> tuple[ErrorCo
     return None
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext,
+                 request: Request[AlterUserScramCredentialsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     users = list(dict.fromkeys([d.name for d in body.deletions]
                                + [u.name for u in body.upsertions]))
 
-    def response(errors: dict[str, tuple[ErrorCode, str | None]]) -> Any:
-        return build(schema.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
-                     results=tuple(build(schema.AlterUserScramCredentialsResult, user=user,
-                                         error_code=errors.get(user, (ErrorCode.none, None))[0],
-                                         error_message=errors.get(user, (None, None))[1])
-                                   for user in users))
+    def response(errors: dict[str, tuple[ErrorCode, str | None]]) -> ResponsePayload:
+        return build_response(
+            schema.AlterUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
+            results=tuple(build(schema.AlterUserScramCredentialsResult, user=user,
+                                error_code=errors.get(user, (ErrorCode.none, None))[0],
+                                error_message=errors.get(user, (None, None))[1])
+                          for user in users))
 
     if denied := code_of(authorize_cluster, broker, request, Operation.ALTER):
         return response({user: (denied, None) for user in users})
     errors: dict[str, tuple[ErrorCode, str | None]] = {}
-    for item in (*body.deletions, *body.upsertions):
+    items: tuple[v0.ScramCredentialDeletion | v0.ScramCredentialUpsertion, ...] = (
+        *body.deletions, *body.upsertions)
+    for item in items:
         problem = _problem(item.name, item.mechanism, getattr(item, "iterations", None))
         if problem and item.name not in errors:
             errors[item.name] = problem
-    named = Counter((item.name, item.mechanism) for item in (*body.deletions, *body.upsertions))
+    named = Counter((item.name, item.mechanism) for item in items)
     for (user, _mechanism), count in named.items():
         if count > 1 and user not in errors:
             errors[user] = (ErrorCode.duplicate_resource,

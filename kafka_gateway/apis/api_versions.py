@@ -13,13 +13,26 @@ the registry that imports it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import ResponsePayload
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
+
+if TYPE_CHECKING:
+    from kio.schema.api_versions.v0 import request as v0
+    from kio.schema.api_versions.v1 import request as v1
+    from kio.schema.api_versions.v2 import request as v2
+    from kio.schema.api_versions.v3 import request as v3
+
+    # The request body at each version served: kio generates one class per version.
+    ApiVersionsRequest: TypeAlias = (
+        v0.ApiVersionsRequest | v1.ApiVersionsRequest | v2.ApiVersionsRequest
+        | v3.ApiVersionsRequest
+    )
 
 API_KEY = 18
 VERSIONS = (0, 3)
@@ -46,10 +59,10 @@ def advertise(apis: Iterable[Advertised]) -> None:
     _advertised = tuple(sorted((api.key, api.min_version, api.max_version) for api in apis))
 
 
-def response(version: int, error: ErrorCode = ErrorCode.none):
+def response(version: int, error: ErrorCode = ErrorCode.none) -> ResponsePayload:
     assert _advertised, "the registry (apis/__init__.py) has not called advertise()"
     schema = response_schema(API_KEY, version)
-    return build(
+    return build_response(
         schema.ApiVersionsResponse,
         error_code=error,
         api_keys=tuple(
@@ -60,5 +73,5 @@ def response(version: int, error: ErrorCode = ErrorCode.none):
     )
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[ApiVersionsRequest]) -> Response:
     return response(request.version)

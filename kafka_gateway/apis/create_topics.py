@@ -13,12 +13,13 @@ Needs CREATE on the cluster or on each topic (TOPIC_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 from collections import Counter
-from typing import cast
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeAlias, cast
 from uuid import UUID, uuid4
 
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import (
@@ -33,11 +34,30 @@ from ..security.authorizer import authorize, cluster_allowed
 from ..slicing import sliced
 from ..topic_configs import topic_entries
 
+if TYPE_CHECKING:
+    from kio.schema.create_topics.v2 import request as v2
+    from kio.schema.create_topics.v3 import request as v3
+    from kio.schema.create_topics.v4 import request as v4
+    from kio.schema.create_topics.v5 import request as v5
+    from kio.schema.create_topics.v6 import request as v6
+    from kio.schema.create_topics.v7 import request as v7
+
+    # The request body at each version served: kio generates one class per version.
+    CreateTopicsRequest: TypeAlias = (
+        v2.CreateTopicsRequest | v3.CreateTopicsRequest | v4.CreateTopicsRequest
+        | v5.CreateTopicsRequest | v6.CreateTopicsRequest | v7.CreateTopicsRequest
+    )
+
+    CreatableTopic: TypeAlias = (
+        v2.CreatableTopic | v3.CreatableTopic | v4.CreatableTopic | v5.CreatableTopic
+        | v6.CreatableTopic | v7.CreatableTopic
+    )
+
 API_KEY = 19
 VERSIONS = (2, 7)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[CreateTopicsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     counts = Counter(t.name for t in body.topics)
@@ -45,8 +65,9 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
     per_topic = not cluster_allowed(broker, request, Operation.CREATE)
     results = []
     answered = set()
-    described_by: dict = {}
-    async for topic in sliced(body.topics):
+    described_by: dict[tuple[tuple[str, str], ...], tuple[object, ...]] = {}
+    topics: tuple[CreatableTopic, ...] = body.topics
+    async for topic in sliced(topics):
         if topic.name in answered:
             continue  # one answer per name, as Kafka
         answered.add(topic.name)
@@ -56,15 +77,15 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
             if per_topic:
                 authorize(broker, request, Operation.CREATE, ResourceType.TOPIC, topic.name,
                           "Authorization failed.")
-            partitions, configs = _plan(broker, topic)
+            partitions, asked = _plan(broker, topic)
             broker.engine.check_new_topic(topic.name, partitions, topic.replication_factor,
-                                          configs)
+                                          asked)
+            # check_new_topic refused null values (INVALID_CONFIG), as Kafka does.
+            configs = cast(dict[str, str], asked)
             if body.validate_only:
                 topic_id = uuid4()  # as Kafka: an id, though nothing is created
             else:
-                # check_new_topic refused null values (INVALID_CONFIG), as Kafka does.
-                created = await broker.engine.create_topic(
-                    topic.name, partitions, cast(dict[str, str], configs))
+                created = await broker.engine.create_topic(topic.name, partitions, configs)
                 topic_id = created.topic_id
             results.append(_result(schema, broker, topic.name, topic_id, partitions, configs,
                                    described_by))
@@ -74,11 +95,12 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                       error_code=error_code(exc), error_message=error_message(exc),
                       num_partitions=-1, replication_factor=-1, configs=())
             )
-    return build(schema.CreateTopicsResponse, throttle_time=NO_THROTTLE, topics=tuple(results))
+    return build_response(schema.CreateTopicsResponse, throttle_time=NO_THROTTLE,
+                          topics=tuple(results))
 
 
-def _plan(broker, topic) -> tuple[int, dict[str, str | None]]:
-    partitions = topic.num_partitions
+def _plan(broker: HandlerContext, topic: CreatableTopic) -> tuple[int, dict[str, str | None]]:
+    partitions: int = topic.num_partitions
     if topic.assignments:
         if partitions != -1 or topic.replication_factor != -1:
             raise InvalidRequest("both partitions/replication factor "
@@ -94,7 +116,10 @@ def _plan(broker, topic) -> tuple[int, dict[str, str | None]]:
     return partitions, {config.name: config.value for config in topic.configs}
 
 
-def _result(schema, broker, name, topic_id, partitions, configs, described_by: dict):
+def _result(schema: ModuleType, broker: HandlerContext, name: str, topic_id: UUID,
+            partitions: int, configs: dict[str, str],
+            described_by: dict[tuple[tuple[str, str], ...], tuple[object, ...]]
+            ) -> object:
     """``described_by``: the configs answered so far, by overrides: topics with the
     same overrides share one (immutable) description, built once."""
     described = None

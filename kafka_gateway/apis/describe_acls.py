@@ -7,12 +7,14 @@ The filter's semantics (ANY, MATCH) are Kafka's: security/acls.py.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from itertools import groupby
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import ResponsePayload
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import KafkaError
@@ -25,23 +27,59 @@ from ..security.acls import (
 from ..security.authorizer import acl_authorizer
 from ..slicing import sliced
 
+if TYPE_CHECKING:
+    from kio.schema.describe_acls.v1 import request as v1
+    from kio.schema.describe_acls.v2 import request as v2
+    from kio.schema.describe_acls.v3 import request as v3
+
+    # The request body at each version served: kio generates one class per version.
+    DescribeAclsRequest: TypeAlias = (
+        v1.DescribeAclsRequest | v2.DescribeAclsRequest | v3.DescribeAclsRequest
+    )
+
 API_KEY = 29
 VERSIONS = (1, 3)
 
 
-def acl_filter(item) -> AclFilter:
+class WireAclFilter(Protocol):
+    """A filter's fields, as DescribeAcls and DeleteAcls requests name them."""
+
+    @property
+    def resource_type_filter(self) -> int: ...
+
+    @property
+    def resource_name_filter(self) -> str | None: ...
+
+    @property
+    def pattern_type_filter(self) -> int: ...
+
+    @property
+    def principal_filter(self) -> str | None: ...
+
+    @property
+    def host_filter(self) -> str | None: ...
+
+    @property
+    def operation(self) -> int: ...
+
+    @property
+    def permission_type(self) -> int: ...
+
+
+def acl_filter(item: WireAclFilter) -> AclFilter:
     """A filter from a DescribeAcls request or a DeleteAcls filter entry."""
     return from_wire(AclFilter, item.resource_type_filter, item.resource_name_filter,
                      item.pattern_type_filter, item.principal_filter, item.host_filter,
                      item.operation, item.permission_type)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[DescribeAclsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
 
-    def response(code: ErrorCode, message: str | None, resources=()) -> Any:
-        return build(schema.DescribeAclsResponse, throttle_time=NO_THROTTLE, error_code=code,
-                     error_message=message, resources=tuple(resources))
+    def response(code: ErrorCode, message: str | None,
+                 resources: Iterable[object] = ()) -> ResponsePayload:
+        return build_response(schema.DescribeAclsResponse, throttle_time=NO_THROTTLE,
+                              error_code=code, error_message=message, resources=tuple(resources))
 
     try:
         authorizer = acl_authorizer(broker, request, Operation.DESCRIBE,

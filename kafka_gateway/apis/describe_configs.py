@@ -11,11 +11,14 @@ Needs DESCRIBE_CONFIGS on the topic, or on the cluster for a broker
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeAlias
+
 from kio.schema.errors import ErrorCode
 
 from tablets import check_topic_name
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, InvalidRequest, KafkaError, error_code, error_message
@@ -28,9 +31,27 @@ from ..topic_configs import (
     RESOURCE_BROKER_LOGGER,
     RESOURCE_TOPIC,
     SOURCE_DEFAULT,
+    ConfigEntry,
     broker_entries,
     topic_entries,
 )
+
+if TYPE_CHECKING:
+    from kio.schema.describe_configs.v1 import request as v1
+    from kio.schema.describe_configs.v2 import request as v2
+    from kio.schema.describe_configs.v3 import request as v3
+    from kio.schema.describe_configs.v4 import request as v4
+
+    # The request body at each version served: kio generates one class per version.
+    DescribeConfigsRequest: TypeAlias = (
+        v1.DescribeConfigsRequest | v2.DescribeConfigsRequest | v3.DescribeConfigsRequest
+        | v4.DescribeConfigsRequest
+    )
+
+    DescribeConfigsResource: TypeAlias = (
+        v1.DescribeConfigsResource | v2.DescribeConfigsResource | v3.DescribeConfigsResource
+        | v4.DescribeConfigsResource
+    )
 
 API_KEY = 32
 VERSIONS = (1, 4)
@@ -38,11 +59,12 @@ VERSIONS = (1, 4)
 _DEFAULTS = GatewayConfig().properties()  # a node's settings when none is given
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[DescribeConfigsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     results = []
-    async for resource in sliced(body.resources):
+    resources: tuple[DescribeConfigsResource, ...] = body.resources
+    async for resource in sliced(resources):
         try:
             authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
                              resource.resource_type, resource.resource_name)
@@ -65,11 +87,12 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                 configs=tuple(_entry(schema, e, body.include_synonyms) for e in entries),
             )
         )
-    return build(schema.DescribeConfigsResponse, throttle_time=NO_THROTTLE,
-                 results=tuple(results))
+    return build_response(schema.DescribeConfigsResponse, throttle_time=NO_THROTTLE,
+                          results=tuple(results))
 
 
-def _entries(broker, resource_type: int, name: str, keys: tuple[str, ...]):
+def _entries(broker: HandlerContext, resource_type: int, name: str,
+             keys: tuple[str, ...]) -> list[ConfigEntry]:
     if resource_type == RESOURCE_TOPIC:
         check_topic_name(name)  # INVALID_TOPIC_EXCEPTION before "unknown", as Kafka
         topic = broker.engine.topic(name)
@@ -87,7 +110,7 @@ def _invalid(message: str) -> KafkaError:
     return InvalidRequest(message)
 
 
-def _entry(schema, entry, include_synonyms: bool):
+def _entry(schema: ModuleType, entry: ConfigEntry, include_synonyms: bool) -> object:
     return build(
         schema.DescribeConfigsResourceResult,
         name=entry.name,

@@ -12,15 +12,31 @@ Needs DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import sliced
+
+if TYPE_CHECKING:
+    from kio.schema.describe_groups.v0 import request as v0
+    from kio.schema.describe_groups.v1 import request as v1
+    from kio.schema.describe_groups.v2 import request as v2
+    from kio.schema.describe_groups.v3 import request as v3
+    from kio.schema.describe_groups.v4 import request as v4
+    from kio.schema.describe_groups.v5 import request as v5
+
+    # The request body at each version served: kio generates one class per version.
+    DescribeGroupsRequest: TypeAlias = (
+        v0.DescribeGroupsRequest | v1.DescribeGroupsRequest | v2.DescribeGroupsRequest
+        | v3.DescribeGroupsRequest | v4.DescribeGroupsRequest | v5.DescribeGroupsRequest
+    )
 
 API_KEY = 15
 VERSIONS = (0, 5)
@@ -30,7 +46,7 @@ _ALL_GROUP_OPERATIONS = (1 << 3) | (1 << 6) | (1 << 8)
 _NOT_REQUESTED = -(2**31)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[DescribeGroupsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     operations = (_ALL_GROUP_OPERATIONS if getattr(body, "include_authorized_operations", False)
@@ -60,4 +76,5 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                 for m in described.members
             ),
         ))
-    return build(schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE, groups=tuple(groups))
+    return build_response(schema.DescribeGroupsResponse, throttle_time=NO_THROTTLE,
+                          groups=tuple(groups))

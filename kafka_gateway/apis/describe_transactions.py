@@ -9,24 +9,31 @@ only partitions of topics the principal may DESCRIBE are listed.
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
 from txn.state import TxnState
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, authorize
 
+if TYPE_CHECKING:
+    from kio.schema.describe_transactions.v0 import request as v0
+
+    # The request body at each version served: kio generates one class per version.
+    DescribeTransactionsRequest: TypeAlias = v0.DescribeTransactionsRequest
+
 API_KEY = 65
 VERSIONS = (0, 0)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[DescribeTransactionsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     states = []
     for transactional_id in request.body.transactional_ids:
@@ -56,8 +63,8 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
             producer_id=meta.producer_id, producer_epoch=meta.epoch,
             topics=tuple(build(schema.TopicData, topic=topic, partitions=tuple(parts))
                          for topic, parts in by_topic.items())))
-    return build(schema.DescribeTransactionsResponse, throttle_time=NO_THROTTLE,
-                 transaction_states=tuple(states))
+    return build_response(schema.DescribeTransactionsResponse, throttle_time=NO_THROTTLE,
+                          transaction_states=tuple(states))
 
 
 def _time(ms: int) -> datetime.datetime:

@@ -8,31 +8,41 @@ cluster (CLUSTER_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.static.protocol import ResponsePayload
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import KafkaError
 from ..security.acls import Operation
 from ..security.authorizer import authorize_cluster
-from ..security.scram import MECHANISMS
+from ..security.scram import MECHANISMS, ScramCredential
+
+if TYPE_CHECKING:
+    from kio.schema.describe_user_scram_credentials.v0 import request as v0
+
+    # The request body at each version served: kio generates one class per version.
+    DescribeUserScramCredentialsRequest: TypeAlias = v0.DescribeUserScramCredentialsRequest
 
 API_KEY = 50
 VERSIONS = (0, 0)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext,
+                 request: Request[DescribeUserScramCredentialsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
 
-    def response(code: ErrorCode, results: list) -> Any:
-        return build(schema.DescribeUserScramCredentialsResponse, throttle_time=NO_THROTTLE,
-                     error_code=code, error_message=None, results=tuple(results))
+    def response(code: ErrorCode, results: list[object]) -> ResponsePayload:
+        return build_response(schema.DescribeUserScramCredentialsResponse,
+                              throttle_time=NO_THROTTLE, error_code=code, error_message=None,
+                              results=tuple(results))
 
     def result(user: str, code: ErrorCode = ErrorCode.none, message: str | None = None,
-               credentials=()) -> Any:
+               credentials: Iterable[ScramCredential] = ()) -> Any:
         return build(schema.DescribeUserScramCredentialsResult, user=user, error_code=code,
                      error_message=message, credential_infos=tuple(
                          build(schema.CredentialInfo, mechanism=MECHANISMS[c.mechanism][1],

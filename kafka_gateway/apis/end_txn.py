@@ -16,19 +16,32 @@ Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
 from ..security.authorizer import authorize_txn
 
+if TYPE_CHECKING:
+    from kio.schema.end_txn.v0 import request as v0
+    from kio.schema.end_txn.v1 import request as v1
+    from kio.schema.end_txn.v2 import request as v2
+    from kio.schema.end_txn.v3 import request as v3
+
+    # The request body at each version served: kio generates one class per version.
+    EndTxnRequest: TypeAlias = (
+        v0.EndTxnRequest | v1.EndTxnRequest | v2.EndTxnRequest | v3.EndTxnRequest
+    )
+
 API_KEY = 26
 VERSIONS = (0, 3)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[EndTxnRequest]) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     code = ErrorCode.none
@@ -38,4 +51,4 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                                   body.committed, request.connection)
     except EXPECTED as exc:
         code = error_code(exc, API_KEY, request.version)
-    return build(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)
+    return build_response(schema.EndTxnResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import TYPE_CHECKING, TypeAlias
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
+from kio.schema.fetch.v13 import request as v13
 
 from tablets.seam import FileRegion, PartitionLog
 
@@ -33,15 +35,47 @@ from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
 from ..leader_epoch import leader_epoch_error
+from ..metrics import Metrics
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import LARGE_RESPONSE_ITEMS, off_loop, sliced
 from .fetch_response import PartitionResult, encode
 
+if TYPE_CHECKING:
+    from kio.schema.fetch.v4 import request as v4
+    from kio.schema.fetch.v5 import request as v5
+    from kio.schema.fetch.v6 import request as v6
+    from kio.schema.fetch.v7 import request as v7
+    from kio.schema.fetch.v8 import request as v8
+    from kio.schema.fetch.v9 import request as v9
+    from kio.schema.fetch.v10 import request as v10
+    from kio.schema.fetch.v11 import request as v11
+    from kio.schema.fetch.v12 import request as v12
+
+    # The request body at each version served: kio generates one class per version.
+    FetchRequest: TypeAlias = (
+        v4.FetchRequest | v5.FetchRequest | v6.FetchRequest | v7.FetchRequest | v8.FetchRequest
+        | v9.FetchRequest | v10.FetchRequest | v11.FetchRequest | v12.FetchRequest
+        | v13.FetchRequest
+    )
+
+    FetchTopic: TypeAlias = (
+        v4.FetchTopic | v5.FetchTopic | v6.FetchTopic | v7.FetchTopic | v8.FetchTopic
+        | v9.FetchTopic | v10.FetchTopic | v11.FetchTopic | v12.FetchTopic | v13.FetchTopic
+    )
+
+    FetchPartition: TypeAlias = (
+        v4.FetchPartition | v5.FetchPartition | v6.FetchPartition | v7.FetchPartition
+        | v8.FetchPartition | v9.FetchPartition | v10.FetchPartition | v11.FetchPartition
+        | v12.FetchPartition | v13.FetchPartition
+    )
+
 API_KEY = 1
 VERSIONS = (4, 13)
 _NO_ID = UUID(int=0)
 ONE_AT_A_TIME = True  # answers can be large: at most one waits for a slow reader
+# A partition read: (error, high watermark, log start offset, batches).
+_Read: TypeAlias = tuple[ErrorCode, int, int, list[bytes | FileRegion]]
 
 
 class _Wanted:
@@ -49,7 +83,8 @@ class _Wanted:
 
     __slots__ = ("error", "fetch_offset", "index", "key", "max_bytes", "tablet")
 
-    def __init__(self, key, index, fetch_offset, max_bytes, tablet, error):
+    def __init__(self, key: str | UUID, index: int, fetch_offset: int, max_bytes: int,
+                 tablet: PartitionLog | None, error: ErrorCode) -> None:
         self.key = key  # topic name, or topic id for v13
         self.index = index
         self.fetch_offset = fetch_offset
@@ -58,13 +93,12 @@ class _Wanted:
         self.error: ErrorCode = error
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[FetchRequest]) -> Response:
     body = request.body
     version = request.version
     by_id = version >= 13
     wanted = [
-        # kio reads the zero id (an id never assigned) as None; it is answered as sent
-        _resolve(broker, (topic.topic_id or _NO_ID) if by_id else topic.topic, part, by_id)
+        _resolve(broker, _topic_key(topic), part, by_id)
         async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions)
     ]
     if broker.authorizer is not None:
@@ -84,7 +118,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                           body.isolation_level == 1)
 
 
-async def _count(metrics, wanted: list[_Wanted], parts, total: int) -> None:
+async def _count(metrics: Metrics, wanted: list[_Wanted], parts: list[_Read], total: int) -> None:
     """Bytes per topic and error codes (the answer is encoded here, not by kio)."""
     metrics.fetched_bytes += total
     async for want, (code, _hw, _start, batches) in sliced(zip(wanted, parts, strict=True)):
@@ -95,8 +129,19 @@ async def _count(metrics, wanted: list[_Wanted], parts, total: int) -> None:
             metrics.topic_bytes_out[want.tablet.topic_id] += sum(map(len, batches))
 
 
-def _resolve(broker, key, part, by_id: bool) -> _Wanted:
-    topic = broker.engine.topic_by_id(key) if by_id else broker.engine.find_topic(key)
+def _topic_key(topic: FetchTopic) -> str | UUID:
+    """v13 names a topic by id: kio reads the zero id (an id never assigned)
+    as None; it is answered as sent."""
+    if isinstance(topic, v13.FetchTopic):
+        return topic.topic_id or _NO_ID
+    return topic.topic
+
+
+def _resolve(broker: HandlerContext, key: str | UUID, part: FetchPartition,
+             by_id: bool) -> _Wanted:
+    # by_id: the key is a UUID (_topic_key)
+    topic = (broker.engine.topic_by_id(key) if isinstance(key, UUID)
+             else broker.engine.find_topic(key))
     error = ErrorCode.none
     tablet = None
     if topic is None:
@@ -110,14 +155,15 @@ def _resolve(broker, key, part, by_id: bool) -> _Wanted:
     return _Wanted(key, part.partition, part.fetch_offset, part.partition_max_bytes, tablet, error)
 
 
-def _authorize(broker, request, wanted: list[_Wanted], by_id: bool) -> None:
+def _authorize(broker: HandlerContext, request: Request[object], wanted: list[_Wanted],
+               by_id: bool) -> None:
     """Partitions of topics the principal may not read answer TOPIC_AUTHORIZATION_FAILED."""
     codes: dict[str | UUID, ErrorCode] = {}
     for want in wanted:
         if by_id and want.error is ErrorCode.unknown_topic_id:
             continue  # nothing to name: unknown ids stay unknown
         if want.key not in codes:
-            found = broker.engine.topic_by_id(want.key) if by_id else None
+            found = broker.engine.topic_by_id(want.key) if isinstance(want.key, UUID) else None
             name = found.name if found is not None else want.key
             codes[want.key] = code_of(authorize, broker, request, Operation.READ,
                                       ResourceType.TOPIC, name)
@@ -125,11 +171,11 @@ def _authorize(broker, request, wanted: list[_Wanted], by_id: bool) -> None:
             want.tablet, want.error = None, codes[want.key]
 
 
-async def _read_all(wanted: list[_Wanted], max_bytes: int):
+async def _read_all(wanted: list[_Wanted], max_bytes: int) -> tuple[list[_Read], int, bool]:
     """Read every partition once; returns (results, bytes read, any error)."""
     # Batches as the engine hands them out: bytes, or regions of its files that
     # the connection sends without reading them (connection/regions.py).
-    parts: list[tuple[ErrorCode, int, int, list[bytes | FileRegion]]] = []
+    parts: list[_Read] = []
     total = 0
     failed = False
     async for want in sliced(wanted):
@@ -169,7 +215,8 @@ async def _wait_for_data(tablets: list[PartitionLog], timeout: float) -> None:
                 tablet.forget_waiter(waiter)
 
 
-def _response(version: int, wanted: list[_Wanted], parts, read_committed: bool) -> EncodedBody:
+def _response(version: int, wanted: list[_Wanted], parts: list[_Read],
+              read_committed: bool) -> EncodedBody:
     topics: dict[str | UUID, list[PartitionResult]] = {}
     for want, (code, hw, log_start, batches) in zip(wanted, parts, strict=True):
         topics.setdefault(want.key, []).append((want.index, code.value, hw, log_start, batches))

@@ -11,22 +11,37 @@ Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from typing import TYPE_CHECKING, TypeAlias
+
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
+if TYPE_CHECKING:
+    from kio.schema.heartbeat.v0 import request as v0
+    from kio.schema.heartbeat.v1 import request as v1
+    from kio.schema.heartbeat.v2 import request as v2
+    from kio.schema.heartbeat.v3 import request as v3
+    from kio.schema.heartbeat.v4 import request as v4
+
+    # The request body at each version served: kio generates one class per version.
+    HeartbeatRequest: TypeAlias = (
+        v0.HeartbeatRequest | v1.HeartbeatRequest | v2.HeartbeatRequest | v3.HeartbeatRequest
+        | v4.HeartbeatRequest
+    )
+
 API_KEY = 12
 VERSIONS = (0, 4)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[HeartbeatRequest]) -> Response:
     body = request.body
     code = code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
     if not code:
         code = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
                                        getattr(body, "group_instance_id", None))
     schema = response_schema(API_KEY, request.version)
-    return build(schema.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)
+    return build_response(schema.HeartbeatResponse, throttle_time=NO_THROTTLE, error_code=code)

@@ -7,6 +7,8 @@ others, as in Kafka.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from tablets.topic_config import TOPIC_CONFIGS, ConfigType, InvalidConfig
 
 from ..codec import Request
@@ -15,17 +17,31 @@ from ..contract import Response
 from ..errors import InvalidRequest
 from .alter_configs import alter, refuse_null_values
 
+if TYPE_CHECKING:
+    from kio.schema.incremental_alter_configs.v0 import request as v0
+    from kio.schema.incremental_alter_configs.v1 import request as v1
+
+    # The request body at each version served: kio generates one class per version.
+    IncrementalAlterConfigsRequest: TypeAlias = (
+        v0.IncrementalAlterConfigsRequest | v1.IncrementalAlterConfigsRequest
+    )
+
+    AlterConfigsResource: TypeAlias = v0.AlterConfigsResource | v1.AlterConfigsResource
+
 API_KEY = 44
 VERSIONS = (0, 1)
 
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
-    return await alter(broker, request, API_KEY, _apply)
+async def handle(broker: HandlerContext,
+                 request: Request[IncrementalAlterConfigsRequest]) -> Response:
+    resources: tuple[AlterConfigsResource, ...] = request.body.resources
+    return await alter(broker, request, API_KEY, resources, request.body.validate_only, _apply)
 
 
-def _apply(current: dict[str, str], configs) -> dict[str, str]:
+def _apply(current: dict[str, str], resource: AlterConfigsResource) -> dict[str, str]:
+    configs = resource.configs
     names = [c.name for c in configs]
     if len(names) != len(set(names)):
         raise InvalidRequest("a config appears more than once")
@@ -39,6 +55,7 @@ def _apply(current: dict[str, str], configs) -> dict[str, str]:
         if definition is None:
             raise InvalidConfig(f"Unknown topic config name: {name}")
         if op == SET:
+            assert value is not None  # refused above
             current[name] = value
         elif op in (APPEND, SUBTRACT):
             if definition.type is not ConfigType.LIST:

@@ -20,9 +20,11 @@ topic (CLUSTER_AUTHORIZATION_FAILED), as Kafka 3.x (KIP-679).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from kio.schema.errors import ErrorCode
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
@@ -34,11 +36,25 @@ from ..security.authorizer import (
     cluster_allowed,
 )
 
+if TYPE_CHECKING:
+    from kio.schema.init_producer_id.v0 import request as v0
+    from kio.schema.init_producer_id.v1 import request as v1
+    from kio.schema.init_producer_id.v2 import request as v2
+    from kio.schema.init_producer_id.v3 import request as v3
+    from kio.schema.init_producer_id.v4 import request as v4
+
+    # The request body at each version served: kio generates one class per version.
+    InitProducerIdRequest: TypeAlias = (
+        v0.InitProducerIdRequest | v1.InitProducerIdRequest | v2.InitProducerIdRequest
+        | v3.InitProducerIdRequest | v4.InitProducerIdRequest
+    )
+
 API_KEY = 22
 VERSIONS = (0, 4)
 
 
-def _authorize(broker, request, transactional_id: str | None) -> None:
+def _authorize(broker: HandlerContext, request: Request[object],
+               transactional_id: str | None) -> None:
     if transactional_id is not None:
         authorize_txn(broker, request, transactional_id)
     elif cluster_allowed(broker, request, Operation.IDEMPOTENT_WRITE):
@@ -49,7 +65,7 @@ def _authorize(broker, request, transactional_id: str | None) -> None:
         authorize_cluster(broker, request, Operation.IDEMPOTENT_WRITE)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[InitProducerIdRequest]) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
     producer_id, epoch, code = -1, -1, ErrorCode.none
@@ -66,5 +82,5 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                 getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1))
         except EXPECTED as exc:
             code = error_code(exc, API_KEY, request.version)
-    return build(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=code,
-                 producer_id=producer_id, producer_epoch=epoch)
+    return build_response(schema.InitProducerIdResponse, throttle_time=NO_THROTTLE, error_code=code,
+                          producer_id=producer_id, producer_epoch=epoch)

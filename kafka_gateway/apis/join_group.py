@@ -21,10 +21,12 @@ Needs READ on the group (GROUP_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 import datetime
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
+from kio.schema.join_group.v0 import request as v0
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
@@ -32,22 +34,40 @@ from ..groups import JoinRequest
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
+if TYPE_CHECKING:
+    from kio.schema.join_group.v1 import request as v1
+    from kio.schema.join_group.v2 import request as v2
+    from kio.schema.join_group.v3 import request as v3
+    from kio.schema.join_group.v4 import request as v4
+    from kio.schema.join_group.v5 import request as v5
+    from kio.schema.join_group.v6 import request as v6
+    from kio.schema.join_group.v7 import request as v7
+    from kio.schema.join_group.v8 import request as v8
+    from kio.schema.join_group.v9 import request as v9
+
+    # The request body at each version served: kio generates one class per version.
+    JoinGroupRequest: TypeAlias = (
+        v0.JoinGroupRequest | v1.JoinGroupRequest | v2.JoinGroupRequest | v3.JoinGroupRequest
+        | v4.JoinGroupRequest | v5.JoinGroupRequest | v6.JoinGroupRequest | v7.JoinGroupRequest
+        | v8.JoinGroupRequest | v9.JoinGroupRequest
+    )
+
 API_KEY = 11
 VERSIONS = (0, 9)
 
 _MS = datetime.timedelta(milliseconds=1)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[JoinGroupRequest]) -> Response:
     body = request.body
     version = request.version
     if code := code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
                        body.group_id):
         schema = response_schema(API_KEY, version)
-        return build(schema.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
-                     generation_id=-1, protocol_type=None,
-                     protocol_name=None if version >= 7 else "", leader="",
-                     skip_assignment=False, member_id="", members=())
+        return build_response(schema.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
+                              generation_id=-1, protocol_type=None,
+                              protocol_name=None if version >= 7 else "", leader="",
+                              skip_assignment=False, member_id="", members=())
     session_timeout_ms = body.session_timeout // _MS
     result = await broker.groups.join_group(JoinRequest(
         group_id=body.group_id,
@@ -58,7 +78,8 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
         protocol_type=body.protocol_type,
         protocols=[(p.name, bytes(p.metadata)) for p in body.protocols],  # not views of the frame
         session_timeout_ms=session_timeout_ms,
-        rebalance_timeout_ms=body.rebalance_timeout // _MS if version >= 1 else session_timeout_ms,
+        rebalance_timeout_ms=(session_timeout_ms if isinstance(body, v0.JoinGroupRequest)
+                              else body.rebalance_timeout // _MS),  # v0 has none
         require_known_member_id=version >= 4,
         reason=getattr(body, "reason", None),
     ))
@@ -66,7 +87,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
     protocol_name = result.protocol_name
     if protocol_name is None and version < 7:
         protocol_name = ""  # nullable only from v7
-    return build(
+    return build_response(
         schema.JoinGroupResponse,
         throttle_time=NO_THROTTLE,
         error_code=result.error,

@@ -16,19 +16,48 @@ Needs DESCRIBE on each topic (TOPIC_AUTHORIZATION_FAILED).
 from __future__ import annotations
 
 from collections import Counter
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
-from tablets.seam import LEADER_EPOCH
+from tablets.seam import LEADER_EPOCH, PartitionLog
 
 from ..answers import each_partition, refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import InvalidRequest, error_class, error_code
 from ..leader_epoch import leader_epoch_error
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
+
+if TYPE_CHECKING:
+    from kio.schema.list_offsets.v1 import request as v1
+    from kio.schema.list_offsets.v2 import request as v2
+    from kio.schema.list_offsets.v3 import request as v3
+    from kio.schema.list_offsets.v4 import request as v4
+    from kio.schema.list_offsets.v5 import request as v5
+    from kio.schema.list_offsets.v6 import request as v6
+    from kio.schema.list_offsets.v7 import request as v7
+
+    # The request body at each version served: kio generates one class per version.
+    ListOffsetsRequest: TypeAlias = (
+        v1.ListOffsetsRequest | v2.ListOffsetsRequest | v3.ListOffsetsRequest
+        | v4.ListOffsetsRequest | v5.ListOffsetsRequest | v6.ListOffsetsRequest
+        | v7.ListOffsetsRequest
+    )
+
+    ListOffsetsTopic: TypeAlias = (
+        v1.ListOffsetsTopic | v2.ListOffsetsTopic | v3.ListOffsetsTopic | v4.ListOffsetsTopic
+        | v5.ListOffsetsTopic | v6.ListOffsetsTopic | v7.ListOffsetsTopic
+    )
+
+    ListOffsetsPartition: TypeAlias = (
+        v1.ListOffsetsPartition | v2.ListOffsetsPartition | v3.ListOffsetsPartition
+        | v4.ListOffsetsPartition | v5.ListOffsetsPartition | v6.ListOffsetsPartition
+        | v7.ListOffsetsPartition
+    )
 
 API_KEY = 2
 VERSIONS = (1, 7)
@@ -38,13 +67,13 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[ListOffsetsRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     asked = Counter((t.name, p.partition_index) for t in request.body.topics for p in t.partitions)
     denied = denied_names(broker, request, Operation.DESCRIBE, ResourceType.TOPIC,
                           (topic.name for topic in request.body.topics))
 
-    async def look_up(topic, part):
+    async def look_up(topic: ListOffsetsTopic, part: ListOffsetsPartition) -> object:
         refuse_denied(denied, topic.name)
         if asked[topic.name, part.partition_index] > 1:  # as Kafka: ambiguous
             raise InvalidRequest()
@@ -55,15 +84,16 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
         offset, timestamp = await _lookup(tablet, part.timestamp)
         return _answer(schema, part.partition_index, ErrorCode.none, offset, timestamp)
 
+    topics: tuple[ListOffsetsTopic, ...] = request.body.topics
     answered = await each_partition(
-        request.body.topics, lambda topic: topic.partitions, look_up,
+        topics, lambda topic: topic.partitions, look_up,
         lambda _topic, part, exc: _answer(schema, part.partition_index, error_code(exc)))
-    return build(schema.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(
+    return build_response(schema.ListOffsetsResponse, throttle_time=NO_THROTTLE, topics=tuple(
         build(schema.ListOffsetsTopicResponse, name=topic.name, partitions=tuple(parts))
         for topic, parts in answered))
 
 
-async def _lookup(tablet, timestamp: int) -> tuple[int, int]:
+async def _lookup(tablet: PartitionLog, timestamp: int) -> tuple[int, int]:
     if timestamp == LATEST:
         return tablet.last_stable_offset, -1
     if timestamp == EARLIEST:
@@ -75,7 +105,8 @@ async def _lookup(tablet, timestamp: int) -> tuple[int, int]:
     return found if found is not None else (-1, -1)
 
 
-def _answer(schema, index: int, code: ErrorCode, offset: int = -1, timestamp: int = -1):
+def _answer(schema: ModuleType, index: int, code: ErrorCode, offset: int = -1,
+            timestamp: int = -1) -> object:
     return build(
         schema.ListOffsetsPartitionResponse,
         partition_index=index,

@@ -14,6 +14,8 @@ to auto-create needs CREATE on the cluster or the topic.
 
 from __future__ import annotations
 
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeAlias
 from uuid import UUID
 
 from kio.schema.errors import ErrorCode
@@ -22,7 +24,7 @@ from tablets import check_topic_name
 from tablets.errors import InvalidTopicName
 from tablets.seam import LEADER_EPOCH, TopicView
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
@@ -30,12 +32,35 @@ from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, authorize, cluster_allowed
 from ..slicing import sliced
 
+if TYPE_CHECKING:
+    from kio.schema.metadata.v0 import request as v0
+    from kio.schema.metadata.v1 import request as v1
+    from kio.schema.metadata.v2 import request as v2
+    from kio.schema.metadata.v3 import request as v3
+    from kio.schema.metadata.v4 import request as v4
+    from kio.schema.metadata.v5 import request as v5
+    from kio.schema.metadata.v6 import request as v6
+    from kio.schema.metadata.v7 import request as v7
+    from kio.schema.metadata.v8 import request as v8
+    from kio.schema.metadata.v9 import request as v9
+    from kio.schema.metadata.v10 import request as v10
+    from kio.schema.metadata.v11 import request as v11
+    from kio.schema.metadata.v12 import request as v12
+
+    # The request body at each version served: kio generates one class per version.
+    MetadataRequest: TypeAlias = (
+        v0.MetadataRequest | v1.MetadataRequest | v2.MetadataRequest | v3.MetadataRequest
+        | v4.MetadataRequest | v5.MetadataRequest | v6.MetadataRequest | v7.MetadataRequest
+        | v8.MetadataRequest | v9.MetadataRequest | v10.MetadataRequest | v11.MetadataRequest
+        | v12.MetadataRequest
+    )
+
 API_KEY = 3
 VERSIONS = (0, 12)
 _NO_ID = UUID(int=0)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[MetadataRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     version = request.version
@@ -71,7 +96,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
             topics.append(await _named(broker, request, schema, name or "", allow_create, node))
 
     host, port = broker.advertised(request)
-    return build(
+    return build_response(
         schema.MetadataResponse,
         throttle_time=NO_THROTTLE,
         brokers=(build(schema.MetadataResponseBroker, node_id=node, host=host, port=port,
@@ -82,12 +107,13 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
     )
 
 
-def _describe(broker, request, name: str) -> ErrorCode:
+def _describe(broker: HandlerContext, request: Request[object], name: str) -> ErrorCode:
     """The code of a topic the principal may not describe, else none."""
     return code_of(authorize, broker, request, Operation.DESCRIBE, ResourceType.TOPIC, name)
 
 
-async def _named(broker, request, schema, name: str, allow_create: bool, node: int):
+async def _named(broker: HandlerContext, request: Request[object], schema: ModuleType, name: str,
+                 allow_create: bool, node: int) -> object:
     topic = broker.engine.find_topic(name)
     if topic is not None:
         return await _topic(schema, topic, node)
@@ -109,7 +135,7 @@ async def _named(broker, request, schema, name: str, allow_create: bool, node: i
     return await _topic(schema, topic, node)
 
 
-async def _topic(schema, topic: TopicView, node: int):
+async def _topic(schema: ModuleType, topic: TopicView, node: int) -> object:
     # A topic may have 10,000 partitions and a node hundreds of thousands: in slices.
     return build(
         schema.MetadataResponseTopic,
@@ -133,7 +159,8 @@ async def _topic(schema, topic: TopicView, node: int):
     )
 
 
-def _error(schema, name: str | None, code: ErrorCode, topic_id: UUID | None = None):
+def _error(schema: ModuleType, name: str | None, code: ErrorCode,
+           topic_id: UUID | None = None) -> object:
     return build(
         schema.MetadataResponseTopic,
         error_code=code,

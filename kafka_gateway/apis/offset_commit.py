@@ -19,12 +19,14 @@ on each topic (TOPIC_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from kio.schema.errors import ErrorCode
 
 from tablets.seam import OffsetCommit
 
 from ..answers import answer_each, refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import (
@@ -39,11 +41,40 @@ from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
 
+if TYPE_CHECKING:
+    from kio.schema.offset_commit.v2 import request as v2
+    from kio.schema.offset_commit.v3 import request as v3
+    from kio.schema.offset_commit.v4 import request as v4
+    from kio.schema.offset_commit.v5 import request as v5
+    from kio.schema.offset_commit.v6 import request as v6
+    from kio.schema.offset_commit.v7 import request as v7
+    from kio.schema.offset_commit.v8 import request as v8
+
+    # The request body at each version served: kio generates one class per version.
+    OffsetCommitRequest: TypeAlias = (
+        v2.OffsetCommitRequest | v3.OffsetCommitRequest | v4.OffsetCommitRequest
+        | v5.OffsetCommitRequest | v6.OffsetCommitRequest | v7.OffsetCommitRequest
+        | v8.OffsetCommitRequest
+    )
+
+    OffsetCommitRequestTopic: TypeAlias = (
+        v2.OffsetCommitRequestTopic | v3.OffsetCommitRequestTopic | v4.OffsetCommitRequestTopic
+        | v5.OffsetCommitRequestTopic | v6.OffsetCommitRequestTopic | v7.OffsetCommitRequestTopic
+        | v8.OffsetCommitRequestTopic
+    )
+
+    OffsetCommitRequestPartition: TypeAlias = (
+        v2.OffsetCommitRequestPartition | v3.OffsetCommitRequestPartition
+        | v4.OffsetCommitRequestPartition | v5.OffsetCommitRequestPartition
+        | v6.OffsetCommitRequestPartition | v7.OffsetCommitRequestPartition
+        | v8.OffsetCommitRequestPartition
+    )
+
 API_KEY = 8
 VERSIONS = (2, 8)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[OffsetCommitRequest]) -> Response:
     body = request.body
     max_metadata = broker.config.offset_metadata_max_bytes
     commits: dict[tuple[str, int], OffsetCommit] = {}
@@ -53,7 +84,8 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                                                   ResourceType.TOPIC,
                                                   (topic.name for topic in body.topics))
 
-    async def check(item) -> tuple[tuple[str, int], ErrorCode]:
+    async def check(item: tuple[OffsetCommitRequestTopic, OffsetCommitRequestPartition]
+                    ) -> tuple[tuple[str, int], ErrorCode]:
         topic, part = item
         tp = (topic.name, part.partition_index)
         if group_denied:
@@ -83,11 +115,13 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
     schema = response_schema(API_KEY, request.version)
     topics = []
     for topic in body.topics:  # in the request's order, as Kafka
+        parts: tuple[OffsetCommitRequestPartition, ...] = topic.partitions
         partitions = [build(schema.OffsetCommitResponsePartition,
                             partition_index=p.partition_index,
                             error_code=codes[(topic.name, p.partition_index)])
-                      async for p in sliced(topic.partitions)]
+                      async for p in sliced(parts)]
         topics.append(build(schema.OffsetCommitResponseTopic, name=topic.name,
                             partitions=tuple(partitions)))
-    return build(schema.OffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(topics))
+    return build_response(schema.OffsetCommitResponse, throttle_time=NO_THROTTLE,
+                          topics=tuple(topics))
 

@@ -12,21 +12,33 @@ Needs DELETE on the group (GROUP_AUTHORIZATION_FAILED) and READ on each topic
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from kio.schema.errors import ErrorCode
 
 from ..answers import answer_each, refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, GroupSubscribedToTopic, UnknownTopicOrPartition, code_of, error_code
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 
+if TYPE_CHECKING:
+    from kio.schema.offset_delete.v0 import request as v0
+
+    # The request body at each version served: kio generates one class per version.
+    OffsetDeleteRequest: TypeAlias = v0.OffsetDeleteRequest
+
+    OffsetDeleteRequestTopic: TypeAlias = v0.OffsetDeleteRequestTopic
+
+    OffsetDeleteRequestPartition: TypeAlias = v0.OffsetDeleteRequestPartition
+
 API_KEY = 47
 VERSIONS = (0, 0)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[OffsetDeleteRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
     group_code = code_of(authorize, broker, request, Operation.DELETE, ResourceType.GROUP,
@@ -38,7 +50,8 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                           (topic.name for topic in body.topics)) if not group_code else {}
     doomed = []
 
-    async def check(item) -> tuple[tuple[str, int], ErrorCode]:
+    async def check(item: tuple[OffsetDeleteRequestTopic, OffsetDeleteRequestPartition]
+                    ) -> tuple[tuple[str, int], ErrorCode]:
         topic, part = item
         tp = (topic.name, part.partition_index)
         refuse_denied(denied, topic.name)
@@ -59,7 +72,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                 await broker.group_offsets.offsets.delete(body.group_id, doomed)
             except EXPECTED as exc:  # the store refused the write
                 codes.update(dict.fromkeys(doomed, error_code(exc)))
-    return build(
+    return build_response(
         schema.OffsetDeleteResponse,
         error_code=group_code,
         throttle_time=NO_THROTTLE,

@@ -16,9 +16,16 @@ an all-topics answer leaves them out.
 
 from __future__ import annotations
 
-from kio.schema.errors import ErrorCode
+from collections.abc import Iterable
+from types import ModuleType
+from typing import TYPE_CHECKING, TypeAlias
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from kio.schema.errors import ErrorCode
+from kio.schema.offset_fetch.v8 import request as v8
+
+from tablets.seam import CommittedOffset, TopicPartition
+
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
@@ -26,34 +33,62 @@ from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize, denied_names
 from ..slicing import sliced
 
+if TYPE_CHECKING:
+    from kio.schema.offset_fetch.v1 import request as v1
+    from kio.schema.offset_fetch.v2 import request as v2
+    from kio.schema.offset_fetch.v3 import request as v3
+    from kio.schema.offset_fetch.v4 import request as v4
+    from kio.schema.offset_fetch.v5 import request as v5
+    from kio.schema.offset_fetch.v6 import request as v6
+    from kio.schema.offset_fetch.v7 import request as v7
+
+    # The request body at each version served: kio generates one class per version.
+    OffsetFetchRequest: TypeAlias = (
+        v1.OffsetFetchRequest | v2.OffsetFetchRequest | v3.OffsetFetchRequest
+        | v4.OffsetFetchRequest | v5.OffsetFetchRequest | v6.OffsetFetchRequest
+        | v7.OffsetFetchRequest | v8.OffsetFetchRequest
+    )
+
+    # The topics a request names (v1-7), or one group's of a v8 request.
+    OffsetFetchTopic: TypeAlias = (
+        v1.OffsetFetchRequestTopic | v2.OffsetFetchRequestTopic | v3.OffsetFetchRequestTopic
+        | v4.OffsetFetchRequestTopic | v5.OffsetFetchRequestTopic | v6.OffsetFetchRequestTopic
+        | v7.OffsetFetchRequestTopic | v8.OffsetFetchRequestTopics
+    )
+
+    # (committed offset or None, code) by partition
+    _Found: TypeAlias = dict[TopicPartition, tuple[CommittedOffset | None, ErrorCode]]
+
 API_KEY = 9
 VERSIONS = (1, 8)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[OffsetFetchRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
-    if request.version >= 8:
-        return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple([
+    if isinstance(body, v8.OffsetFetchRequest):  # v8: a batch of groups
+        return build_response(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, groups=tuple([
             await _group(broker, request, schema, g.group_id, g.topics, body.require_stable)
             async for g in sliced(body.groups)
         ]))
     group_denied = _group_denied(broker, request, body.group_id)
     if group_denied and request.version >= 2:
-        return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=(),
-                     error_code=group_denied)
+        return build_response(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=(),
+                              error_code=group_denied)
     topics = await _topics(broker, request, schema, body.group_id, body.topics,
                      getattr(body, "require_stable", False), "OffsetFetchResponseTopic",
                      "OffsetFetchResponsePartition", group_denied)
-    return build(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
-                 error_code=ErrorCode.none)
+    return build_response(schema.OffsetFetchResponse, throttle_time=NO_THROTTLE, topics=topics,
+                          error_code=ErrorCode.none)
 
 
-def _group_denied(broker, request, group_id: str) -> ErrorCode:
+def _group_denied(broker: HandlerContext, request: Request[object], group_id: str) -> ErrorCode:
     return code_of(authorize, broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id)
 
 
-async def _group(broker, request, schema, group_id, topics, require_stable):
+async def _group(broker: HandlerContext, request: Request[object], schema: ModuleType,
+                 group_id: str, topics: Iterable[OffsetFetchTopic] | None,
+                 require_stable: bool) -> object:
     if group_denied := _group_denied(broker, request, group_id):
         return build(schema.OffsetFetchResponseGroup, group_id=group_id,
                      error_code=group_denied, topics=())
@@ -64,18 +99,21 @@ async def _group(broker, request, schema, group_id, topics, require_stable):
     )
 
 
-async def _topics(broker, request, schema, group_id, topics, require_stable, topic_cls,
-            partition_cls, group_denied: ErrorCode = ErrorCode.none):
-    wanted = None if topics is None else [
+async def _topics(broker: HandlerContext, request: Request[object], schema: ModuleType,
+                  group_id: str, topics: Iterable[OffsetFetchTopic] | None,
+                  require_stable: bool, topic_cls: str, partition_cls: str,
+                  group_denied: ErrorCode = ErrorCode.none) -> tuple[object, ...]:
+    wanted: list[TopicPartition] | None = None if topics is None else [
         tp async for tp in sliced((t.name, p) for t in topics for p in t.partition_indexes)
     ]
+    found: _Found
     if group_denied:  # v1: the group's refusal is told per partition
         found = {tp: (None, group_denied) for tp in wanted or ()}
     elif broker.authorizer is None:
         found = broker.group_offsets.fetch_offsets(group_id, wanted, require_stable)
     else:
         found = _described(broker, request, group_id, wanted, require_stable)
-    by_topic: dict[str, list] = {}
+    by_topic: dict[str, list[object]] = {}
     async for (topic, partition), (committed, code) in sliced(found.items()):
         by_topic.setdefault(topic, []).append(build(
             getattr(schema, partition_cls),
@@ -91,7 +129,8 @@ async def _topics(broker, request, schema, group_id, topics, require_stable, top
     )
 
 
-def _described(broker, request, group_id, wanted, require_stable):
+def _described(broker: HandlerContext, request: Request[object], group_id: str,
+               wanted: list[TopicPartition] | None, require_stable: bool) -> _Found:
     """Offsets of topics the principal may DESCRIBE: the others named in the
     request answer TOPIC_AUTHORIZATION_FAILED; left out of an all-topics answer."""
     if wanted is None:

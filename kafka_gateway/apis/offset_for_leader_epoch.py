@@ -9,12 +9,14 @@ Needs DESCRIBE on each topic, or CLUSTER_ACTION on the cluster
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, TypeAlias
+
 from kio.schema.errors import ErrorCode
 
 from tablets.seam import LEADER_EPOCH
 
 from ..answers import refuse_denied
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
@@ -23,11 +25,26 @@ from ..security.acls import Operation, ResourceType
 from ..security.authorizer import cluster_allowed, denied_names
 from ..slicing import sliced
 
+if TYPE_CHECKING:
+    from kio.schema.offset_for_leader_epoch.v2 import request as v2
+    from kio.schema.offset_for_leader_epoch.v3 import request as v3
+    from kio.schema.offset_for_leader_epoch.v4 import request as v4
+
+    # The request body at each version served: kio generates one class per version.
+    OffsetForLeaderEpochRequest: TypeAlias = (
+        v2.OffsetForLeaderEpochRequest | v3.OffsetForLeaderEpochRequest
+        | v4.OffsetForLeaderEpochRequest
+    )
+
+    OffsetForLeaderPartition: TypeAlias = (
+        v2.OffsetForLeaderPartition | v3.OffsetForLeaderPartition | v4.OffsetForLeaderPartition
+    )
+
 API_KEY = 23
 VERSIONS = (2, 4)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[OffsetForLeaderEpochRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     topics = []
     denied = {}
@@ -36,7 +53,8 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                               (topic.topic for topic in request.body.topics))
     for topic in request.body.topics:
         partitions = []
-        async for part in sliced(topic.partitions):
+        parts: tuple[OffsetForLeaderPartition, ...] = topic.partitions
+        async for part in sliced(parts):
             epoch, end = -1, -1
             try:
                 refuse_denied(denied, topic.topic)
@@ -51,5 +69,5 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                                     end_offset=end))
         topics.append(build(schema.OffsetForLeaderTopicResult, topic=topic.topic,
                             partitions=tuple(partitions)))
-    return build(schema.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE,
-                 topics=tuple(topics))
+    return build_response(schema.OffsetForLeaderEpochResponse, throttle_time=NO_THROTTLE,
+                          topics=tuple(topics))

@@ -61,14 +61,18 @@ import asyncio
 import datetime
 import struct
 import weakref
+from collections.abc import Awaitable
+from types import ModuleType
+from typing import Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
 from common.clock import now_ms
 from tablets.batch import transactional_producer
+from tablets.seam import AppendResult
 
 from ..answers import refuse_denied
-from ..codec import NO_THROTTLE, EncodedBody, Request, build, response_schema
+from ..codec import NO_THROTTLE, EncodedBody, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import (
@@ -87,23 +91,25 @@ from ..errors import (
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
-from .produce_request import decode
+from .produce_request import ProduceRequest, decode
 
 __all__ = ["API_KEY", "VERSIONS", "decode", "handle"]
 
 API_KEY = 0
 VERSIONS = (0, 9)
+# A partition's append, pending until durable, or the error that refused it.
+_Outcome: TypeAlias = Awaitable[AppendResult] | BaseException
 # (broker, connection id) -> its append lock; an entry lives while a request holds it.
 _APPEND_LOCKS: weakref.WeakValueDictionary[tuple[int, int], asyncio.Lock] = (
     weakref.WeakValueDictionary())
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[ProduceRequest]) -> Response:
     body = request.body
     schema = response_schema(API_KEY, max(request.version, 3))
     acks = body.acks
     now = now_ms()
-    pending: list[tuple[str, int, asyncio.Future | BaseException]] = []
+    pending: list[tuple[str, int, _Outcome]] = []
     refused = _refused(broker, request)
     denied = (_denied(broker, request) if broker.authorizer is not None and refused is None
               else None)
@@ -113,7 +119,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
     async with _append_lock(broker, request.connection):
         await _append_all(broker, request, body, acks, now, refused, denied, pending)
 
-    results: dict[str, list] = {}
+    results: dict[str, list[Any]] = {}
     # Every append is made: the answers may be built in slices (slicing.py).
     async for name, index, outcome in sliced(pending):
         try:
@@ -147,7 +153,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
         return None
     if request.version < 3:
         return _legacy_response(request.version, results)
-    return build(
+    return build_response(
         schema.ProduceResponse,
         responses=tuple(
             build(schema.TopicProduceResponse, name=name, partition_responses=tuple(parts))
@@ -157,7 +163,7 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
     )
 
 
-def _refused(broker, request) -> KafkaError | None:
+def _refused(broker: HandlerContext, request: Request[ProduceRequest]) -> KafkaError | None:
     """The error of every partition of a request with transactional batches
     that Kafka refuses whole: no transactional id (whatever the authorizer),
     no WRITE on it, or batches of more than one producer id (Kafka 3.6+)."""
@@ -179,9 +185,10 @@ def _refused(broker, request) -> KafkaError | None:
     return None
 
 
-async def _append_all(broker, request, body, acks: int, now: int,
-                      refused: KafkaError | None, denied,
-                      pending: list[tuple[str, int, asyncio.Future | BaseException]]) -> None:
+async def _append_all(broker: HandlerContext, request: Request[ProduceRequest],
+                      body: ProduceRequest, acks: int, now: int,
+                      refused: KafkaError | None, denied: dict[str, ErrorCode] | None,
+                      pending: list[tuple[str, int, _Outcome]]) -> None:
     """Append every partition's records, in request order; each outcome to ``pending``."""
     async for topic_data, part in sliced((t, p) for t in body.topic_data
                                          for p in t.partition_data):
@@ -202,7 +209,7 @@ async def _append_all(broker, request, body, acks: int, now: int,
                     raise InvalidRequest("a transactional id must not be empty")
                 sink = broker.txns.sink_for(body.transactional_id, *producer,
                                             topic_data.name, part.index, request.connection)
-            outcome = tablet.append(part.records, now, sink)
+            outcome: _Outcome = tablet.append(part.records, now, sink)
             broker.metrics.produced_bytes += len(part.records)
             broker.metrics.topic_bytes_in[tablet.topic_id] += len(part.records)
         except EXPECTED as exc:
@@ -210,7 +217,7 @@ async def _append_all(broker, request, body, acks: int, now: int,
         pending.append((topic_data.name, part.index, outcome))
 
 
-def _append_lock(broker, connection: int) -> asyncio.Lock:
+def _append_lock(broker: HandlerContext, connection: int) -> asyncio.Lock:
     """The lock a connection's Produce requests take their offsets under (one
     per connection while any of its requests holds or waits for it)."""
     key = (id(broker), connection)
@@ -220,7 +227,7 @@ def _append_lock(broker, connection: int) -> asyncio.Lock:
     return lock
 
 
-def _denied(broker, request) -> dict[str, ErrorCode]:
+def _denied(broker: HandlerContext, request: Request[ProduceRequest]) -> dict[str, ErrorCode]:
     """Topic -> the code of a partition the principal may not write (Kafka's checks)."""
     names = [topic.name for topic in request.body.topic_data]
     return denied_names(broker, request, Operation.WRITE, ResourceType.TOPIC, names)
@@ -238,7 +245,7 @@ def _error(exc: BaseException, version: int) -> tuple[ErrorCode, str]:
     return answer.code, error_message(exc)
 
 
-def _legacy_response(version: int, results: dict[str, list]) -> EncodedBody:
+def _legacy_response(version: int, results: dict[str, list[Any]]) -> EncodedBody:
     """The v0-2 body: v3's, less log_append_time (v0-1) and throttle_time (v0)."""
     out = [struct.pack(">i", len(results))]
     for name, parts in results.items():
@@ -255,7 +262,7 @@ def _legacy_response(version: int, results: dict[str, list]) -> EncodedBody:
     return EncodedBody(out, flexible=False)
 
 
-def _record_errors(schema, exc: BaseException) -> tuple:
+def _record_errors(schema: ModuleType, exc: BaseException) -> tuple[Any, ...]:
     """Produce v8+ names the records a batch was refused for (KIP-467)."""
     entry = getattr(schema, "BatchIndexAndErrorMessage", None)
     if entry is None:

@@ -23,7 +23,7 @@ from ..reader import MalformedRequest, Reader
 
 
 class PartitionProduceData(NamedTuple):
-    index: int
+    index: int  # type: ignore[assignment]  # kio's name; shadows tuple.index
     records: memoryview | None
 
 

@@ -25,13 +25,13 @@ and READ on each topic (TOPIC_AUTHORIZATION_FAILED).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from kio.schema.errors import ErrorCode
 
 from tablets.seam import OffsetCommit
 
-from ..codec import NO_THROTTLE, Request, build, response_schema
+from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
@@ -40,17 +40,30 @@ from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
 
+if TYPE_CHECKING:
+    from kio.schema.txn_offset_commit.v0 import request as v0
+    from kio.schema.txn_offset_commit.v1 import request as v1
+    from kio.schema.txn_offset_commit.v2 import request as v2
+    from kio.schema.txn_offset_commit.v3 import request as v3
+
+    # The request body at each version served: kio generates one class per version.
+    TxnOffsetCommitRequest: TypeAlias = (
+        v0.TxnOffsetCommitRequest | v1.TxnOffsetCommitRequest | v2.TxnOffsetCommitRequest
+        | v3.TxnOffsetCommitRequest
+    )
+
 API_KEY = 28
 VERSIONS = (0, 3)
 
 
-async def handle(broker: HandlerContext, request: Request) -> Response:
+async def handle(broker: HandlerContext, request: Request[TxnOffsetCommitRequest]) -> Response:
     body = request.body
     schema = response_schema(API_KEY, request.version)
-    wanted = {(topic.name, part.partition_index): OffsetCommit(
-                  part.committed_offset, getattr(part, "committed_leader_epoch", -1),
-                  part.committed_metadata or "")
-              async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions)}
+    wanted: dict[tuple[str, int], OffsetCommit] = {
+        (topic.name, part.partition_index): OffsetCommit(
+            part.committed_offset, getattr(part, "committed_leader_epoch", -1),
+            part.committed_metadata or "")
+        async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions)}
     refused = code_of(authorize_txn, broker, request, body.transactional_id, body.group_id)
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic for topic, _index in wanted)) if not refused else {}
@@ -88,6 +101,6 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
     async for (topic, index), each in sliced(codes.items()):
         by_topic.setdefault(topic, []).append(build(
             schema.TxnOffsetCommitResponsePartition, partition_index=index, error_code=each))
-    return build(schema.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
+    return build_response(schema.TxnOffsetCommitResponse, throttle_time=NO_THROTTLE, topics=tuple(
         build(schema.TxnOffsetCommitResponseTopic, name=name, partitions=tuple(parts))
         for name, parts in by_topic.items()))
