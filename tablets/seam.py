@@ -166,7 +166,10 @@ class FileRegion:
 
 @dataclass(slots=True)
 class ReadResult:
-    batches: list[bytes]
+    # Record batches in order: bytes, or regions of the engine's files (a
+    # batch whose header is patched on the way out is its first bytes, then
+    # a region of the rest).
+    batches: list[bytes | FileRegion]
     high_watermark: int
     log_start_offset: int
 

@@ -151,8 +151,11 @@ async def _read_all(wanted: list[_Wanted], max_bytes: int):
             # Not the first data in the response, and over its budget: next time.
             result.batches = []
         total += result.nbytes
+        # Regions of segment files are read here until the Fetch path sends
+        # them with os.sendfile (the ``sendfile`` work replaces this line).
+        batches = [b if isinstance(b, bytes) else b.read() for b in result.batches]
         parts.append((ErrorCode.none, result.high_watermark, result.log_start_offset,
-                      result.batches))
+                      batches))
     return parts, total, failed
 
 
