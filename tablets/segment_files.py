@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import functools
 import logging
 import os
 import shutil
@@ -208,14 +209,35 @@ class PartitionFiles:
         self.files[no] = file
         return file
 
-    def release(self, entry: bytes, ops: Ops, punch: bool = False) -> None:
+    def release(self, entry: bytes, ops: Ops) -> None:
         """The batch of ``entry`` is no longer indexed (retention, compaction,
-        abort): count it out of its file, delete the file once nothing in it
-        is live, or (``punch``: aborted pending bytes) punch the range out."""
-        no, position, size, _shifted = log_entry.locate(entry)
-        file = self.release_bytes(no, size, ops)
-        if punch and file is not None:
-            ops.after_write(lambda: _punch(file, position, size))
+        a cut): count it out of its file, delete the file once nothing in it
+        is live."""
+        no, _position, size, _shifted = log_entry.locate(entry)
+        self.release_bytes(no, size, ops)
+
+    def discard(self, entries: list[bytes], ops: Ops) -> None:
+        """Pending batches that will never be indexed (their transaction
+        aborted): count them out, and punch their byte ranges out of the
+        files that stay, neighbouring ranges joined (a hole frees whole
+        blocks only)."""
+        ranges: dict[int, list[tuple[int, int]]] = {}
+        for entry in entries:
+            no, position, size, _shifted = log_entry.locate(entry)
+            ranges.setdefault(no, []).append((position, position + size))
+            self.release_bytes(no, size, ops)
+        for no, spans in ranges.items():
+            file = self.files.get(no)
+            if file is None:
+                continue  # deleted whole
+            spans.sort()
+            joined = [spans[0]]
+            for start, end in spans[1:]:
+                if start <= joined[-1][1]:
+                    joined[-1] = (joined[-1][0], max(end, joined[-1][1]))
+                else:
+                    joined.append((start, end))
+            ops.after_write(functools.partial(_punch_all, file, joined))
 
     def release_bytes(self, no: int, nbytes: int, ops: Ops) -> SegmentFile | None:
         """``nbytes`` of file ``no`` are no longer live; the file if it stays."""
@@ -309,6 +331,11 @@ class PartitionFiles:
 
 
 _libc: ctypes.CDLL | None = None
+
+
+def _punch_all(file: SegmentFile, spans: list[tuple[int, int]]) -> None:
+    for start, end in spans:
+        _punch(file, start, end - start)
 
 
 def _punch(file: SegmentFile, position: int, size: int) -> None:

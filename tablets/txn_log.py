@@ -58,8 +58,8 @@ class TransactionLog:
         their files once it is durable."""
         start, end = keys.blob_range(self.prefix, instance)
         ops.delete_range(start, end)
-        for key in [k for k in self.pending if start <= k < end]:
-            self.files.release(self.pending.pop(key), ops, punch=True)
+        doomed = [k for k in self.pending if start <= k < end]
+        self.files.discard([self.pending.pop(key) for key in doomed], ops)
 
     def stage_commit(self, blobs: list[PendingBlob], marker: bytes,
                      ops: Ops) -> Callable[[], None]:

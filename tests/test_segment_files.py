@@ -113,10 +113,11 @@ def test_a_committed_transaction_is_references_to_its_produced_bytes(tmp_path):
     run_engine(scenario, tmp_path)
 
 
-def test_aborted_pending_bytes_are_punched_out_at_once(tmp_path):
+@pytest.mark.parametrize(("batches", "records"), [(8, 64), (400, 1)])
+def test_aborted_pending_bytes_are_punched_out_at_once(tmp_path, batches, records):
     """An abort deletes the pending entries and gives the bytes' blocks back
-    to the file system as soon as the abort is durable; nothing of it is in
-    the log."""
+    to the file system as soon as the abort is durable (neighbouring small
+    batches joined into one hole); nothing of it is in the log."""
 
     async def scenario(engine):
         await engine.create_topic(TOPIC, 1, {})
@@ -126,13 +127,13 @@ def test_aborted_pending_bytes_are_punched_out_at_once(tmp_path):
         pid, epoch = await txns.init_producer_id("tid", 60_000)
         await txns.add_partitions("tid", pid, epoch, [(TOPIC, 0)], -1)
         sink = txns.sink_for("tid", pid, epoch, TOPIC, 0, -1)
-        for i in range(8):
-            await tablet.append(make_batch(values_of(64, tag=b"a%d" % i), producer_id=pid,
-                                           producer_epoch=epoch, base_sequence=64 * i,
+        for i in range(batches):
+            await tablet.append(make_batch(values_of(records, tag=b"a%d" % i), producer_id=pid,
+                                           producer_epoch=epoch, base_sequence=records * i,
                                            attributes=batch_header.ATTR_TRANSACTIONAL),
                                 now_ms(), sink)
         before = tablet.files.disk_bytes
-        assert before >= 8 * 64 * 1000
+        assert before >= batches * records * 1000
         punched = segment_files.RECLAIMED.bytes_punched
         await txns.end_txn("tid", pid, epoch, False, -1)
         assert tablet.pending == {}
@@ -140,7 +141,7 @@ def test_aborted_pending_bytes_are_punched_out_at_once(tmp_path):
         # All but a few blocks: the ABORT marker's, and what the file system
         # keeps allocated around it (32 KiB measured on this machine).
         assert after <= before // 8, (before, after)
-        assert segment_files.RECLAIMED.bytes_punched - punched >= 8 * 64 * 1000
+        assert segment_files.RECLAIMED.bytes_punched - punched >= batches * records * 1000
         # Nothing of an aborted transaction is ever in the log (no marker either).
         assert await read_batches(tablet) == [] and tablet.high_watermark == 0
         check_log(tablet)
