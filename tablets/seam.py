@@ -320,7 +320,11 @@ class PartitionLog(Protocol):
         ``sink``, a transactional batch is staged as a pending blob instead."""
         ...
 
-    async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult: ...
+    async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        """Whole batches from the one holding ``offset``; as bytes, or as
+        ``FileRegion``s of the engine's files (a batch whose first bytes are
+        patched on the way out: those bytes, then a region of the rest)."""
+        ...
 
     def waiter(self) -> asyncio.Future[None]:
         """Resolves at the next append or truncation (Fetch's long-poll)."""

@@ -355,3 +355,46 @@ def test_a_newer_format_is_refused_with_what_to_do(tmp_path):
     with pytest.raises(storage_format.UnsupportedFormat,
                        match="storage format 3, written by a newer gateway"):
         run_engine(lambda engine: asyncio.sleep(0), tmp_path)
+
+
+# ------------------------------------------------------------ fsync=always
+
+
+def test_with_fsync_always_the_bytes_are_synced_before_their_index(tmp_path, monkeypatch):
+    """gateway.fsync=always: each group's segment files are fdatasynced
+    (with a new file's directory) before the RocksDB write indexing them."""
+    events: list[str] = []
+    fdatasync, fsync = os.fdatasync, os.fsync
+
+    def record_fdatasync(fd: int) -> None:
+        events.append("fdatasync")
+        fdatasync(fd)
+
+    def record_fsync(fd: int) -> None:
+        events.append("fsync")
+        fsync(fd)
+
+    class RecordingDb:
+        def __init__(self, db) -> None:
+            self._db = db
+
+        def write(self, batch, options) -> None:
+            events.append("index" if options.sync else "index, not synced")
+            self._db.write(batch, options)
+
+        def __getattr__(self, name):
+            return getattr(self._db, name)
+
+    async def scenario(engine):
+        await engine.create_topic(TOPIC, 1, {})
+        tablet = engine.partition(TOPIC, 0)
+        engine.store.db = RecordingDb(engine.store.db)
+        monkeypatch.setattr(segment_files.os, "fdatasync", record_fdatasync)
+        monkeypatch.setattr(segment_files.os, "fsync", record_fsync)
+        await append_all(tablet, [make_batch([b"a"])])
+        await append_all(tablet, [make_batch([b"b"])])
+        engine.store.db = engine.store.db._db
+
+    run_engine(scenario, tmp_path, fsync="always")
+    # The first append creates the file: its directory entry is synced too.
+    assert events == ["fdatasync", "fsync", "index", "fdatasync", "index"]
