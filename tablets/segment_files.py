@@ -13,7 +13,8 @@ Lifetime: a file is deleted when its live bytes reach 0 and it takes no more
 writes (retention or DeleteRecords removed its batches, the cleaner replaced
 them, their transaction aborted), once that change is durable. A new active
 file is started when the active one passes ``max(segment.bytes,
-FILE_MIN_BYTES)`` or ``segment.ms`` (and after every restart). Aborted or
+FILE_MIN_BYTES)`` or ``max(segment.ms, FILE_MIN_MS)`` (and after every
+restart). Aborted or
 expired pending batches are reclaimed at once, in place: their byte range is
 punched out of the file (``fallocate(PUNCH_HOLE)``: they were never indexed
 in a log, so no reader can hold them).
@@ -56,6 +57,7 @@ log = logging.getLogger(__name__)
 # segment.bytes would otherwise open thousands of files); the virtual
 # segments (``segments``) still follow segment.bytes exactly for compaction.
 FILE_MIN_BYTES = 1 << 20
+FILE_MIN_MS = 60_000  # likewise for segment.ms (compacted test topics use 1 ms)
 _FILE = struct.Struct(">qq")  # size, live bytes
 _CRC = struct.Struct(">I")
 _PUNCH_HOLE = 0x02 | 0x01  # FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE
@@ -168,7 +170,7 @@ class PartitionFiles:
         active = self.active
         if active is None or (active.size > 0 and (
                 active.size + len(data) > max(roll_bytes, FILE_MIN_BYTES)
-                or now_ms - active.created_ms > roll_ms)):
+                or now_ms - active.created_ms > max(roll_ms, FILE_MIN_MS))):
             active = self._roll(ops, now_ms)
         return active.no, self.write_to(active, data, ops)
 
