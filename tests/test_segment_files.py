@@ -20,7 +20,14 @@ from tablets import keys, log_entry, segment_files
 from tablets.seam import FileRegion
 from tablets.store import Ops, RocksStore
 from testkit.batches import make_batch
-from testkit.compaction import as_batches, check_log, now_ms, read_batches, run_engine
+from testkit.compaction import (
+    as_batches,
+    check_log,
+    decode,
+    now_ms,
+    read_batches,
+    run_engine,
+)
 from txn import TransactionCoordinator, TxnSettings
 
 TOPIC = "t"
@@ -296,6 +303,8 @@ def _make_format_1(engine, tablet) -> None:
             ops.put(key, log_entry.reference(blob, keys.offset_of_key(key), 0, blob_key))
         else:
             ops.put(key, batch)
+    for key, entry in tablet.pending.items():  # pending: the batch itself in its B key
+        ops.put(key, tablet.read_entry(entry))
     floor = keys.FILE + tablet.prefix
     ops.delete_range(floor, floor + b"\xff" * 8)
     ops.delete(keys.FORMAT)
@@ -316,16 +325,25 @@ def test_a_format_1_data_directory_is_migrated(tmp_path, caplog):
                                        attributes=batch_header.ATTR_TRANSACTIONAL),
                             now_ms(), txns.sink_for("tid", pid, epoch, TOPIC, 0, -1))
         await txns.end_txn("tid", pid, epoch, True, -1)
+        # A transaction open across the migration, with one pending batch.
+        pid2, epoch2 = await txns.init_producer_id("open", 60_000)
+        await txns.add_partitions("open", pid2, epoch2, [(TOPIC, 0)], -1)
+        await tablet.append(make_batch([b"pending"], producer_id=pid2, producer_epoch=epoch2,
+                                       base_sequence=0,
+                                       attributes=batch_header.ATTR_TRANSACTIONAL),
+                            now_ms(), txns.sink_for("open", pid2, epoch2, TOPIC, 0, -1))
         expected = await read_batches(tablet)
         _make_format_1(engine, tablet)
-        return expected, tablet.files.dir
+        return expected, tablet.files.dir, (pid2, epoch2)
 
-    expected, directory = run_engine(scenario, tmp_path)
+    expected, directory, (pid2, epoch2) = run_engine(scenario, tmp_path)
     shutil.rmtree(directory)
     store = RocksStore(str(tmp_path / "rocksdb"))  # the premise: format 1 only
     try:
         kinds = [e[16] for _k, e in store.scan(keys.LOG, keys.LOG + b"\xff")]
         assert kinds == [2, 2, log_entry.REFERENCE_MAGIC, 2]
+        pending = [v[16] for _k, v in store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")]
+        assert sorted(pending) == [2, 2]  # the committed batch's blob, the open one's
         assert store.get(keys.FORMAT) is None
     finally:
         store.close()
@@ -335,14 +353,23 @@ def test_a_format_1_data_directory_is_migrated(tmp_path, caplog):
             assert engine.store.get(keys.FORMAT) == b"2"
             entries = log_entries(engine, tablet)
             assert all(log_entry.is_file(e) for _k, e in entries) and len(entries) == 4
-            assert list(engine.store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")) == []
+            [(_key, pending)] = engine.store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")
+            assert log_entry.is_file(pending)
             got = await read_batches(tablet)
+            # The open transaction commits after the migration.
+            txns = TransactionCoordinator(engine, TxnSettings(), now_ms, lambda: 0)
+            txns.load()
+            await txns.end_txn("open", pid2, epoch2, True, 1)  # a client's new connection
+            committed = await read_batches(tablet, start=tablet.high_watermark - 2)
             check_log(tablet)
-            return got
+            return got, committed
 
-        got = run_engine(migrated, tmp_path)
+        got, committed = run_engine(migrated, tmp_path)
     assert got == expected
-    assert "migrated 4 batches from RocksDB into segment files" in caplog.text
+    [batch, marker] = committed
+    assert [r.value for r in decode(batch)] == [b"pending"]
+    assert batch_header.parse_batches(marker)[0].is_control
+    assert "migrated 5 batches from RocksDB into segment files" in caplog.text
 
 
 def test_a_newer_format_is_refused_with_what_to_do(tmp_path):
