@@ -143,8 +143,16 @@ def cut_log(tablet: Recovering, cut: int, why: str) -> None:
         ops.delete(keys.offset_key(keys.SEGMENT, tablet.prefix, segments.closed.pop().base))
     if segments.active.base >= cut:
         segments.active = Segment(cut, 0, NO_TIMESTAMP, NO_TIMESTAMP)
-    else:
-        segments.active.size = max(0, segments.active.size - freed)
+    # The sizes go down by what was cut, from the newest segment back.
+    excess = sum(seg.size for seg in segments.closed) + segments.active.size - tablet.size_bytes
+    for segment in [segments.active, *reversed(segments.closed)]:
+        if excess <= 0:
+            break
+        taken = min(excess, segment.size)
+        segment.size -= taken
+        excess -= taken
+        if segment is not segments.active:
+            segments.put(segment, ops)
     forgotten = tablet.producers.forget_from(cut, ops)
     ops.put(tablet.meta_key, tablet._meta())
     tablet.store.write_now(ops)

@@ -218,9 +218,11 @@ def _produce_then_close(tmp_path, count: int = 10):
     batches = [make_batch(values_of(2, tag=b"%d" % i)) for i in range(count)]
 
     async def scenario(engine):
-        await engine.create_topic(TOPIC, 1, {})
+        # Small segments: a cut falls inside closed (virtual) segments too.
+        await engine.create_topic(TOPIC, 1, {"segment.bytes": "3000"})
         tablet = engine.partition(TOPIC, 0)
         await append_all(tablet, batches)
+        assert tablet.segments.closed  # the premise
         return tablet.files.dir, {no: f.path for no, f in tablet.files.files.items()}
 
     return batches, *run_engine(scenario, tmp_path)
