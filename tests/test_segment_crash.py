@@ -35,8 +35,10 @@ async def _produce_until_killed(gw: GatewayProcess, cycle: int, acked: list[byte
     async def producer(index: int, client: KafkaClient) -> None:
         sent = 0
         while True:
-            values = [b"c%d-p%d-b%d-r%d-" % (cycle, index, sent, j) + b"x" * 1500
-                      for j in range(8)]
+            # Big batches: the writer spends its time writing them, so a kill
+            # often lands between a file write and the index write.
+            values = [b"c%d-p%d-b%d-r%d-" % (cycle, index, sent, j) + b"x" * 8000
+                      for j in range(32)]
             try:
                 answer = await send_produce(client, TOPIC, make_batch(values))
             except Exception:  # the gateway was killed: this batch is not acknowledged
