@@ -1,4 +1,5 @@
-"""PartitionTablet: one topic partition's log, kept as keys in RocksDB.
+"""PartitionTablet: one topic partition's log: record bytes in segment files,
+indexed by keys in RocksDB.
 
 State in memory (rebuilt from the store at start-up):
 
@@ -412,13 +413,3 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
 
         done.add_done_callback(on_written)
         return appended
-
-    # ------------------------------------------------------ producer expiry
-    async def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for ``producer.id.expiration.ms``."""
-        ops = Ops()
-        expired = self.producers.expire(now_ms, expiration_ms, ops)
-        if expired:
-            await self.writer.submit(ops)
-        return expired
-

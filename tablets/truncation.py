@@ -5,7 +5,8 @@ time index entries before it and the segments' sizes, in one write, and
 count the batches out of their segment files: a file left with nothing live
 is deleted whole once that write is durable (``segment_files``), which is
 how retention frees disk. They run under the log lock, one at a time with
-compaction swaps.
+compaction swaps. Idle producers' states expire here too
+(producer.id.expiration.ms).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .in_memory_batches import InMemoryBatches
+    from .producers import ProducerStates
     from .segment_files import PartitionFiles
     from .segments import Segments
     from .store import GroupCommitWriter, RocksStore
@@ -45,6 +47,7 @@ class TruncatedLog:
         high_watermark: int
         size_bytes: int
         segments: Segments
+        producers: ProducerStates
         _tail: InMemoryBatches
         _ts_offsets: array[int]
         _ts_values: array[int]
@@ -84,6 +87,14 @@ class TruncatedLog:
         that another piece, important consumers, has held back)."""
         if new_start > self.log_start_offset:
             await self._truncate_front(new_start)
+
+    async def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms``."""
+        ops = Ops()
+        expired = self.producers.expire(now_ms, expiration_ms, ops)
+        if expired:
+            await self.writer.submit(ops)
+        return expired
 
     async def retention_start(self, now_ms: int) -> int:
         """Where retention.ms and retention.bytes would put the log start offset."""
