@@ -103,7 +103,7 @@ class Cleaner:
             stats = RunStats()
             run = compaction.run(self.store, tablet.prefix, plan, os.urandom(16), self.max_keys,
                                  Throttle(self.settings.io_max_bytes_per_second, self._stop),
-                                 stats, self.settings.io_buffer_bytes)
+                                 stats, tablet.read_entry, self.settings.io_buffer_bytes)
             loop = asyncio.get_running_loop()
             started = time.monotonic()
             self.stats.running = True
@@ -128,6 +128,7 @@ class Cleaner:
                               "restart", tablet.name)
                 return None
             finally:
+                tablet.finish_run()
                 sys.setswitchinterval(switch_interval)
                 self.stats.running = False
                 self.stats.seconds += time.monotonic() - started
@@ -137,8 +138,8 @@ class Cleaner:
             self.stats.runs += 1
             self.stats.bytes_reclaimed += stats.bytes_reclaimed
             log.info("compacted %s up to offset %d: %.1f MB of log in %.2f s, %d of %d records "
-                     "kept, %d bytes reclaimed, %d blobs deleted", tablet.name, stats.map_end,
+                     "kept, %d bytes reclaimed", tablet.name, stats.map_end,
                      stats.bytes_cleaned / 1e6, time.monotonic() - started, stats.records_kept,
-                     stats.records_read, stats.bytes_reclaimed, stats.blobs_deleted)
+                     stats.records_read, stats.bytes_reclaimed)
             return stats
 

@@ -9,9 +9,12 @@ passed, so tombstones go soon after delete.retention.ms.
 
 Each chunk of a run (``compaction.Chunk``) is swapped in with one WriteBatch,
 on the event loop, under the log lock (so retention and DeleteRecords never
-interleave with it): the changed entries, the blobs they no longer
-reference, the time index of the chunk's range rebuilt from the batches
-kept, the segments' sizes, the partition meta. In memory, the same changes
+interleave with it): the re-encoded batches appended to the run's own new
+segment file (written before the WriteBatch lands, never over old bytes),
+the changed entries, the old batches counted out of their files (a file
+with nothing live left is deleted once the swap is durable), the time index
+of the chunk's range rebuilt from the batches kept, the segments' sizes, the
+partition meta. In memory, the same changes
 at once, before the next await: the in-memory tail and read-ahead drop the
 batches of the range (readers then read the store, which holds the old
 entries until the write lands and the new ones after), the time index is
@@ -26,7 +29,7 @@ from array import array
 from bisect import bisect_left
 from typing import TYPE_CHECKING
 
-from . import keys
+from . import keys, log_entry
 from .compaction import Chunk, Plan
 from .seam import CompactionStatus
 from .segments import Cleanable
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .in_memory_batches import InMemoryBatches
+    from .segment_files import PartitionFiles, SegmentFile
     from .segments import Segments
     from .store import GroupCommitWriter
     from .tablet_settings import TabletSettings
@@ -54,6 +58,7 @@ class CompactedLog:
         deleted: bool
         clean_end: int
         segments: Segments
+        files: PartitionFiles
         writer: GroupCommitWriter
         settings: Callable[[], TabletSettings]
         _tail: InMemoryBatches
@@ -69,6 +74,7 @@ class CompactedLog:
     def __init__(self) -> None:
         self.compaction = CompactionStatus()
         self._next_horizon: int | None = None  # the earliest delete horizon stamped
+        self._run_file: SegmentFile | None = None  # the new file of the run under way
 
     def cleanable(self, now_ms: int) -> Cleanable | None:
         """What a compaction could clean now; None unless the topic is compacted."""
@@ -105,6 +111,7 @@ class CompactedLog:
         """Swap one chunk in; False (nothing changed) if the run must stop."""
         async with self._log_lock:
             if self.deleted or self.log_start_offset != plan.log_start:
+                self._end_run_file(Ops(), submit=True)
                 return False
             ops = Ops()
             resized = []
@@ -113,15 +120,20 @@ class CompactedLog:
                 if change.data is None:
                     ops.delete(key)
                 else:
-                    ops.put(key, change.data)
-                if change.blob is not None:
-                    ops.delete(change.blob)
+                    if self._run_file is None:
+                        self._run_file = self.files.new_file(ops, plan.now_ms)
+                    position = self.files.write_to(self._run_file, change.data, ops)
+                    ops.put(key, log_entry.file_entry(change.data, change.offset,
+                                                      self._run_file.no, position, False))
+                if log_entry.is_file(change.entry):
+                    self.files.release(change.entry, ops)
                 resized.append((change.offset,
                                 (len(change.data) if change.data else 0) - change.old_size))
             self.size_bytes = max(0, self.size_bytes + sum(d for _o, d in resized))
             self.segments.resize(resized)
             self._splice_index(chunk, ops)
             if chunk.last:
+                self._end_run_file(ops)
                 self.clean_end = chunk.clean_end
                 self.segments.merge_clean(chunk.clean_end, self.settings().segment_bytes)
                 self._next_horizon = chunk.next_horizon
@@ -132,6 +144,18 @@ class CompactedLog:
             self._forget_cached(chunk.index_to)
             await self.writer.submit(ops)
         return True
+
+    def finish_run(self) -> None:
+        """A run ended (done, stopped or failed): its file takes no more batches."""
+        self._end_run_file(Ops(), submit=True)
+
+    def _end_run_file(self, ops: Ops, submit: bool = False) -> None:
+        """The run's file takes no more batches (deleted if nothing in it is live)."""
+        if self._run_file is not None:
+            self.files.done_writing(self._run_file, ops)
+            self._run_file = None
+            if submit:
+                self.writer.submit(ops)
 
     def _forget_cached(self, end: int) -> None:
         """Drop the in-memory copies of batches below ``end`` (they may have changed)."""

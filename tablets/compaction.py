@@ -17,8 +17,10 @@ A run, on the cleaner's thread (``run``), in two passes over the store:
    other is re-encoded with the records it keeps, in the same codec, with
    its base offset, last offset delta, producer fields and attributes kept
    and a new CRC, so offsets keep their gaps and idempotent producers' last
-   sequences stay right. A committed transaction's batch, stored as a blob,
-   is resolved, compacted and written inline; the blob goes.
+   sequences stay right. Batches are read from their segment files (a
+   committed transaction's with its offsets patched); re-encoded ones are
+   written by the tablet to a new segment file of the run, never over the
+   old bytes, whose file is deleted once nothing in it is live.
 
 Tombstones and COMMIT markers go as in Kafka 3.4 (KIP-534): the first run
 that keeps a tombstone (or a marker whose transaction has no record left)
@@ -95,7 +97,7 @@ class Plan:
 class Change:
     offset: int  # the batch's base offset (its key)
     old_size: int  # the size of the batch it replaces (log_entry.size)
-    blob: bytes | None  # the blob the old entry referenced, no longer referenced
+    entry: bytes  # the log entry it replaces (its bytes are no longer live)
     data: bytes | None  # the new batch, or None: the batch goes
 
 
@@ -144,32 +146,34 @@ KeyedRecord = tuple[int, int, bytes | None, bool, int, int]
 Keep = Callable[[int, bytes | None, bool], bool]
 
 
+Read = Callable[[bytes], bytes]  # a log entry -> its batch (``PartitionTablet.read_entry``)
+
+
 def run(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_keys: int,
-        throttle: Throttle, stats: RunStats, chunk_bytes: int = CHUNK_BYTES
+        throttle: Throttle, stats: RunStats, read: Read, chunk_bytes: int = CHUNK_BYTES
         ) -> Generator[Chunk, None, None]:
     """One run, as a generator: each ``next`` reads on until the next chunk
     (about ``chunk_bytes`` of new batches)."""
-    latest, map_end = _offset_map(store, prefix, plan, seed, max_keys, throttle, stats)
+    latest, map_end = _offset_map(store, prefix, plan, seed, max_keys, throttle, stats, read)
     stats.keys, stats.map_end = len(latest), map_end
     yield from _rewrite(store, prefix, plan, seed, latest, map_end, throttle, stats,
-                        chunk_bytes)
+                        chunk_bytes, read)
 
 
-def _entries(store: RocksStore, prefix: bytes, start: int, end: int
-             ) -> Iterator[tuple[bytes, bytes, bytes]]:
-    """(log entry, the batch it stands for, blob key or b"") from the batch
-    holding ``start`` to the last one below ``end``."""
+def _entries(store: RocksStore, prefix: bytes, start: int, end: int, read: Read
+             ) -> Iterator[tuple[bytes, bytes]]:
+    """(log entry, the batch it stands for) from the batch holding ``start``
+    to the last one below ``end``."""
     floor = keys.LOG + prefix
     for _key, entry in store.scan_from_containing(keys.offset_key(keys.LOG, prefix, start),
                                                   floor, keys.offset_key(keys.LOG, prefix, end)):
         if batch_header.last_offset_of(entry) < start:
             continue
         try:
-            batch = log_entry.resolve(entry, store.get)
+            batch = read(entry)
         except log_entry.MissingBlob:  # retention deleted it: this run is stale
-            raise Aborted("a blob went while compacting") from None
-        blob = log_entry.blob_key(entry) if log_entry.is_reference(entry) else b""
-        yield entry, batch, blob
+            raise Aborted("a segment file went while compacting") from None
+        yield entry, batch
 
 
 def _walk(batch: bytes, header: batch_header.BatchHeader, seed: bytes
@@ -191,14 +195,15 @@ def _walk(batch: bytes, header: batch_header.BatchHeader, seed: bytes
 
 
 def _offset_map(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_keys: int,
-                throttle: Throttle, stats: RunStats) -> tuple[dict[bytes, int], int]:
+                throttle: Throttle, stats: RunStats, read: Read
+                ) -> tuple[dict[bytes, int], int]:
     """The newest offset of each key in [first dirty, first uncleanable), and
     where the map ends (before the first record that did not fit)."""
     latest: dict[bytes, int] = {}
     start, end = plan.first_dirty, plan.first_uncleanable
     if start >= end:
         return latest, start
-    for _entry, batch, _blob in _entries(store, prefix, start, end):
+    for _entry, batch in _entries(store, prefix, start, end, read):
         header = batch_header.parse_batches(batch, verify_crc=False)[0]
         throttle(header.size)
         stats.bytes_read += header.size
@@ -218,12 +223,12 @@ def _offset_map(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_k
 
 def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
              latest: dict[bytes, int], map_end: int, throttle: Throttle,
-             stats: RunStats, chunk_bytes: int) -> Iterator[Chunk]:
+             stats: RunStats, chunk_bytes: int, read: Read) -> Iterator[Chunk]:
     now, new_horizon = plan.now_ms, plan.now_ms + plan.delete_retention_ms
     chunk = Chunk()
     horizons: list[int] = []
     open_txns: set[int] = set()  # producers with a kept batch not yet followed by a marker
-    for entry, batch, blob in _entries(store, prefix, 0, map_end):
+    for entry, batch in _entries(store, prefix, 0, map_end, read):
         header = batch_header.parse_batches(batch, verify_crc=False)[0]
         throttle(header.size)
         stats.bytes_read += header.size
@@ -260,13 +265,12 @@ def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
                 open_txns.add(header.producer_id)
         if data is not batch:
             size = log_entry.size(entry)
-            chunk.changes.append(Change(header.base_offset, size, blob or None, data))
+            chunk.changes.append(Change(header.base_offset, size, entry, data))
             new_size = 0 if data is None else len(data)
             chunk.new_bytes += new_size
             stats.bytes_reclaimed += size - new_size
             stats.batches_dropped += data is None
             stats.batches_rewritten += data is not None
-            stats.blobs_deleted += bool(blob)
             throttle(new_size)
         if data is not None:
             chunk.bases.append(header.base_offset)

@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import re
+import struct
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -35,6 +36,7 @@ from .errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from .format import mark_current, needs_migration
 from .important import ImportantConsumers
 from .node_records import NODE_RECORD_KINDS, NodeRecords
 from .seam import (
@@ -46,6 +48,7 @@ from .seam import (
     TopicView,
     WriteStats,
 )
+from .segment_files import PartitionFiles
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
 from .tablet import PartitionTablet
 from .tablet_settings import TabletSettings
@@ -124,6 +127,8 @@ class StorageEngine:
         self.settings = settings or EngineSettings()
         os.makedirs(data_dir, exist_ok=True)
         self.store = RocksStore(os.path.join(data_dir, "rocksdb"), self.settings.fsync)
+        self.files_root = os.path.join(data_dir, "segments")
+        self._migrate = needs_migration(self.store)  # refuses a newer format
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[UUID, Topic] = {}
         self.topics_by_collision_key: dict[str, Topic] = {}
@@ -147,8 +152,11 @@ class StorageEngine:
             topic = Topic(name, UUID(record["id"]), record["configs"])
             self._add_partitions(topic, record["partitions"])
             for tablet in topic.partitions:
-                tablet.load()
+                tablet.load(self._migrate)
             self._register(topic)
+        if self._migrate or self.store.get(keys.FORMAT) is None:
+            mark_current(self.store)
+            self._migrate = False
         self._share_tail_budget()
         offsets = self._consumer_offsets = ConsumerOffsets(self.store, self.writer)
         offsets.load()
@@ -201,7 +209,8 @@ class StorageEngine:
         topic = self.topic(name)
         if not 0 <= index < len(topic.partitions):
             raise UnknownPartition(f"partition {name}-{index} does not exist")
-        return topic.partitions[index]
+        tablet: PartitionTablet = topic.partitions[index]
+        return tablet
 
     def has_partition(self, name: str, index: int) -> bool:
         topic = self.topics.get(name)
@@ -263,13 +272,15 @@ class StorageEngine:
         ops = Ops()
         ops.delete(keys.topic_key(name))
         for kind in (keys.META, keys.LOG, keys.TIME_INDEX, keys.PRODUCER, keys.TXN_BLOB,
-                     keys.SEGMENT):
+                     keys.SEGMENT, keys.FILE):
             ops.delete_range(*keys.topic_range(kind, topic.topic_id))
         if self._consumer_offsets is not None:
             self._consumer_offsets.drop_topic(name, ops)
         if self.important is not None:
             self.important.forget(name, [t.prefix for t in topic.partitions])
         await self._write(ops)
+        await asyncio.get_running_loop().run_in_executor(
+            self.store.readers, _remove_files, [t.files for t in topic.partitions])
         self._share_tail_budget()
         log.info("deleted topic %s", name)
         return topic
@@ -381,7 +392,16 @@ class StorageEngine:
         """What the transaction coordinator may ask of this engine."""
         assert self.writer is not None, "engine not started"
         return RocksTransactionStorage(self.store, self.writer, self.consumer_offsets,
-                                       self.partition, self.has_partition)
+                                       self.partition, self.has_partition, self._tablet_of_ref)
+
+    def _tablet_of_ref(self, prefix: bytes) -> PartitionTablet | None:
+        """The partition a key prefix names, if its topic still exists."""
+        topic_id, index = struct.unpack(">16si", prefix)
+        topic = self.topics_by_id.get(UUID(bytes=topic_id))
+        if topic is None or index >= len(topic.partitions):
+            return None
+        tablet: PartitionTablet = topic.partitions[index]
+        return tablet
 
     # --------------------------------------------------------- internals
     def _write(self, ops: Ops) -> asyncio.Future[None]:
@@ -420,6 +440,7 @@ class StorageEngine:
                     index,
                     functools.partial(self._tablet_settings, topic),
                     self.settings.tail_cache_bytes,
+                    self.files_root,
                 )
             )
 
@@ -449,6 +470,11 @@ class StorageEngine:
                 important_max_bytes=int(values[IMPORTANT_MAX_BYTES]),
             )
         return topic._settings
+
+
+def _remove_files(partitions: list[PartitionFiles]) -> None:
+    for files in partitions:
+        files.remove_all()
 
 
 __all__ = ["TOPIC_CONFIGS", "EngineSettings", "StorageEngine", "Topic", "check_topic_name"]

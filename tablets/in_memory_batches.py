@@ -1,7 +1,9 @@
 """A run of consecutive batches held in memory, oldest first.
 
-A tablet keeps two: its tail (the newest batches, so consumers at the head of
-the log never touch RocksDB) and a read-ahead for a consumer below the tail.
+A tablet keeps two: its tail (the newest batches as bytes, so consumers at
+the head of the log never touch RocksDB) and a read-ahead for a consumer
+below the tail (regions of segment files: where the batches lie, not their
+bytes; ``Piece``).
 Batches leave from the front in O(1) (a head index, compacted now and then),
 so a tail of many small batches costs nothing per append to trim.
 """
@@ -9,19 +11,33 @@ so a tail of many small batches costs nothing per append to trim.
 from __future__ import annotations
 
 from bisect import bisect_right
+from typing import TypeAlias
+
+from .seam import FileRegion
+
+# A batch: its bytes, a region of a file, or its patched first bytes then a
+# region of the rest (``segment_files.PartitionFiles.regions``).
+Piece: TypeAlias = bytes | FileRegion | tuple[bytes, FileRegion]
+
+
+def piece_size(piece: Piece) -> int:
+    if isinstance(piece, tuple):
+        return len(piece[0]) + len(piece[1])
+    return len(piece)
 
 _COMPACT_AT = 1024  # dropped entries before the lists are shortened
 
 
 class InMemoryBatches:
-    __slots__ = ("_batches", "_head", "_offsets", "nbytes")
+    __slots__ = ("_batches", "_head", "_offsets", "_sizes", "nbytes")
 
     def __init__(self, offsets: list[int] | None = None,
-                 batches: list[bytes] | None = None) -> None:
+                 batches: list[Piece] | None = None) -> None:
         self._offsets: list[int] = offsets or []
-        self._batches: list[bytes] = batches or []
+        self._batches: list[Piece] = batches or []
+        self._sizes: list[int] = [piece_size(b) for b in self._batches]
         self._head = 0
-        self.nbytes = sum(map(len, self._batches))
+        self.nbytes = sum(self._sizes)
 
     def __len__(self) -> int:
         return len(self._offsets) - self._head
@@ -33,6 +49,7 @@ class InMemoryBatches:
     def append(self, offset: int, batch: bytes) -> None:
         self._offsets.append(offset)
         self._batches.append(batch)
+        self._sizes.append(len(batch))
         self.nbytes += len(batch)
 
     def trim(self, budget: int) -> None:
@@ -53,24 +70,29 @@ class InMemoryBatches:
             self._drop_first()
         self._compact()
 
-    def slice(self, offset: int, end: int, max_bytes: int, min_one: bool) -> list[bytes]:
+    def slice(self, offset: int, end: int, max_bytes: int,
+              min_one: bool) -> list[bytes | FileRegion]:
         """The batch containing ``offset`` and those after it that start below
         ``end``, within ``max_bytes`` (the first one whole if ``min_one``)."""
-        offsets, batches = self._offsets, self._batches
+        offsets, batches, sizes = self._offsets, self._batches, self._sizes
         index = max(bisect_right(offsets, offset, lo=self._head) - 1, self._head)
-        out: list[bytes] = []
+        out: list[bytes | FileRegion] = []
         total = 0
         while index < len(offsets) and offsets[index] < end:
             data = batches[index]
-            if total + len(data) > max_bytes and (out or not min_one):
+            size = sizes[index]
+            if total + size > max_bytes and (out or not min_one):
                 break
-            out.append(data)
-            total += len(data)
+            if isinstance(data, tuple):
+                out.extend(data)
+            else:
+                out.append(data)
+            total += size
             index += 1
         return out
 
     def _drop_first(self) -> None:
-        self.nbytes -= len(self._batches[self._head])
+        self.nbytes -= self._sizes[self._head]
         self._batches[self._head] = b""  # free the bytes now, shorten the lists later
         self._head += 1
 
@@ -78,4 +100,5 @@ class InMemoryBatches:
         if self._head >= _COMPACT_AT and self._head * 2 >= len(self._offsets):
             del self._offsets[: self._head]
             del self._batches[: self._head]
+            del self._sizes[: self._head]
             self._head = 0

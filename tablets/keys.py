@@ -10,12 +10,14 @@ kind   rest of the key                            value
 =====  =========================================  ===============================
 ``T``  topic name (utf-8)                         topic record (JSON)
 ``M``  topic id, partition                        partition meta (PartitionMeta)
-``L``  topic id, partition, base offset           log entry: a record batch
+``L``  topic id, partition, base offset           log entry: where a batch lies
 ``X``  topic id, partition, base offset           time index: running max timestamp
 ``S``  topic id, partition, base offset           a closed segment: size, timestamps
+``F``  topic id, partition, file number           a segment file: size, live bytes
 ``P``  topic id, partition, producer id           idempotent producer state
 ``C``  group, 0x00, topic name, 0x00, partition   committed consumer offset
-``B``  topic id, partition, txn instance, n        transactional blob: a record batch
+``B``  topic id, partition, txn instance, n        pending transactional batch:
+                                                  where it lies (as ``L``)
 ``Y``  transactional id (utf-8)                   transaction state (txn.state)
 ``Q``  id length (2), transactional id, txn        topic name
        instance, topic id, partition              (a partition of an open txn)
@@ -25,6 +27,7 @@ kind   rest of the key                            value
 ``N``  counter name                               counters (producer ids, ...)
 ``U``  user (utf-8), 0x00, SCRAM mechanism         salted SCRAM credential
 ``A``  an ACL binding (JSON)                       empty
+``V``  (nothing)                                  the data directory's format
 =====  =========================================  ===============================
 
 ``U`` and ``A`` are node-wide records (``node_records.NodeRecords``); their
@@ -41,6 +44,8 @@ META = b"M"
 LOG = b"L"
 TIME_INDEX = b"X"
 SEGMENT = b"S"
+FILE = b"F"
+FORMAT = b"V"
 PRODUCER = b"P"
 CONSUMER_OFFSET = b"C"
 RELEASED = b"R"

@@ -1,18 +1,22 @@
-"""Log entries: what a partition's ``L`` key holds, and the one decoder for them.
+"""Log entries: what a partition's ``L`` key (and a pending ``B`` key) holds.
 
-An entry is either a record batch stored inline (a plain produce), or a
-*reference* to a transactional blob (``keys.TXN_BLOB``), written when its
-transaction commits: the batch's bytes were stored once, when they were
-produced, and a commit only writes these small references (YDB publishes by
-renaming keys, not by copying data).
+Format 2 (``segment_files``): an entry is a *file entry*, the batch's 61-byte
+header (base offset patched) with ``FILE_MAGIC`` where a batch has magic 2,
+then where the batch's bytes lie: segment file number, position, and whether
+the bytes in the file carry another base offset (``SHIFTED``: a transactional
+batch, written when produced with base offset 0, before its commit gave it
+offsets). A commit writes these small entries only (YDB publishes by renaming
+keys, not by copying data).
 
-Both kinds begin with the batch's 61-byte header, base offset patched, so the
-base offset, last offset, max timestamp and size read the same way for both
-(``tablets.batch``'s accessors work on either). A reference has
-``REFERENCE_MAGIC`` where a batch has magic 2, and the blob's key after the
-header. Every reader of log entries (fetch, size retention, truncation,
-timestamp lookup) goes through ``resolve``; the base offset and leader epoch
-are patched on the way out, both outside the CRC.
+Format 1 (today's data directories before migration, ``format``): a record
+batch stored inline, or a *reference* (``REFERENCE_MAGIC``) to a
+transactional blob (``keys.TXN_BLOB``) holding the batch. Only the migration
+reads them (``resolve``).
+
+Every kind begins with the batch's header, so the base offset, last offset,
+max timestamp and size read the same way for all (``tablets.batch``'s
+accessors work on either). The base offset and leader epoch, both outside the
+CRC, are patched on the way out.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ from .batch import HEADER_SIZE, LOG_OVERHEAD
 
 LEADER_EPOCH = 0  # one copy, one leader, forever: the epoch never changes
 REFERENCE_MAGIC = 0x7E
+FILE_MAGIC = 0x7D
+SHIFTED = 1  # the file's copy has base offset 0: patch the first 16 bytes when read
+_LOCATOR = struct.Struct(">qqB")  # file number, position, flags
+PREFIX_SIZE = 16  # base offset, length, leader epoch: what a patch rewrites
+CRC_AT = 17
 _MAGIC_AT = 16
 _LENGTH = struct.Struct(">i")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
@@ -81,3 +90,37 @@ def resolve(entry: bytes, get: Callable[[bytes], bytes | None]) -> bytes:
 
 def _offset_and_epoch(entry: bytes) -> tuple[int, int]:
     return struct.unpack_from(">q", entry)[0], _EPOCH.unpack_from(entry, 12)[0]
+
+
+# ------------------------------------------------------------ file entries
+def file_entry(header: bytes | memoryview, base_offset: int, file_no: int, position: int,
+               shifted: bool) -> bytes:
+    """The entry of a batch (``header``: its first 61 bytes) lying in a segment file."""
+    return b"".join((
+        _OFFSET_AND_LENGTH.pack(base_offset, _LENGTH.unpack_from(header, 8)[0]),
+        _EPOCH.pack(LEADER_EPOCH),
+        bytes((FILE_MAGIC,)),
+        bytes(header[_MAGIC_AT + 1 : HEADER_SIZE]),
+        _LOCATOR.pack(file_no, position, SHIFTED if shifted else 0),
+    ))
+
+
+def is_file(entry: bytes | memoryview) -> bool:
+    return entry[_MAGIC_AT] == FILE_MAGIC
+
+
+def locate(entry: bytes | memoryview) -> tuple[int, int, int, bool]:
+    """(file number, position, size, shifted) of a file entry."""
+    file_no, position, flags = _LOCATOR.unpack_from(entry, HEADER_SIZE)
+    return file_no, position, size(entry), bool(flags & SHIFTED)
+
+
+def rebase(entry: bytes, base_offset: int) -> bytes:
+    """A pending batch's file entry as committed at ``base_offset``."""
+    file_no, position, _size, _shifted = locate(entry)
+    return file_entry(entry, base_offset, file_no, position, True)
+
+
+def base_offset(entry: bytes | memoryview) -> int:
+    offset: int = struct.unpack_from(">q", entry)[0]
+    return offset

@@ -1,29 +1,32 @@
 """Reading a partition's log (a part of ``PartitionTablet``): Fetch from
-the in-memory tail, the read-ahead or the store; long-poll waiters woken when
-the high watermark moves; ListOffsets by timestamp through the time index.
+the in-memory tail (bytes), the read-ahead or the store (regions of segment
+files: ``FileRegion``, the bytes are never read here); long-poll waiters
+woken when the high watermark moves; ListOffsets by timestamp through the
+time index (which reads the batches it looks into).
 
 Readers never take the log lock: a compaction swap or a truncation changes
 entries under them one WriteBatch at a time, and ``_read_disk`` reads an
-entry again when the blob it referenced went in such a swap. A read-ahead
+entry again when the file it named went in such a swap. A read-ahead
 begun before a swap is not kept (``_log_version``).
 """
 
 from __future__ import annotations
 
 import asyncio
+from array import array
 from bisect import bisect_left
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 from . import batch as batch_header
 from . import keys, log_entry
 from .errors import OffsetOutOfRange
-from .in_memory_batches import InMemoryBatches
+from .in_memory_batches import InMemoryBatches, Piece
 from .records import first_record_at_or_after
-from .seam import FileRegion, ReadResult
+from .seam import ReadResult
+from .store import Ops
 
 if TYPE_CHECKING:
-    from array import array
-
+    from .segment_files import PartitionFiles
     from .store import RocksStore
 
 READAHEAD_BYTES = 4 << 20  # read past a fetch below the tail, for the next ones
@@ -32,20 +35,62 @@ READAHEAD_BYTES = 4 << 20  # read past a fetch below the tail, for the next ones
 class LogReads:
     if TYPE_CHECKING:
         store: RocksStore
+        files: PartitionFiles
         prefix: bytes
         log_start_offset: int
         log_end_offset: int
         high_watermark: int
         _tail: InMemoryBatches
-        @property
-        def _tail_start(self) -> int: ...
-
         _ahead: InMemoryBatches
         _ahead_end: int
         _ts_offsets: array[int]
         _ts_values: array[int]
         _waiters: set[asyncio.Future[None]]
         _log_version: int
+
+        _tail_cache_bytes: int
+        deleted: bool
+        pending: dict[bytes, bytes]
+
+    # ------------------------------------------------------------ in memory
+    def _cache(self, offset: int, data: bytes) -> None:
+        self._tail.append(offset, data)
+        self._tail.trim(self._tail_cache_bytes)
+
+    @property
+    def _tail_start(self) -> int:
+        return self._tail.first_offset(default=self.log_end_offset)
+
+    def set_tail_budget(self, nbytes: int) -> None:
+        """This partition's share of the node's in-memory tail budget."""
+        self._tail_cache_bytes = nbytes
+        self._tail.trim(nbytes)
+
+    def release(self) -> None:
+        """The partition is deleted: wake its fetchers and free its memory now
+        (a tablet and its topic reference each other, so only the cyclic
+        garbage collector would free them, and big buffers do not prompt it)."""
+        self.deleted = True
+        self.wake_waiters()
+        self.pending.clear()
+        self._tail, self._ahead, self._ahead_end = InMemoryBatches(), InMemoryBatches(), 0
+        self._ts_offsets, self._ts_values = array("q"), array("q")
+
+    def read_entry(self, entry: bytes) -> bytes:
+        """The batch a log entry stands for, read from its file."""
+        return self.files.read(entry)
+
+    def _index_timestamp(self, offset: int, max_timestamp: int, ops: Ops) -> None:
+        if not self._ts_values or max_timestamp > self._ts_values[-1]:
+            self._ts_offsets.append(offset)
+            self._ts_values.append(max_timestamp)
+            ops.put(keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
+                    max_timestamp.to_bytes(8, "big", signed=True))
+
+    def _advance_high_watermark(self, offset: int) -> None:
+        if offset > self.high_watermark:
+            self.high_watermark = offset
+            self.wake_waiters()
 
     # ------------------------------------------------------------------ read
     @property
@@ -77,22 +122,25 @@ class LogReads:
             # to a reader thread (what bounds a one-partition consumer).
             loop = asyncio.get_running_loop()
             version = self._log_version
-            loaded = await loop.run_in_executor(
+            bases, loaded, end = await loop.run_in_executor(
                 self.store.readers, self._read_disk, offset, hw, max_bytes + READAHEAD_BYTES,
                 min_one,
             )
-            ahead = InMemoryBatches([batch_header.base_offset_of(b) for b in loaded], loaded)
+            ahead = InMemoryBatches(bases, loaded)
             if version == self._log_version:  # else compaction changed what it read
                 self._ahead = ahead
-                self._ahead_end = batch_header.last_offset_of(loaded[-1]) + 1 if loaded else 0
+                self._ahead_end = end
             batches = ahead.slice(offset, hw, max_bytes, min_one)
-        # Bytes only here (ReadResult also carries FileRegions, for engines that
-        # keep record bytes in files): the same list, retyped, not copied.
-        return ReadResult(cast("list[bytes | FileRegion]", batches), hw, self.log_start_offset)
+        return ReadResult(batches, hw, self.log_start_offset)
 
-    def _read_disk(self, offset: int, hw: int, max_bytes: int, min_one: bool) -> list[bytes]:
-        out: list[bytes] = []
+    def _read_disk(self, offset: int, hw: int, max_bytes: int,
+                   min_one: bool) -> tuple[list[int], list[Piece], int]:
+        """(base offsets, batches, end offset) of the batches from the one
+        holding ``offset``, up to ``max_bytes``, as regions of their files."""
+        bases: list[int] = []
+        out: list[Piece] = []
         total = 0
+        last_end = 0
         floor = keys.LOG + self.prefix
         start = keys.offset_key(keys.LOG, self.prefix, offset)
         end = keys.offset_key(keys.LOG, self.prefix, hw)
@@ -103,17 +151,20 @@ class LogReads:
             if total + size > max_bytes and (out or not min_one):
                 break
             try:
-                batch = log_entry.resolve(entry, self.store.get)
+                piece = self.files.regions(entry)
             except log_entry.MissingBlob:
-                # Compaction wrote the batch inline (or dropped it) and deleted
-                # its blob after this scan began: read the entry as it is now.
+                # Compaction or retention replaced the batch and deleted its
+                # file after this scan began: read the entry as it is now.
                 current = self.store.get(key)
                 if current is None:
                     continue
-                batch = log_entry.resolve(current, self.store.get)
-            out.append(batch)
+                entry = current
+                piece = self.files.regions(entry)
+            bases.append(log_entry.base_offset(entry))
+            out.append(piece)
+            last_end = batch_header.last_offset_of(entry) + 1
             total += size
-        return out
+        return bases, out, last_end
 
     # ------------------------------------------------------------- long-poll
     def waiter(self) -> asyncio.Future[None]:
@@ -134,9 +185,20 @@ class LogReads:
 
     # ------------------------------------------------------ offsets by time
     def _batch_at(self, offset: int) -> bytes | None:
-        """The stored batch containing ``offset`` (a blocking read)."""
-        batches = self._read_disk(offset, self.high_watermark, 1, True)
-        return batches[0] if batches else None
+        """The stored batch containing ``offset``, read (a blocking read)."""
+        floor = keys.LOG + self.prefix
+        start = keys.offset_key(keys.LOG, self.prefix, offset)
+        end = keys.offset_key(keys.LOG, self.prefix, self.high_watermark)
+        for key, entry in self.store.scan_from_containing(start, floor, end):
+            if batch_header.last_offset_of(entry) < offset:
+                continue
+            try:
+                return self.files.read(entry)
+            except log_entry.MissingBlob:  # replaced meanwhile: as it is now
+                current = self.store.get(key)
+                if current is not None:
+                    return self.files.read(current)
+        return None
 
     def _first_record_at_or_after(self, target: int) -> tuple[int, int] | None:
         index = bisect_left(self._ts_values, target)

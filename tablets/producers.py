@@ -184,5 +184,15 @@ class ProducerStates:
             ops.delete(self.key(pid))
         return len(doomed)
 
+    def forget_from(self, offset: int, ops: Ops) -> int:
+        """Forget producers whose cached batches reach ``offset`` (recovery cut
+        the log there, so their sequences name batches that are gone)."""
+        doomed = [pid for pid, entry in self._entries.items()
+                  if any(b.base_offset >= offset for b in entry.batches)]
+        for pid in doomed:
+            del self._entries[pid]
+            ops.delete(self.key(pid))
+        return len(doomed)
+
     def clear(self) -> None:
         self._entries.clear()

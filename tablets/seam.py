@@ -166,6 +166,9 @@ class FileRegion:
 
 @dataclass(slots=True)
 class ReadResult:
+    # Record batches in order: bytes, or regions of the engine's files (a
+    # batch whose header is patched on the way out is its first bytes, then
+    # a region of the rest).
     batches: list[bytes | FileRegion]
     high_watermark: int
     log_start_offset: int
@@ -317,7 +320,11 @@ class PartitionLog(Protocol):
         ``sink``, a transactional batch is staged as a pending blob instead."""
         ...
 
-    async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult: ...
+    async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        """Whole batches from the one holding ``offset``; as bytes, or as
+        ``FileRegion``s of the engine's files (a batch whose first bytes are
+        patched on the way out: those bytes, then a region of the rest)."""
+        ...
 
     def waiter(self) -> asyncio.Future[None]:
         """Resolves at the next append or truncation (Fetch's long-poll)."""

@@ -68,6 +68,10 @@ class Segments:
     def _key(self, base: int) -> bytes:
         return keys.offset_key(keys.SEGMENT, self.prefix, base)
 
+    def put(self, segment: Segment, ops: Ops) -> None:
+        """Write a closed segment's record (start-up repairs)."""
+        self._put(segment, ops)
+
     def _put(self, segment: Segment, ops: Ops) -> None:
         ops.put(self._key(segment.base),
                 _SEGMENT.pack(segment.size, segment.first_ts, segment.largest_ts))

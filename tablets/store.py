@@ -5,6 +5,13 @@ one ``WriteBatch``; callers hand their operations to ``GroupCommitWriter``,
 which runs in one thread, merges everything queued since its last write into
 one RocksDB write (one WAL append, one fsync when the policy asks for it) and
 then resolves every caller's future on the event loop, in submission order.
+
+A change may also carry file writes (``Ops.write_file``: record bytes going
+to a segment file, ``segment_files``) and work to do once it is durable
+(``Ops.after_write``: unlinking a dead file, reclaiming aborted bytes). The
+writer thread writes the files first, fdatasyncs them when the policy is
+``always``, then makes the RocksDB write that indexes them: an index entry
+never lands before the bytes it points at.
 """
 
 from __future__ import annotations
@@ -12,13 +19,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from rocksdict import (
     BlockBasedOptions,
@@ -37,6 +45,15 @@ log = logging.getLogger(__name__)
 FsyncPolicy = Literal["never", "always"]
 
 
+class WritableFile(Protocol):
+    """A file a change appends to (``segment_files.SegmentFile``)."""
+
+    def fileno(self) -> int: ...
+
+    def sync(self) -> None:
+        """Make what was written durable (and the file's directory entry, if new)."""
+
+
 @dataclass(slots=True)
 class Ops(AtomicChange):
     """The operations of one atomic change, in order."""
@@ -44,6 +61,16 @@ class Ops(AtomicChange):
     puts: list[tuple[bytes, bytes]] = field(default_factory=list)
     deletes: list[bytes] = field(default_factory=list)
     delete_ranges: list[tuple[bytes, bytes]] = field(default_factory=list)
+    # Bytes written to files before the RocksDB write: (file, position, data).
+    writes: list[tuple[WritableFile, int, bytes | memoryview]] = field(default_factory=list)
+    # Run on the writer thread once the change is durable.
+    after: list[Callable[[], None]] = field(default_factory=list)
+
+    def write_file(self, file: WritableFile, position: int, data: bytes | memoryview) -> None:
+        self.writes.append((file, position, data))
+
+    def after_write(self, action: Callable[[], None]) -> None:
+        self.after.append(action)
 
     def put(self, key: bytes, value: bytes) -> None:
         self.puts.append((key, value))
@@ -72,14 +99,11 @@ class RocksStore:
         # Record batches arrive compressed by the client, or are incompressible
         # payloads: compressing them again costs CPU on every flush and read.
         options.set_compression_type(DBCompressionType.none())
-        # Batches (usually KBs to MBs) live in blob files, so compactions move
-        # only the small keys instead of rewriting the log again and again.
-        options.set_enable_blob_files(True)
-        options.set_min_blob_size(4096)
-        options.set_blob_compression_type(DBCompressionType.none())
-        # No blob GC: retention deletes from the front, so blob files empty out
-        # whole and are dropped without rewriting live batches.
-        options.set_enable_blob_gc(False)
+        # Record bytes live in segment files (``segment_files``): the values
+        # here are small (index entries of about 80 bytes), so no blob files.
+        # A data directory of format 1 may still hold blob files: RocksDB
+        # reads them without the option (the migration reads them once).
+        options.set_enable_blob_files(False)
         table = BlockBasedOptions()
         table.set_block_size(64 << 10)
         options.set_block_based_table_factory(table)
@@ -132,13 +156,42 @@ class RocksStore:
             yield it.key(), it.value()
             it.next()
 
-    def write_now(self, ops: Ops) -> None:
-        """Apply one change synchronously (start-up and tests only)."""
-        self._apply([ops])
+    def scan_reverse(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Keys in [start, end), newest first."""
+        options = ReadOptions()
+        options.set_iterate_lower_bound(start)
+        options.set_iterate_upper_bound(end)
+        it = self.db.iter(options)
+        it.seek_for_prev(end)
+        while it.valid():
+            key = it.key()
+            if key < start:
+                return
+            if key < end:
+                yield key, it.value()
+            it.prev()
 
-    def _apply(self, changes: list[Ops]) -> None:
-        batch = WriteBatch(raw_mode=True)
+    def write_now(self, ops: Ops, durable: bool = False) -> None:
+        """Apply one change synchronously (start-up and tests only); with
+        ``durable``, synced whatever the fsync policy (a migration)."""
+        self._apply([ops], durable)
+
+    def _apply(self, changes: list[Ops], durable: bool = False) -> None:
+        written: dict[int, WritableFile] = {}
         size = 0
+        for ops in changes:
+            for file, position, data in ops.writes:
+                _pwrite_all(file.fileno(), data, position)
+                written[id(file)] = file
+                size += len(data)
+        write_options = self._write_options
+        if durable and not write_options.sync:
+            write_options = WriteOptions()
+            write_options.sync = True
+        if written and write_options.sync:
+            for file in written.values():
+                file.sync()
+        batch = WriteBatch(raw_mode=True)
         for ops in changes:
             for start, end in ops.delete_ranges:
                 batch.delete_range(start, end)
@@ -148,7 +201,7 @@ class RocksStore:
                 batch.put(key, value)
                 size += len(key) + len(value)
         started = time.perf_counter()
-        self.db.write(batch, self._write_options)
+        self.db.write(batch, write_options)
         stats = self.stats
         seconds = time.perf_counter() - started
         stats.write_seconds += seconds
@@ -158,10 +211,24 @@ class RocksStore:
         stats.changes += len(changes)
         stats.fsyncs += self._write_options.sync
         stats.bytes += size
+        for ops in changes:
+            for action in ops.after:
+                try:
+                    action()
+                except Exception:  # reclaiming space failed: the data is safe, log it
+                    log.exception("clean-up after a write failed")
 
     def close(self) -> None:
         self.readers.shutdown(wait=True)
         self.db.close()
+
+
+def _pwrite_all(fd: int, data: bytes | memoryview, position: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, position)
+        view = view[written:]
+        position += written
 
 
 _STOP = object()

@@ -1,4 +1,5 @@
-"""PartitionTablet: one topic partition's log, kept as keys in RocksDB.
+"""PartitionTablet: one topic partition's log: record bytes in segment files,
+indexed by keys in RocksDB.
 
 State in memory (rebuilt from the store at start-up):
 
@@ -14,17 +15,21 @@ State in memory (rebuilt from the store at start-up):
   max grows, for ListOffsets by timestamp and time-based retention.
 
 A batch is stored as the bytes the producer sent, with its offset, leader
-epoch and (when Kafka would rewrite it) max timestamp patched. Its records
+epoch and (when Kafka would rewrite it) max timestamp patched, appended once
+to the partition's segment files (``segment_files``, the collaborator
+``files``); RocksDB holds where it lies (``log_entry.file_entry``). Its records
 are checked once, at produce time (``validate``): on the event loop when
 that is cheap, otherwise on a worker thread, and appends to one partition
 take their offsets in the order they arrived either way. Fetch never parses
 records; ListOffsets by timestamp streams one batch (``records``).
 
-Transactional batches do not enter the log when produced: ``append`` stores
-them as blobs of their transaction (a ``BlobSink`` names the keys), and
-``stage_commit`` (``txn_log``, a part of this class) later writes the small
-log entries that reference them (``log_entry``), at the end of the log, in
-the transaction's one commit write.
+Transactional batches do not enter the log when produced: ``append`` writes
+them to the segment files too, indexed as pending blobs of their
+transaction (a ``BlobSink`` names the keys), and ``stage_commit``
+(``txn_log``, a part of this class) later moves their small entries into the
+log, at its end, in the transaction's one commit write; an abort drops them
+and punches their bytes out of the file. Start-up (``recovery``) cuts what a
+crash left unindexed or torn.
 Idempotent producers' sequences are checked and kept by ``producers``, in the
 same write as the batches they describe.
 
@@ -48,7 +53,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import batch as batch_header
-from . import keys, validate
+from . import keys, log_entry, validate
 from .compacted_log import CompactedLog
 from .errors import (
     BatchRefused,
@@ -60,7 +65,9 @@ from .in_memory_batches import InMemoryBatches
 from .log_entry import LEADER_EPOCH
 from .log_reads import LogReads
 from .producers import REFUSED, CachedBatch, ProducerStates, next_seq
+from .recovery import load_state
 from .seam import AppendResult, BlobSink
+from .segment_files import PartitionFiles
 from .segments import Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
 from .tablet_settings import TabletSettings
@@ -73,7 +80,6 @@ if TYPE_CHECKING:
 # log start offset, log end offset, bytes stored, where the next compaction
 # starts, and the active segment (base offset, size, first and largest timestamps).
 _META = struct.Struct(">qqqqqqqq")
-_TIMESTAMP = struct.Struct(">q")
 
 
 @dataclass(slots=True)
@@ -99,6 +105,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         partition: int,
         settings: Callable[[], TabletSettings],
         tail_cache_bytes: int,
+        files_root: str,
     ) -> None:
         self.store = store
         self.writer = writer
@@ -108,6 +115,9 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         self.settings = settings
         self.prefix = keys.partition_prefix(topic_id, partition)
         self.meta_key = keys.META + self.prefix
+        self.files = PartitionFiles(files_root, self.prefix, f"{topic_id.hex}-{partition}")
+        # Pending transactional batches: blob key -> file entry.
+        self.pending: dict[bytes, bytes] = {}
         self.log_start_offset = 0
         self.log_end_offset = 0
         self.high_watermark = 0
@@ -133,13 +143,10 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         CompactedLog.__init__(self)
 
     # ------------------------------------------------------------------ load
-    def load(self) -> None:
-        """Rebuild the in-memory state from the store (start-up)."""
+    def load(self, migrate: bool = False) -> None:
+        """Rebuild the in-memory state from the store (start-up); with
+        ``migrate``, move a format-1 log into segment files first."""
         raw = self.store.get(self.meta_key)
-        start, end = keys.TIME_INDEX + self.prefix, keys.TIME_INDEX + self.prefix + b"\xff" * 8
-        for key, value in self.store.scan(start, end):
-            self._ts_offsets.append(keys.offset_of_key(key))
-            self._ts_values.append(_TIMESTAMP.unpack(value)[0])
         if raw is not None:
             (self.log_start_offset, self.log_end_offset, self.size_bytes, self.clean_end,
              *active) = _META.unpack(raw)
@@ -147,7 +154,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         else:
             self.segments.active.base = self.log_end_offset
         self.high_watermark = self.log_end_offset
-        self.producers.load(self.store)
+        load_state(self, migrate)
 
     def initial_ops(self, ops: Ops) -> None:
         ops.put(self.meta_key, self._meta())
@@ -327,7 +334,10 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
             # end, which only grows. Kept for a retry of it; answered if the
             # topic opts in.
             bound = self.log_end_offset + sink.pending_records(self.prefix)
-            ops.put(key, data)
+            entry = log_entry.file_entry(data, 0, *self.files.append(
+                data, ops, settings.segment_bytes, settings.segment_ms, now_ms), False)
+            ops.put(key, entry)
+            self.pending[key] = entry
             if cached is not None:
                 self.producers.stage(header.producer_id, header.producer_epoch,
                                      CachedBatch(cached.first_seq, cached.last_seq, bound),
@@ -341,7 +351,10 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
             self.producers.stage(header.producer_id, header.producer_epoch,
                                  CachedBatch(cached.first_seq, cached.last_seq, base_offset),
                                  now_ms, ops)
-        ops.put(keys.offset_key(keys.LOG, self.prefix, base_offset), data)
+        no, position = self.files.append(data, ops, settings.segment_bytes,
+                                         settings.segment_ms, now_ms)
+        ops.put(keys.offset_key(keys.LOG, self.prefix, base_offset),
+                log_entry.file_entry(data, base_offset, no, position, False))
         self._index_timestamp(base_offset, max_timestamp, ops)
         self._cache(base_offset, data)
         self.size_bytes += len(data)
@@ -400,47 +413,3 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
 
         done.add_done_callback(on_written)
         return appended
-
-    def _index_timestamp(self, offset: int, max_timestamp: int, ops: Ops) -> None:
-        if not self._ts_values or max_timestamp > self._ts_values[-1]:
-            self._ts_offsets.append(offset)
-            self._ts_values.append(max_timestamp)
-            ops.put(keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
-                    _TIMESTAMP.pack(max_timestamp))
-
-    def _advance_high_watermark(self, offset: int) -> None:
-        if offset > self.high_watermark:
-            self.high_watermark = offset
-            self.wake_waiters()
-
-    def _cache(self, offset: int, data: bytes) -> None:
-        self._tail.append(offset, data)
-        self._tail.trim(self._tail_cache_bytes)
-
-    def release(self) -> None:
-        """The partition is deleted: wake its fetchers and free its memory now
-        (a tablet and its topic reference each other, so only the cyclic
-        garbage collector would free them, and big buffers do not prompt it)."""
-        self.deleted = True
-        self.wake_waiters()
-        self._tail, self._ahead, self._ahead_end = InMemoryBatches(), InMemoryBatches(), 0
-        self._ts_offsets, self._ts_values = array("q"), array("q")
-
-    def set_tail_budget(self, nbytes: int) -> None:
-        """This partition's share of the node's in-memory tail budget."""
-        self._tail_cache_bytes = nbytes
-        self._tail.trim(nbytes)
-
-    @property
-    def _tail_start(self) -> int:
-        return self._tail.first_offset(default=self.log_end_offset)
-
-    # ------------------------------------------------------ producer expiry
-    async def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
-        """Forget producers idle for ``producer.id.expiration.ms``."""
-        ops = Ops()
-        expired = self.producers.expire(now_ms, expiration_ms, ops)
-        if expired:
-            await self.writer.submit(ops)
-        return expired
-

@@ -1,9 +1,12 @@
 """The front of a partition's log (a part of ``PartitionTablet``):
 DeleteRecords and retention (retention.ms, retention.bytes) move the log
-start offset and delete the batches wholly below it, with the blobs of the
-transactional batches among them, the time index entries before it and the
-segments' sizes, in one write. They run under the log lock, one at a time
-with compaction swaps.
+start offset and delete the entries of the batches wholly below it, the
+time index entries before it and the segments' sizes, in one write, and
+count the batches out of their segment files: a file left with nothing live
+is deleted whole once that write is durable (``segment_files``), which is
+how retention frees disk. They run under the log lock, one at a time with
+compaction swaps. Idle producers' states expire here too
+(producer.id.expiration.ms).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .in_memory_batches import InMemoryBatches
+    from .producers import ProducerStates
+    from .segment_files import PartitionFiles
     from .segments import Segments
     from .store import GroupCommitWriter, RocksStore
     from .tablet_settings import TabletSettings
@@ -30,6 +35,7 @@ if TYPE_CHECKING:
 class TruncatedLog:
     if TYPE_CHECKING:
         store: RocksStore
+        files: PartitionFiles
         writer: GroupCommitWriter
         settings: Callable[[], TabletSettings]
         prefix: bytes
@@ -41,6 +47,7 @@ class TruncatedLog:
         high_watermark: int
         size_bytes: int
         segments: Segments
+        producers: ProducerStates
         _tail: InMemoryBatches
         _ts_offsets: array[int]
         _ts_values: array[int]
@@ -80,6 +87,14 @@ class TruncatedLog:
         that another piece, important consumers, has held back)."""
         if new_start > self.log_start_offset:
             await self._truncate_front(new_start)
+
+    async def expire_producers(self, now_ms: int, expiration_ms: int) -> int:
+        """Forget producers idle for ``producer.id.expiration.ms``."""
+        ops = Ops()
+        expired = self.producers.expire(now_ms, expiration_ms, ops)
+        if expired:
+            await self.writer.submit(ops)
+        return expired
 
     async def retention_start(self, now_ms: int) -> int:
         """Where retention.ms and retention.bytes would put the log start offset."""
@@ -125,22 +140,22 @@ class TruncatedLog:
         floor = keys.LOG + self.prefix
         start_key = keys.offset_key(keys.LOG, self.prefix, new_start)
 
-        def doomed() -> tuple[bytes, int, list[bytes]]:
-            # Batches below the one containing new_start go; that one stays,
-            # and so do the blobs of the committed transactional batches.
+        def doomed() -> tuple[bytes, int, dict[int, int]]:
+            # Batches below the one containing new_start go; that one stays.
             cut = floor
             freed = 0
-            blobs = []
+            by_file: dict[int, int] = {}  # file number -> bytes freed in it
             for key, entry in self.store.scan(floor, start_key + b"\x00"):
                 if batch_header.last_offset_of(entry) >= new_start:
                     break
                 cut = keys.offset_key(keys.LOG, self.prefix, keys.offset_of_key(key) + 1)
-                freed += log_entry.size(entry)
-                if log_entry.is_reference(entry):
-                    blobs.append(log_entry.blob_key(entry))
-            return cut, freed, blobs
+                size = log_entry.size(entry)
+                freed += size
+                no = log_entry.locate(entry)[0]
+                by_file[no] = by_file.get(no, 0) + size
+            return cut, freed, by_file
 
-        cut, freed, blobs = await loop.run_in_executor(self.store.readers, doomed)
+        cut, freed, by_file = await loop.run_in_executor(self.store.readers, doomed)
         if new_start <= self.log_start_offset:
             return  # another truncation got there first
         self.log_start_offset = new_start
@@ -148,8 +163,8 @@ class TruncatedLog:
         ops = Ops()
         self.segments.truncate(new_start, freed, ops)
         ops.delete_range(floor, cut)
-        for blob in blobs:
-            ops.delete(blob)
+        for no, nbytes in by_file.items():
+            self.files.release_bytes(no, nbytes, ops)
         # Keep the index entry that covers new_start, clamped to it.
         index = bisect_right(self._ts_offsets, new_start) - 1
         if index > 0:

@@ -2,6 +2,13 @@
 of open transactions' batches, the sink that names and counts them
 (``BlobSink``, implemented by the coordinator's ``txn.pending``), and the
 commit's part of the log (``stage_commit``).
+
+A pending batch's bytes are in a segment file from the moment it was
+produced; its ``B`` key says where (``log_entry.file_entry``, base offset 0).
+A commit moves that small entry to the log (``L`` key, base offset set,
+``SHIFTED``: the file's copy keeps base offset 0, the first 16 bytes are
+patched on the way out) and deletes the ``B`` key, in the commit's one
+write: no record byte is copied.
 """
 
 from __future__ import annotations
@@ -18,13 +25,18 @@ from .store import Ops
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .segment_files import PartitionFiles
     from .segments import Segments
+    from .store import RocksStore
     from .tablet_settings import TabletSettings
 
 
 class TransactionLog:
     if TYPE_CHECKING:
         settings: Callable[[], TabletSettings]
+        store: RocksStore
+        files: PartitionFiles
+        pending: dict[bytes, bytes]
         prefix: bytes
         meta_key: bytes
         log_end_offset: int
@@ -39,6 +51,15 @@ class TransactionLog:
         def _cache(self, offset: int, data: bytes) -> None: ...
 
         def _advance_high_watermark(self, offset: int) -> None: ...
+
+    def abort_pending(self, instance: int, ops: Ops) -> None:
+        """Drop the pending batches of transaction ``instance`` (aborted or
+        expired): their keys go in ``ops``, their bytes are punched out of
+        their files once it is durable."""
+        start, end = keys.blob_range(self.prefix, instance)
+        ops.delete_range(start, end)
+        doomed = [k for k in self.pending if start <= k < end]
+        self.files.discard([self.pending.pop(key) for key in doomed], ops)
 
     def stage_commit(self, blobs: list[PendingBlob], marker: bytes,
                      ops: Ops) -> Callable[[], None]:
@@ -56,8 +77,12 @@ class TransactionLog:
         if not cached:
             self._tail = InMemoryBatches()
         for blob in blobs:
+            entry = self.pending.pop(blob.key, None) or self.store.get(blob.key)
+            if entry is None:
+                raise log_entry.MissingBlob(f"pending blob {blob.key.hex()} is not stored")
             ops.put(keys.offset_key(keys.LOG, self.prefix, offset),
-                    log_entry.reference(blob.header, offset, LEADER_EPOCH, blob.key))
+                    log_entry.rebase(entry, offset))
+            ops.delete(blob.key)
             max_timestamp = batch_header.max_timestamp_of(blob.header)
             self._index_timestamp(offset, max_timestamp, ops)
             if cached:
@@ -70,7 +95,11 @@ class TransactionLog:
             offset += batch_header.record_count_of(blob.header)
         data = batch_header.stamp(memoryview(marker), batch_header.parse_batches(marker)[0],
                                   offset, LEADER_EPOCH)
-        ops.put(keys.offset_key(keys.LOG, self.prefix, offset), data)
+        no, position = self.files.append(data, ops, settings.segment_bytes,
+                                         settings.segment_ms,
+                                         batch_header.max_timestamp_of(data))
+        ops.put(keys.offset_key(keys.LOG, self.prefix, offset),
+                log_entry.file_entry(data, offset, no, position, False))
         self._index_timestamp(offset, batch_header.max_timestamp_of(data), ops)
         self._cache(offset, data)
         self.size_bytes += len(data)

@@ -5,11 +5,13 @@ What txn/ means, in this engine's key layout (``keys``): a transactional id's
 state is one ``TXN_STATE`` key, each partition of its open transaction one
 ``TXN_PARTITION`` key (transactional id, instance, topic id, partition ->
 topic name); counters are ``COUNTER`` keys holding a big-endian 64-bit value;
-a pending batch is a ``TXN_BLOB`` key (partition prefix, instance, ordinal),
-so a partition's log reference is its key prefix and a pending reference is
-the blob's key. Every change is one ``Ops`` submitted to the node's single
-writer (group commit), so a commit -- log references, markers, offsets, the
-coordinator's state -- is one atomic RocksDB write.
+a pending batch is a ``TXN_BLOB`` key (partition prefix, instance, ordinal)
+holding where its bytes lie in the partition's segment files, so a
+partition's log reference is its key prefix and a pending reference is the
+blob's key; an abort deletes the keys and punches the bytes out. Every
+change is one ``Ops`` submitted to the node's single writer (group commit),
+so a commit -- log entries, markers, offsets, the coordinator's state -- is
+one atomic RocksDB write.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import struct
 from collections.abc import Callable, Iterator, Mapping
 from uuid import UUID
 
-from . import keys
+from . import keys, log_entry
 from .batch import HEADER_SIZE
 from .consumer_offsets import ConsumerOffsets
 from .seam import (
@@ -70,12 +72,14 @@ class RocksTransactionStorage:
 
     def __init__(self, store: RocksStore, writer: GroupCommitWriter,
                  offsets: ConsumerOffsets, partition: Callable[[str, int], PartitionTablet],
-                 has_partition: Callable[[str, int], bool]) -> None:
+                 has_partition: Callable[[str, int], bool],
+                 tablet_of_ref: Callable[[bytes], PartitionTablet | None]) -> None:
         self._store = store
         self._writer = writer
         self._offsets = offsets
         self._partition = partition
         self._has_partition = has_partition
+        self._tablet_of_ref = tablet_of_ref
 
     @property
     def consumer_offsets(self) -> ConsumerOffsets:
@@ -147,8 +151,13 @@ class RocksTransactionStorage:
         return self._offsets.stage(group, commits, now_ms, _ops(change), committer, members)
 
     def abort_pending(self, change: AtomicChange, log_ref: bytes, instance: int) -> None:
-        _ops(change).delete_range(*keys.blob_range(log_ref, instance))
+        tablet = self._tablet_of_ref(log_ref)
+        if tablet is None:  # its topic was deleted, with its keys and files
+            _ops(change).delete_range(*keys.blob_range(log_ref, instance))
+        else:
+            tablet.abort_pending(instance, _ops(change))
 
     def recover_pending(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
-        return [RecoveredBlob(key, keys.blob_ordinal(key), bytes(value[:HEADER_SIZE]), len(value))
+        return [RecoveredBlob(key, keys.blob_ordinal(key), bytes(value[:HEADER_SIZE]),
+                              log_entry.size(value))
                 for key, value in self._store.scan(*keys.blob_range(log_ref, instance))]

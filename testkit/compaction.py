@@ -16,6 +16,7 @@ from common.clock import now_ms
 from tablets import CleanerSettings, EngineSettings, PartitionTablet, StorageEngine, keys, log_entry
 from tablets import batch as batch_header
 from tablets.records import decompressed
+from tablets.seam import FileRegion
 from testkit.batches import NONE, compress, encode_record
 
 # A compacted topic that rolls a segment for every batch stamped 2 ms or more
@@ -94,6 +95,18 @@ def decode(batch: bytes) -> list[Rec]:
     return out
 
 
+def as_batches(items: list[bytes | FileRegion]) -> list[bytes]:
+    """A read's batches as bytes: regions of segment files read, and a batch
+    given as patched first bytes then a region joined into one."""
+    data = b"".join(item if isinstance(item, bytes) else item.read() for item in items)
+    out, at = [], 0
+    while at < len(data):
+        size = batch_header.LOG_OVERHEAD + int.from_bytes(data[at + 8:at + 12], "big")
+        out.append(data[at:at + size])
+        at += size
+    return out
+
+
 async def read_batches(tablet: PartitionTablet, start: int | None = None,
                        max_bytes: int = 1 << 16) -> list[bytes]:
     """Every batch from ``start`` (the log start) to the high watermark, in fetches."""
@@ -103,7 +116,7 @@ async def read_batches(tablet: PartitionTablet, start: int | None = None,
         read = await tablet.read(offset, max_bytes)
         if not read.batches:
             break
-        for data in read.batches:
+        for data in as_batches(read.batches):
             if batch_header.last_offset_of(data) >= offset:
                 out.append(data)
                 offset = batch_header.last_offset_of(data) + 1
@@ -126,7 +139,8 @@ def newest(records: list[Rec]) -> dict[bytes | None, Rec]:
 
 def check_log(tablet: PartitionTablet) -> None:
     """What compaction must keep true: the byte count is the entries' sizes and
-    the segments' sizes add up to it; every batch is no newer than the time
+    the segments' sizes add up to it; every segment file's live bytes are
+    those of the entries naming it; every batch is no newer than the time
     index entry covering it; every stored batch's CRC holds; offsets ascend."""
     store, prefix = tablet.store, tablet.prefix
     floor = keys.LOG + prefix
@@ -135,8 +149,15 @@ def check_log(tablet: PartitionTablet) -> None:
     segments = tablet.segments
     assert sum(s.size for s in segments.closed) + segments.active.size == tablet.size_bytes
     previous_end = -1
+    live: dict[int, int] = {}
+    for _key, entry in [*entries, *tablet.pending.items()]:
+        no = log_entry.locate(entry)[0]
+        live[no] = live.get(no, 0) + log_entry.size(entry)
+    # Each segment file counts exactly the bytes of the entries naming it.
+    assert {no: f.live for no, f in tablet.files.files.items() if f.live} == live, (
+        {no: f.live for no, f in tablet.files.files.items()}, live)
     for key, entry in entries:
-        batch = log_entry.resolve(entry, store.get)
+        batch = tablet.read_entry(entry)
         [header] = batch_header.parse_batches(batch)  # CRC-checked
         assert header.base_offset == keys.offset_of_key(key) > previous_end
         previous_end = header.base_offset + header.last_offset_delta

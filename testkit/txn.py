@@ -25,6 +25,7 @@ from tablets.consumer_offsets import ConsumerOffsets
 from tablets.seam import AtomicChange, ChangeWriter
 from tablets.tablet import PartitionTablet
 from testkit.batches import decode_batches, make_batch
+from testkit.compaction import as_batches
 from txn import TransactionCoordinator, TxnSettings, TxnState
 from txn.pending_offsets import PendingOffsets
 
@@ -146,8 +147,14 @@ class Env:
             await self.txns.add_offsets(tid, pid, epoch, group, connection)
 
     def blobs(self) -> list[bytes]:
-        """Every transactional blob key in the store."""
+        """Every pending transactional batch's key in the store (a commit
+        moves them into the log, an abort deletes them)."""
         return [k for k, _ in self.engine.store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")]
+
+    def stored_bytes(self, tp: tuple[str, int]) -> int:
+        """Bytes of batches a partition's segment files hold live (its log's
+        and its pending transactions')."""
+        return sum(f.live for f in self.engine.partition(*tp).files.files.values())
 
     async def log(self, tp: tuple[str, int]) -> list[tuple[int, bool, int]]:
         """(base offset, is control, record count) of every batch in a partition,
@@ -155,7 +162,7 @@ class Env:
         tablet = self.engine.partition(*tp)
         read = await tablet.read(tablet.log_start_offset, 1 << 30)
         out = []
-        for data in read.batches:
+        for data in as_batches(read.batches):
             [header] = batch_header.parse_batches(data)
             out.append((batch_header.base_offset_of(data), header.is_control, header.record_count))
         return out
@@ -164,7 +171,7 @@ class Env:
         """(offset, value) of every data record of a partition."""
         read = await self.engine.partition(*tp).read(0, 1 << 30)
         out: list[tuple[int, bytes]] = []
-        for batch in read.batches:
+        for batch in as_batches(read.batches):
             values = batch_values(batch)
             if values is not None:
                 out.extend(enumerate(values, batch_header.base_offset_of(batch)))

@@ -18,13 +18,14 @@ import pytest
 
 from kafka_gateway.prometheus import compaction_families
 from tablets import batch as batch_header
-from tablets import compaction, keys, log_entry
+from tablets import compaction, keys, log_entry, segment_files
 from tablets.compaction import Throttle
 from tablets.errors import PolicyViolation
 from tablets.seam import RunStats
 from testkit.batches import LZ4, ZSTD
 from testkit.compaction import (
     EAGER,
+    as_batches,
     check_log,
     keyed_batch,
     newest,
@@ -41,7 +42,8 @@ def chunks_of(engine, tablet, max_keys=1 << 20):
     """A forced run's plan and its chunks, to be swapped in one by one."""
     plan = tablet.compaction_plan(now_ms(), force=True)
     chunks = compaction.run(engine.store, tablet.prefix, plan, os.urandom(16), max_keys,
-                            Throttle(float("inf"), threading.Event()), RunStats())
+                            Throttle(float("inf"), threading.Event()), RunStats(),
+                            tablet.read_entry)
     return plan, chunks
 
 
@@ -50,9 +52,11 @@ def blob_keys(engine):
 
 
 def references(engine, tablet):
+    """Offsets of the log's entries that name a transactional batch's bytes
+    where it was produced (not rewritten by compaction)."""
     floor = keys.LOG + tablet.prefix
     return [keys.offset_of_key(k) for k, e in engine.store.scan(floor, floor + b"\xff" * 8)
-            if log_entry.is_reference(e)]
+            if log_entry.locate(e)[3]]
 
 
 # ------------------------------------------------------------ transactions
@@ -90,7 +94,7 @@ def test_committed_transactions_are_compacted_inline_and_their_markers_go(tmp_pa
         await commit(txns, engine, "t3", ("c", 0), [[(b"x", b"3")]], abort=True)
         await produce(tablet, [keyed_batch([(b"b", b"4"), (b"c", b"4")]),
                                keyed_batch([(b"head", b"5")])])
-        assert len(references(engine, tablet)) == 3 and len(blob_keys(engine)) == 3
+        assert len(references(engine, tablet)) == 3 and len(blob_keys(engine)) == 0
 
         def markers():
             return [batch_header.base_offset_of(b) for b in batches
@@ -98,7 +102,7 @@ def test_committed_transactions_are_compacted_inline_and_their_markers_go(tmp_pa
 
         await engine.compact("c", 0)
         batches = await read_batches(tablet)
-        assert references(engine, tablet) == [4] and len(blob_keys(engine)) == 1
+        assert references(engine, tablet) == [4] and len(blob_keys(engine)) == 0
         assert markers() == [3, 5]  # t1's marker is kept this run, t2's still marks a=2
         [t1_marker] = [b for b in batches if batch_header.base_offset_of(b) == 3]
         [t1_header] = batch_header.parse_batches(t1_marker)
@@ -297,11 +301,13 @@ def test_produce_and_fetch_go_on_while_compaction_runs(tmp_path, monkeypatch):
     run_engine(scenario, tmp_path)
 
 
-def test_a_read_that_began_before_a_swap_finds_the_inlined_batch(tmp_path):
-    """A disk read whose scan still saw a reference entry, after compaction
-    wrote that batch inline and deleted its blob, reads the entry again."""
+def test_a_read_that_began_before_a_swap_finds_the_rewritten_batch(tmp_path, monkeypatch):
+    """A disk read whose scan still saw an entry, after compaction rewrote
+    that batch to a new file and deleted the old file, reads the entry again."""
+    monkeypatch.setattr(segment_files, "FILE_MIN_BYTES", 0)  # a file per batch
+
     async def scenario(engine):
-        await engine.create_topic("c", 1, EAGER)
+        await engine.create_topic("c", 1, {**EAGER, "segment.bytes": "100"})
         tablet = engine.partition("c", 0)
         txns = TransactionCoordinator(engine, TxnSettings(), now_ms)
         txns.load()
@@ -310,8 +316,12 @@ def test_a_read_that_began_before_a_swap_finds_the_inlined_batch(tmp_path):
         floor = keys.LOG + tablet.prefix
         stale = list(engine.store.scan(floor, floor + b"\xff" * 8))
         await engine.compact("c", 0)
+        old_file = log_entry.locate(stale[0][1])[0]
+        assert old_file not in tablet.files.files  # the premise: its file is gone
         engine.store.scan_from_containing = lambda *_args: iter(stale)
-        batches = tablet._read_disk(0, tablet.high_watermark, 1 << 20, True)
+        _bases, pieces, _end = tablet._read_disk(0, tablet.high_watermark, 1 << 20, True)
+        batches = as_batches([item for piece in pieces
+                              for item in (piece if isinstance(piece, tuple) else (piece,))])
         assert [batch_header.base_offset_of(b) for b in batches] == [0, 2, 3, 4]  # 2: the marker
         assert [batch_header.record_count_of(b) for b in batches] == [1, 1, 1, 1]
 

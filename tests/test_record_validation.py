@@ -4,6 +4,7 @@ good batches in every codec are stored; timestamps follow the topic's rules."""
 
 from __future__ import annotations
 
+import os
 import struct
 
 import pytest
@@ -12,11 +13,10 @@ from test_tablet import run
 
 from common.clock import now_ms
 from kafka_gateway.errors import error_code, record_errors
-from tablets import keys
+from tablets import keys, log_entry
 from tablets import validate as validation
 from tablets.batch import build_batch, parse_batches
 from tablets.records import record_timestamps
-from tablets.store import Ops
 from testkit.batches import (
     GZIP,
     LZ4,
@@ -28,6 +28,7 @@ from testkit.batches import (
     encode_record,
     make_batch,
 )
+from testkit.compaction import as_batches
 
 # Apache Kafka 3.4.1 answers the same, except where noted.
 EXPECTED = {
@@ -120,7 +121,7 @@ def test_good_batches_in_every_codec_are_stored_whole(tmp_path, codec_name):
         await tablet.append(make_batch([b"first"], base_timestamp=now), now)
         appended = await tablet.append(batch, now)
         assert appended.base_offset == 1 and tablet.high_watermark == 401
-        [stored] = (await tablet.read(1, 1 << 30)).batches
+        [stored] = as_batches((await tablet.read(1, 1 << 30)).batches)
         assert stored[16:] == batch[16:]  # the producer's bytes, offset aside
         assert list(record_timestamps(stored)) == [(1 + i, now + i) for i in range(400)]
         assert await tablet.offset_for_timestamp(now + 250) == (251, now + 250)
@@ -159,7 +160,7 @@ def test_stored_max_timestamp_is_the_records_own(tmp_path):
         lying = make_batch([b"a", b"b"], base_timestamp=1000, timestamp_deltas=[0, 40],
                            max_timestamp=9_999_999, codec=ZSTD)
         await tablet.append(lying, 0)
-        [stored] = (await tablet.read(0, 1 << 20)).batches
+        [stored] = as_batches((await tablet.read(0, 1 << 20)).batches)
         [header] = parse_batches(stored)  # the CRC was recomputed
         assert header.max_timestamp == 1040
         assert await tablet.max_timestamp() == (1, 1040)
@@ -220,11 +221,10 @@ def test_a_corrupt_stored_batch_answers_corrupt_message(tmp_path):
         await engine.create_topic("t", 1, {})
         tablet = engine.partition("t", 0)
         await tablet.append(make_batch([b"a", b"b"], base_timestamp=100, codec=ZSTD), 0)
-        [stored] = (await tablet.read(0, 1 << 20)).batches
-        damaged = stored[:61] + bytes(len(stored) - 61)  # the zstd frame zeroed
-        ops = Ops()
-        ops.put(keys.offset_key(keys.LOG, tablet.prefix, 0), damaged)
-        engine.store.write_now(ops)
+        # The zstd frame zeroed where the batch lies, in its segment file.
+        entry = engine.store.get(keys.offset_key(keys.LOG, tablet.prefix, 0))
+        no, position, size, _shifted = log_entry.locate(entry)
+        os.pwrite(tablet.files.files[no].fileno(), bytes(size - 61), position + 61)
         with pytest.raises(Exception) as refused:
             await tablet.offset_for_timestamp(50)
         assert error_code(refused.value) is ErrorCode.corrupt_message

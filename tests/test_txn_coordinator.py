@@ -11,6 +11,7 @@ from tablets import keys, log_entry
 from tablets.consumer_offsets import OffsetCommit
 from tablets.records import record_timestamps
 from testkit.batches import make_batch
+from testkit.compaction import as_batches
 from testkit.txn import GROUP, PARTITIONS, TID, TIMEOUT_MS, Env, batch_values, run
 from txn import TxnSettings, TxnState
 from txn.errors import (
@@ -189,14 +190,16 @@ def test_commit_is_one_write_of_references_marker_offsets_and_state(tmp_path):
         meta = env.txns.describe(TID)
         assert meta.state is TxnState.COMPLETE_COMMIT and env.txns.open_count == 0
         assert env.txns.stats.commits == 1
-        assert len(env.blobs()) == 8  # the log references them: never copied
+        assert len(env.blobs()) == 0  # their entries moved into the logs: never copied
         for tp in PARTITIONS:
             tablet = env.engine.partition(*tp)
             assert await env.log(tp) == [(0, False, 1), (1, False, 2), (3, True, 1)]
             assert tablet.high_watermark == tablet.last_stable_offset == 4
             assert [o for o, _ in await env.record_values(tp)] == [0, 1, 2]
             entries = list(env.engine.store.scan(*_log_range(tablet)))
-            assert [log_entry.is_reference(v) for _, v in entries] == [True, True, False]
+            # The batches' bytes stay where they were produced (base offset 0,
+            # ``SHIFTED``); the marker was written at commit.
+            assert [log_entry.locate(v)[3] for _, v in entries] == [True, True, False]
         assert env.offsets.committed(GROUP, "a", 0).offset == 10
         assert env.offsets.committed(GROUP, "a", 0).metadata == "m"
         assert env.offsets.committed(GROUP, "b", 1).offset == 7
@@ -225,10 +228,11 @@ def test_committed_batches_keep_their_records_and_follow_earlier_data(tmp_path):
 
     async def after_restart(env: Env) -> None:  # read through the store, not the tail
         read = await env.engine.partition("a", 0).read(0, 1 << 20)
-        values = [batch_values(b) for b in read.batches]
+        batches = as_batches(read.batches)
+        values = [batch_values(b) for b in batches]
         assert values == [[b"plain-0", b"plain-1"], [b"plain-2"], [b"t-0", b"t-1", b"t-2"],
                           [b"t-3"], None]
-        assert [o for b in read.batches[:-1] for o, _ in record_timestamps(b)] == list(range(7))
+        assert [o for b in batches[:-1] for o, _ in record_timestamps(b)] == list(range(7))
 
     run(tmp_path, first, after_restart)
 
@@ -265,7 +269,7 @@ def test_a_commit_held_out_of_memory_is_read_from_the_store(tmp_path):
         assert env.txns.budget.used == 0
         await env.txns.end_txn(TID, pid, epoch, True)
         read = await env.engine.partition("a", 0).read(0, 1 << 20)
-        assert [batch_values(b) for b in read.batches] == [[b"x" * 5000, b"y"], None]
+        assert [batch_values(b) for b in as_batches(read.batches)] == [[b"x" * 5000, b"y"], None]
 
     run(tmp_path, phase, settings=TxnSettings(pending_memory_bytes=100))
 

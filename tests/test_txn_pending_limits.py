@@ -12,7 +12,7 @@ import re
 import pytest
 
 from tablets import batch as batch_header
-from tablets import keys, validate
+from tablets import keys, log_entry, validate
 from tablets.consumer_offsets import OffsetCommit
 from tablets.errors import BatchRefused
 from testkit.batches import GZIP, make_batch
@@ -28,8 +28,8 @@ BATCH = len(make_batch([VALUE], producer_id=1, producer_epoch=0, base_sequence=0
 
 def stored_blob_bytes(env: Env) -> int:
     """What the store holds of open transactions' batches, read from the store
-    (committed transactions' blobs stay: the log refers to them)."""
-    return sum(len(value)
+    (the sizes of the batches their pending entries name)."""
+    return sum(log_entry.size(value)
                for meta in env.txns.list({TxnState.ONGOING}) for tp in meta.partitions
                for _, value in env.engine.store.scan(
                    *keys.blob_range(env.engine.partition(*tp).prefix, meta.instance)))

@@ -111,7 +111,8 @@ def test_a_batch_whose_transaction_ended_while_it_was_checked_stores_nothing(tmp
         assert await env.produce(pid, epoch, A0, [b"next"], seq=0) == -1
         await env.txns.end_txn(TID, pid, epoch, True)
         assert await env.record_values(A0) == [(0, b"next")]
-        assert len(env.blobs()) == 1  # the committed batch's only
+        # The committed batch moved into the log; the late one stored nothing.
+        assert env.blobs() == [] and env.stored_bytes(A0) == env.engine.partition(*A0).size_bytes
         assert_nothing_pending(env)
 
     run(tmp_path, phase, clock=clock)
@@ -137,7 +138,7 @@ def test_a_late_batch_cannot_land_in_the_next_transaction(tmp_path):
         await env.txns.end_txn(TID, pid, epoch, True)
         assert await env.log(A0) == []
         assert await env.record_values(("b", 0)) == [(0, b"next")]
-        assert len(env.blobs()) == 1
+        assert env.blobs() == [] and env.stored_bytes(A0) == 0
         assert_nothing_pending(env)
 
     run(tmp_path, phase)
@@ -164,7 +165,8 @@ def test_a_commit_waits_for_the_batches_still_being_checked(tmp_path):
         assert await env.log(A0) == [(0, False, 2), (2, True, 1)]
         assert await env.record_values(A0) == [(0, b"a0"), (1, b"a1")]
         assert await env.record_values(("b", 0)) == [(0, b"stored")]
-        assert len(env.blobs()) == 2
+        assert env.blobs() == []  # both moved into their logs
+        assert env.stored_bytes(A0) == env.engine.partition(*A0).size_bytes
         assert_nothing_pending(env)
         # The transaction is over: a batch of it now is refused.
         with pytest.raises(InvalidTxnState):

@@ -48,8 +48,15 @@ async def connect(server: GatewayServer, tid: str | None) -> RawTxn:
 
 
 def blob_count(server: GatewayServer) -> int:
+    """Pending transactional batches stored (a commit moves them into the log)."""
     store = server.broker.engine.store
     return sum(1 for _ in store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff"))
+
+
+def stored_bytes(server: GatewayServer) -> int:
+    """Bytes of batches the partition's segment files hold live."""
+    tablet = server.broker.engine.partition(TOPIC, 0)
+    return sum(f.live for f in tablet.files.files.values())
 
 
 def assert_nothing_pending(server: GatewayServer) -> None:
@@ -155,7 +162,9 @@ def test_a_produce_racing_its_transactions_end_over_the_wire(tmp_path):
             finally:
                 await successor.close()
             assert await committed_values(client) == [b"c0", b"c1"]
-            assert blob_count(server) == 1
+            # The committed batch (and its marker) only: the late ones stored nothing.
+            assert blob_count(server) == 0
+            assert stored_bytes(server) == server.broker.engine.partition(TOPIC, 0).size_bytes
             assert_nothing_pending(server)
         finally:
             await producer.close()

@@ -16,6 +16,7 @@ from tablets.consumer_offsets import OffsetCommit
 from tablets.store import Ops
 from tablets.txn_storage import partitions_range
 from testkit.batches import make_batch
+from testkit.compaction import as_batches
 from testkit.txn import GROUP, PARTITIONS, TID, TIMEOUT_MS, Clock, Env, run
 from txn import TxnState
 from txn.errors import InvalidTxnState, ProducerFenced, TransactionalIdNotFound
@@ -182,7 +183,13 @@ def test_producer_ids_are_not_reused_after_a_restart(tmp_path):
 # ------------------------------------------------------------ truncation, topics
 
 
-def test_truncation_deletes_the_blobs_committed_batches_reference(tmp_path):
+async def sizes(tablet) -> list[tuple[int, int]]:
+    """(base offset, size) of every batch of a partition's log."""
+    read = await tablet.read(tablet.log_start_offset, 1 << 30)
+    return [(batch_header.base_offset_of(b), len(b)) for b in as_batches(read.batches)]
+
+
+def test_truncation_frees_the_bytes_of_committed_batches(tmp_path):
     async def phase(env: Env) -> None:
         pid, epoch = await env.txns.init_producer_id(TID, TIMEOUT_MS)
         await env.begin(pid, epoch, [("a", 0)])
@@ -190,11 +197,13 @@ def test_truncation_deletes_the_blobs_committed_batches_reference(tmp_path):
         await env.produce(pid, epoch, ("a", 0), [b"z"])
         await env.txns.end_txn(TID, pid, epoch, True)
         tablet = env.engine.partition("a", 0)
-        assert len(env.blobs()) == 2
+        assert env.blobs() == []  # moved into the log
+        batches = [size for _o, size in await sizes(tablet)]
+        assert env.stored_bytes(("a", 0)) == sum(batches)
         assert await tablet.delete_records(2) == 2  # the first batch (0-1) goes
-        assert len(env.blobs()) == 1
+        assert env.stored_bytes(("a", 0)) == sum(batches[1:])
         assert await tablet.delete_records(-1) == 4
-        assert env.blobs() == []
+        assert env.stored_bytes(("a", 0)) == 0
 
     run(tmp_path, phase)
 
