@@ -110,6 +110,16 @@ def blob_partition(key: bytes) -> bytes:
     return key[len(TXN_BLOB):len(TXN_BLOB) + _PARTITION.size]
 
 
+def prefix_end(prefix: bytes) -> bytes:
+    """The first key after every key that starts with ``prefix``: the end of a
+    scan of all of them. ``prefix + b"\xff"`` is not, when the next byte may be
+    0xff (a topic id is random bytes)."""
+    trimmed = prefix.rstrip(b"\xff")
+    if not trimmed:
+        raise ValueError("a prefix of only 0xff bytes has no end")
+    return trimmed[:-1] + bytes([trimmed[-1] + 1])
+
+
 def txn_state_key(transactional_id: str) -> bytes:
     return TXN_STATE + transactional_id.encode()
 

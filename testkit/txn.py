@@ -149,7 +149,7 @@ class Env:
     def blobs(self) -> list[bytes]:
         """Every pending transactional batch's key in the store (a commit
         moves them into the log, an abort deletes them)."""
-        return [k for k, _ in self.engine.store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")]
+        return [k for k, _ in self.engine.store.scan(keys.TXN_BLOB, keys.prefix_end(keys.TXN_BLOB))]
 
     def stored_bytes(self, tp: tuple[str, int]) -> int:
         """Bytes of batches a partition's segment files hold live (its log's

@@ -48,7 +48,7 @@ def chunks_of(engine, tablet, max_keys=1 << 20):
 
 
 def blob_keys(engine):
-    return [k for k, _ in engine.store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")]
+    return [k for k, _ in engine.store.scan(keys.TXN_BLOB, keys.prefix_end(keys.TXN_BLOB))]
 
 
 def references(engine, tablet):

@@ -102,7 +102,7 @@ def test_a_committed_transaction_is_references_to_its_produced_bytes(tmp_path):
         written = sum(f.size for f in tablet.files.files.values())
         await txns.end_txn("tid", pid, epoch, True, -1)
         assert tablet.pending == {}
-        assert list(engine.store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")) == []
+        assert list(engine.store.scan(keys.TXN_BLOB, keys.prefix_end(keys.TXN_BLOB))) == []
         marker = tablet.high_watermark - 1
         # Only the COMMIT marker was written at commit time.
         assert sum(f.size for f in tablet.files.files.values()) == written + (
@@ -342,9 +342,9 @@ def test_a_format_1_data_directory_is_migrated(tmp_path, caplog):
     shutil.rmtree(directory)
     store = RocksStore(str(tmp_path / "rocksdb"))  # the premise: format 1 only
     try:
-        kinds = [e[16] for _k, e in store.scan(keys.LOG, keys.LOG + b"\xff")]
+        kinds = [e[16] for _k, e in store.scan(keys.LOG, keys.prefix_end(keys.LOG))]
         assert kinds == [2, 2, log_entry.REFERENCE_MAGIC, 2]
-        pending = [v[16] for _k, v in store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")]
+        pending = [v[16] for _k, v in store.scan(keys.TXN_BLOB, keys.prefix_end(keys.TXN_BLOB))]
         assert sorted(pending) == [2, 2]  # the committed batch's blob, the open one's
         assert store.get(keys.FORMAT) is None
     finally:
@@ -355,7 +355,7 @@ def test_a_format_1_data_directory_is_migrated(tmp_path, caplog):
             assert engine.store.get(keys.FORMAT) == b"2"
             entries = log_entries(engine, tablet)
             assert all(log_entry.is_file(e) for _k, e in entries) and len(entries) == 4
-            [(_key, pending)] = engine.store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff")
+            [(_key, pending)] = engine.store.scan(keys.TXN_BLOB, keys.prefix_end(keys.TXN_BLOB))
             assert log_entry.is_file(pending)
             got = await read_batches(tablet)
             # The open transaction commits after the migration.

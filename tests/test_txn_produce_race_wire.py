@@ -50,7 +50,7 @@ async def connect(server: GatewayServer, tid: str | None) -> RawTxn:
 def blob_count(server: GatewayServer) -> int:
     """Pending transactional batches stored (a commit moves them into the log)."""
     store = server.broker.engine.store
-    return sum(1 for _ in store.scan(keys.TXN_BLOB, keys.TXN_BLOB + b"\xff"))
+    return sum(1 for _ in store.scan(keys.TXN_BLOB, keys.prefix_end(keys.TXN_BLOB)))
 
 
 def stored_bytes(server: GatewayServer) -> int:
