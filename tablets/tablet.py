@@ -25,24 +25,22 @@ records; ListOffsets by timestamp streams one batch (``records``).
 
 Transactional batches do not enter the log when produced: ``append`` writes
 them to the segment files too, indexed as pending blobs of their
-transaction (a ``BlobSink`` names the keys), and ``stage_commit``
-(``txn_log``: the collaborator ``transactions``) later moves their small entries into the
-log, at its end, in the transaction's one commit write; an abort drops them
-and punches their bytes out of the file. Start-up (``recovery``) cuts what a
-crash left unindexed or torn.
+transaction (a ``BlobSink`` names the keys); a commit (``txn_log``) later
+moves their small entries into the log, at its end, in the transaction's one
+commit write; an abort drops them and punches their bytes out of the file.
+Start-up (``recovery``) cuts what a crash left unindexed or torn.
 Idempotent producers' sequences are checked and kept by ``producers``, in the
 same write as the batches they describe.
 
 Appends also keep the log's virtual segments (``segments``: where Kafka
-would roll files), which compaction (``compacted_log``: the collaborator
-``compaction``, which the cleaner drives) follows. Compaction and truncation
-(retention, DeleteRecords, idle producers' expiry: ``truncation``, the
-collaborator ``truncation``) change the log below its head, one at a time
-(``log_lock``). Each collaborator is constructed with the tablet as a narrow
-Protocol of the state it reads and writes (``TruncatedTablet``,
-``CompactedTablet``, ``TransactionalTablet``), not as the whole class. The
-tablet keeps the seam's ``PartitionLog`` methods (``delete_records``
-delegates). Reads, long-polls and lookups by timestamp are in ``log_reads``.
+would roll files), which compaction (``compacted_log``) follows. Compaction
+and truncation (retention, DeleteRecords, idle producers' expiry:
+``truncation``) change the log below its head, one at a time (``log_lock``).
+These three are collaborators the tablet holds (``tablet.transactions``,
+``tablet.compaction``, ``tablet.truncation``), each given the tablet as a
+narrow Protocol of the state it reads and writes; the tablet keeps the seam's
+``PartitionLog`` methods. Reads, long-polls and lookups by timestamp are in
+``log_reads``.
 """
 
 from __future__ import annotations
