@@ -9,7 +9,7 @@ map takes at most log.cleaner.dedupe.buffer.size, a chunk of changes a few
 MB; its reads and writes together stay under
 log.cleaner.io.max.bytes.per.second. Between chunks (about
 log.cleaner.io.buffer.size of new batches each) it returns to the event
-loop, which swaps each chunk in (``apply_compaction``), so the loop never
+loop, which swaps each chunk in (``tablet.compaction.apply``), so the loop never
 waits on it and produce and fetch go on meanwhile.
 
 A run that fails (a corrupt stored batch) marks its partition uncleanable,
@@ -85,8 +85,8 @@ class Cleaner:
             await asyncio.sleep(self.settings.backoff_ms / 1000)
             try:
                 now = now_ms()
-                due = [t for t in tablets() if t.compaction_plan(now) is not None]
-                for tablet in sorted(due, key=lambda t: -t.compaction.dirty_ratio):
+                due = [t for t in tablets() if t.compaction.plan(now) is not None]
+                for tablet in sorted(due, key=lambda t: -t.compaction.status.dirty_ratio):
                     await self.clean(tablet)
             except Exception:
                 log.exception("log cleaner pass failed")
@@ -97,7 +97,7 @@ class Cleaner:
         if self._one_at_a_time is None:
             self._one_at_a_time = asyncio.Lock()
         async with self._one_at_a_time:
-            plan = tablet.compaction_plan(now_ms(), force)
+            plan = tablet.compaction.plan(now_ms(), force)
             if plan is None or self._stop.is_set():
                 return None
             stats = RunStats()
@@ -114,7 +114,7 @@ class Cleaner:
             sys.setswitchinterval(min(switch_interval, SWITCH_INTERVAL_S))
             try:
                 while (chunk := await loop.run_in_executor(self._thread, next, run, None)):
-                    if not await tablet.apply_compaction(chunk, plan):
+                    if not await tablet.compaction.apply(chunk, plan):
                         return None
                     self.stats.chunks += 1
                     if chunk.last:
@@ -122,13 +122,13 @@ class Cleaner:
             except Aborted:
                 return None
             except Exception as exc:
-                tablet.compaction.failure = f"{type(exc).__name__}: {exc}"
+                tablet.compaction.status.failure = f"{type(exc).__name__}: {exc}"
                 self.stats.failures += 1
                 log.exception("compaction of %s failed; it is not compacted again until "
                               "restart", tablet.name)
                 return None
             finally:
-                tablet.finish_run()
+                tablet.compaction.finish_run()
                 sys.setswitchinterval(switch_interval)
                 self.stats.running = False
                 self.stats.seconds += time.monotonic() - started

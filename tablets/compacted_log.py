@@ -1,5 +1,8 @@
 """The tablet's side of compaction: when a run is due, and swapping its
-chunks into the log (a part of ``PartitionTablet``).
+chunks into the log (``CompactedLog``, a collaborator the tablet holds as
+``tablet.compaction``; the cleaner calls ``plan``, ``apply`` and
+``finish_run``, and reads ``status``). It reads and writes the tablet's state
+through ``CompactedTablet``, the narrow view it is constructed with.
 
 A run is due, as in Kafka 3.4, when the dirty section's share of the log's
 bytes passes min.cleanable.dirty.ratio, or when the oldest dirty segment's
@@ -27,7 +30,7 @@ from __future__ import annotations
 import asyncio
 from array import array
 from bisect import bisect_left
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from . import keys, log_entry
 from .compaction import Chunk, Plan
@@ -47,102 +50,109 @@ if TYPE_CHECKING:
 _TIMESTAMP_FLOOR = -(2**63)
 
 
+class CompactedTablet(Protocol):
+    """The tablet state compaction reads and writes."""
+
+    prefix: bytes
+    meta_key: bytes
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
+    deleted: bool
+    clean_end: int
+    segments: Segments
+    files: PartitionFiles
+    writer: GroupCommitWriter
+    settings: Callable[[], TabletSettings]
+    log_lock: asyncio.Lock
+    _tail: InMemoryBatches
+    _ahead: InMemoryBatches
+    _ahead_end: int
+    _ts_offsets: array[int]
+    _ts_values: array[int]
+    _log_version: int
+
+    def meta(self) -> bytes: ...
+
+
 class CompactedLog:
-    if TYPE_CHECKING:
-        prefix: bytes
-        meta_key: bytes
-        log_start_offset: int
-        log_end_offset: int
-        high_watermark: int
-        size_bytes: int
-        deleted: bool
-        clean_end: int
-        segments: Segments
-        files: PartitionFiles
-        writer: GroupCommitWriter
-        settings: Callable[[], TabletSettings]
-        _tail: InMemoryBatches
-        _ahead: InMemoryBatches
-        _ahead_end: int
-        _ts_offsets: array[int]
-        _ts_values: array[int]
-        _log_lock: asyncio.Lock
-        _log_version: int
-
-        def _meta(self) -> bytes: ...
-
-    def __init__(self) -> None:
-        self.compaction = CompactionStatus()
-        self._next_horizon: int | None = None  # the earliest delete horizon stamped
+    def __init__(self, log: CompactedTablet) -> None:
+        self.log = log
+        self.status = CompactionStatus()
+        self.next_horizon: int | None = None  # the earliest delete horizon stamped
         self._run_file: SegmentFile | None = None  # the new file of the run under way
 
     def cleanable(self, now_ms: int) -> Cleanable | None:
         """What a compaction could clean now; None unless the topic is compacted."""
-        config = self.settings().compaction
-        if config is None or self.deleted:
+        log = self.log
+        config = log.settings().compaction
+        if config is None or log.deleted:
             return None
-        first_dirty = self.clean_end
-        if not self.log_start_offset <= first_dirty <= self.log_end_offset:
-            first_dirty = self.log_start_offset  # truncated past it (compact,delete)
-        found = self.segments.cleanable(first_dirty, self.high_watermark, now_ms,
-                                        config.min_compaction_lag_ms)
-        self.compaction.cleanable_bytes = found.cleanable_bytes
-        self.compaction.dirty_ratio = found.ratio
-        self.compaction.dirty_since_ms = (self.segments.first_timestamp_at(first_dirty)
-                                          if first_dirty < self.log_end_offset else -1)
+        first_dirty = log.clean_end
+        if not log.log_start_offset <= first_dirty <= log.log_end_offset:
+            first_dirty = log.log_start_offset  # truncated past it (compact,delete)
+        found = log.segments.cleanable(first_dirty, log.high_watermark, now_ms,
+                                       config.min_compaction_lag_ms)
+        self.status.cleanable_bytes = found.cleanable_bytes
+        self.status.dirty_ratio = found.ratio
+        self.status.dirty_since_ms = (log.segments.first_timestamp_at(first_dirty)
+                                      if first_dirty < log.log_end_offset else -1)
         return found
 
-    def compaction_plan(self, now_ms: int, force: bool = False) -> Plan | None:
+    def plan(self, now_ms: int, force: bool = False) -> Plan | None:
         """The next run, if one is due (or ``force``d: due or not)."""
-        config = self.settings().compaction
+        log = self.log
+        config = log.settings().compaction
         found = self.cleanable(now_ms)
-        if config is None or found is None or self.compaction.failure is not None:
+        if config is None or found is None or self.status.failure is not None:
             return None
         overdue = (0 <= found.earliest_dirty_ts < now_ms - config.max_compaction_lag_ms
                    and found.cleanable_bytes > 0)
-        horizon = self._next_horizon is not None and self._next_horizon <= now_ms
+        horizon = self.next_horizon is not None and self.next_horizon <= now_ms
         if not (force or overdue or horizon
                 or found.ratio > config.min_cleanable_dirty_ratio):
             return None
-        return Plan(self.log_start_offset, found.first_dirty, found.first_uncleanable, now_ms,
+        return Plan(log.log_start_offset, found.first_dirty, found.first_uncleanable, now_ms,
                     config.delete_retention_ms)
 
-    async def apply_compaction(self, chunk: Chunk, plan: Plan) -> bool:
+    async def apply(self, chunk: Chunk, plan: Plan) -> bool:
         """Swap one chunk in; False (nothing changed) if the run must stop."""
-        async with self._log_lock:
-            if self.deleted or self.log_start_offset != plan.log_start:
+        log = self.log
+        async with log.log_lock:
+            if log.deleted or log.log_start_offset != plan.log_start:
                 self._end_run_file(Ops(), submit=True)
                 return False
             ops = Ops()
             resized = []
             for change in chunk.changes:
-                key = keys.offset_key(keys.LOG, self.prefix, change.offset)
+                key = keys.offset_key(keys.LOG, log.prefix, change.offset)
                 if change.data is None:
                     ops.delete(key)
                 else:
                     if self._run_file is None:
-                        self._run_file = self.files.new_file(ops, plan.now_ms)
-                    position = self.files.write_to(self._run_file, change.data, ops)
+                        self._run_file = log.files.new_file(ops, plan.now_ms)
+                    position = log.files.write_to(self._run_file, change.data, ops)
                     ops.put(key, log_entry.file_entry(change.data, change.offset,
                                                       self._run_file.no, position, False))
                 if log_entry.is_file(change.entry):
-                    self.files.release(change.entry, ops)
+                    log.files.release(change.entry, ops)
                 resized.append((change.offset,
                                 (len(change.data) if change.data else 0) - change.old_size))
-            self.size_bytes = max(0, self.size_bytes + sum(d for _o, d in resized))
-            self.segments.resize(resized)
+            log.size_bytes = max(0, log.size_bytes + sum(d for _o, d in resized))
+            log.segments.resize(resized)
             self._splice_index(chunk, ops)
             if chunk.last:
                 self._end_run_file(ops)
-                self.clean_end = chunk.clean_end
-                self.segments.merge_clean(chunk.clean_end, self.settings().segment_bytes)
-                self._next_horizon = chunk.next_horizon
-                self.compaction.runs += 1
-            self.segments.flush(ops)
-            self.compaction.bytes_reclaimed -= sum(d for _o, d in resized)
-            ops.put(self.meta_key, self._meta())
+                log.clean_end = chunk.clean_end
+                log.segments.merge_clean(chunk.clean_end, log.settings().segment_bytes)
+                self.next_horizon = chunk.next_horizon
+                self.status.runs += 1
+            log.segments.flush(ops)
+            self.status.bytes_reclaimed -= sum(d for _o, d in resized)
+            ops.put(log.meta_key, log.meta())
             self._forget_cached(chunk.index_to)
-            await self.writer.submit(ops)
+            await log.writer.submit(ops)
         return True
 
     def finish_run(self) -> None:
@@ -151,18 +161,20 @@ class CompactedLog:
 
     def _end_run_file(self, ops: Ops, submit: bool = False) -> None:
         """The run's file takes no more batches (deleted if nothing in it is live)."""
+        log = self.log
         if self._run_file is not None:
-            self.files.done_writing(self._run_file, ops)
+            log.files.done_writing(self._run_file, ops)
             self._run_file = None
             if submit:
-                self.writer.submit(ops)
+                log.writer.submit(ops)
 
     def _forget_cached(self, end: int) -> None:
         """Drop the in-memory copies of batches below ``end`` (they may have changed)."""
-        self._log_version += 1
-        self._tail.drop_before(end)
-        if self._ahead.first_offset(default=self._ahead_end) < end:
-            self._ahead.drop_before(end)
+        log = self.log
+        log._log_version += 1
+        log._tail.drop_before(end)
+        if log._ahead.first_offset(default=log._ahead_end) < end:
+            log._ahead.drop_before(end)
 
     def _splice_index(self, chunk: Chunk, ops: Ops) -> None:
         """Rebuild the time index over [index_from, index_to) from the batches kept.
@@ -174,7 +186,8 @@ class CompactedLog:
         rebuilt maximum falls below it: the batches after the range may be as
         new as that.
         """
-        offsets, values = self._ts_offsets, self._ts_values
+        log = self.log
+        offsets, values = log._ts_offsets, log._ts_values
         start, end = chunk.index_from, chunk.index_to
         first, last = bisect_left(offsets, start), bisect_left(offsets, end)
         running = values[first - 1] if first else _TIMESTAMP_FLOOR
@@ -189,10 +202,10 @@ class CompactedLog:
         if covering is not None and covering > running and not at_end:
             new_offsets.append(end)
             new_values.append(covering)
-        ops.delete_range(keys.offset_key(keys.TIME_INDEX, self.prefix, start),
-                         keys.offset_key(keys.TIME_INDEX, self.prefix, end))
+        ops.delete_range(keys.offset_key(keys.TIME_INDEX, log.prefix, start),
+                         keys.offset_key(keys.TIME_INDEX, log.prefix, end))
         for offset, timestamp in zip(new_offsets, new_values, strict=True):
-            ops.put(keys.offset_key(keys.TIME_INDEX, self.prefix, offset),
+            ops.put(keys.offset_key(keys.TIME_INDEX, log.prefix, offset),
                     timestamp.to_bytes(8, "big", signed=True))
         offsets[first:last] = new_offsets
         values[first:last] = new_values

@@ -325,7 +325,8 @@ class StorageEngine:
                 if not tablet.deleted:
                     # Held back at what important consumer groups have not committed.
                     await self.important.retain(tablet, now)
-                    await tablet.expire_producers(now, self.settings.producer_id_expiration_ms)
+                    await tablet.truncation.expire_producers(
+                        now, self.settings.producer_id_expiration_ms)
 
     def is_important_consumer(self, group: str, topic: str | None) -> bool:
         """The topic (None: any topic) names the group in
@@ -364,10 +365,10 @@ class StorageEngine:
 
     def compaction_statuses(self, now_ms: int) -> list[PartitionCompaction]:
         """Every partition the cleaner could compact now (its topic is compacted)."""
-        return [PartitionCompaction(topic.name, tablet.partition, tablet.compaction,
+        return [PartitionCompaction(topic.name, tablet.partition, tablet.compaction.status,
                                     tablet.clean_end)
                 for topic in self.topics.values() for tablet in topic.partitions
-                if tablet.cleanable(now_ms) is not None]
+                if tablet.compaction.cleanable(now_ms) is not None]
 
     def important_groups(self, topic: str | None = None) -> list[ImportantGroup]:
         """What the important consumer groups hold back from retention, of one

@@ -84,7 +84,7 @@ class ImportantConsumers:
 
     async def retain(self, tablet: PartitionTablet, now_ms: int) -> None:
         """One retention pass of one partition, held back for its important groups."""
-        due = await tablet.retention_start(now_ms)
+        due = await tablet.truncation.retention_start(now_ms)
         settings = tablet.settings()
         holds = self.holds(tablet)
         # Rebuilt below: a group no longer named (or holding nothing) leaves.
@@ -97,7 +97,7 @@ class ImportantConsumers:
             if ceiling >= 0 and tablet.size_bytes > ceiling:
                 loop = asyncio.get_running_loop()
                 allowed = await loop.run_in_executor(
-                    tablet.store.readers, tablet._start_for_size, ceiling)
+                    tablet.store.readers, tablet.truncation.start_for_size, ceiling)
                 new_start = min(due, max(floor, allowed))
             await self._record(tablet, holds, due, new_start, now_ms)
             for group, offset in holds.items():
@@ -105,7 +105,7 @@ class ImportantConsumers:
                     self._passed(tablet, group, offset, new_start, ceiling)
         else:
             self._scanned.pop(tablet.prefix, None)  # nothing held back: nothing to keep
-        await tablet.truncate_to(new_start)
+        await tablet.truncation.truncate_to(new_start)
 
     async def _record(self, tablet: PartitionTablet, holds: dict[str, int], due: int,
                       new_start: int, now_ms: int) -> None:

@@ -55,7 +55,7 @@ class Recovering(Protocol):
     @property
     def name(self) -> str: ...
 
-    def _meta(self) -> bytes: ...
+    def meta(self) -> bytes: ...
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +154,7 @@ def cut_log(tablet: Recovering, cut: int, why: str) -> None:
         if segment is not segments.active:
             segments.put(segment, ops)
     forgotten = tablet.producers.forget_from(cut, ops)
-    ops.put(tablet.meta_key, tablet._meta())
+    ops.put(tablet.meta_key, tablet.meta())
     tablet.store.write_now(ops)
     log.error("%s: cut the log at offset %d (%d records in %d batches removed, %d producers' "
               "states forgotten): %s", tablet.name, cut, lost, removed, forgotten, why)

@@ -25,19 +25,21 @@ records; ListOffsets by timestamp streams one batch (``records``).
 
 Transactional batches do not enter the log when produced: ``append`` writes
 them to the segment files too, indexed as pending blobs of their
-transaction (a ``BlobSink`` names the keys), and ``stage_commit``
-(``txn_log``, a part of this class) later moves their small entries into the
-log, at its end, in the transaction's one commit write; an abort drops them
-and punches their bytes out of the file. Start-up (``recovery``) cuts what a
-crash left unindexed or torn.
+transaction (a ``BlobSink`` names the keys); a commit (``txn_log``) later
+moves their small entries into the log, at its end, in the transaction's one
+commit write; an abort drops them and punches their bytes out of the file.
+Start-up (``recovery``) cuts what a crash left unindexed or torn.
 Idempotent producers' sequences are checked and kept by ``producers``, in the
 same write as the batches they describe.
 
 Appends also keep the log's virtual segments (``segments``: where Kafka
-would roll files), which compaction (``compacted_log``, a part of this class)
-follows. Compaction and truncation (retention, DeleteRecords: ``truncation``,
-also a part of it) change the log below its head, one at a time
-(``_log_lock``). Reads, long-polls and lookups by timestamp are in
+would roll files), which compaction (``compacted_log``) follows. Compaction
+and truncation (retention, DeleteRecords, idle producers' expiry:
+``truncation``) change the log below its head, one at a time (``log_lock``).
+These three are collaborators the tablet holds (``tablet.transactions``,
+``tablet.compaction``, ``tablet.truncation``), each given the tablet as a
+narrow Protocol of the state it reads and writes; the tablet keeps the seam's
+``PartitionLog`` methods. Reads, long-polls and lookups by timestamp are in
 ``log_reads``.
 """
 
@@ -95,7 +97,7 @@ class _Checking:
     sink: BlobSink | None
 
 
-class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
+class PartitionTablet(LogReads):
     def __init__(
         self,
         store: RocksStore,
@@ -138,9 +140,13 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         # Truncation and compaction swaps change the log below the head one
         # at a time; each swap bumps the version, so a read-ahead begun
         # before it is not kept.
-        self._log_lock = asyncio.Lock()
+        self.log_lock = asyncio.Lock()
         self._log_version = 0
-        CompactedLog.__init__(self)
+        # Collaborators, each seeing the tablet as the narrow Protocol of the
+        # state it reads and writes.
+        self.truncation = TruncatedLog(self)  # retention, DeleteRecords, producers' expiry
+        self.compaction = CompactedLog(self)  # when a run is due; swapping chunks in
+        self.transactions = TransactionLog(self)  # a commit's part of the log, aborts
 
     # ------------------------------------------------------------------ load
     def load(self, migrate: bool = False) -> None:
@@ -157,9 +163,10 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
         load_state(self, migrate)
 
     def initial_ops(self, ops: Ops) -> None:
-        ops.put(self.meta_key, self._meta())
+        ops.put(self.meta_key, self.meta())
 
-    def _meta(self) -> bytes:
+    def meta(self) -> bytes:
+        """The partition's meta record (``_META``), as the store keeps it."""
         active = self.segments.active
         return _META.pack(self.log_start_offset, self.log_end_offset, self.size_bytes,
                           self.clean_end, active.base, active.size, active.first_ts,
@@ -169,6 +176,10 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
     def name(self) -> str:
         """topic-partition, as Kafka names it in messages."""
         return f"{self.settings().topic}-{self.partition}"
+
+    async def delete_records(self, before: int) -> int:
+        """DeleteRecords (the seam's ``PartitionLog``): the new log start offset."""
+        return await self.truncation.delete_records(before)
 
     # ---------------------------------------------------------------- append
     def append(self, records: bytes | memoryview, now_ms: int,
@@ -362,7 +373,7 @@ class PartitionTablet(LogReads, TruncatedLog, CompactedLog, TransactionLog):
                           settings.segment_ms, settings.compaction is not None, ops)
         offset = base_offset + header.record_count
         self.log_end_offset = offset
-        ops.put(self.meta_key, self._meta())
+        ops.put(self.meta_key, self.meta())
         return self._write(ops, appended, AppendResult(base_offset, append_time,
                                                        self.log_start_offset), offset)
 

@@ -142,7 +142,7 @@ class RocksTransactionStorage:
 
     def stage_commit(self, change: AtomicChange, log: PartitionLog,
                      blobs: list[PendingBlob], marker: bytes) -> Callable[[], None]:
-        return _tablet(log).stage_commit(blobs, marker, _ops(change))
+        return _tablet(log).transactions.stage_commit(blobs, marker, _ops(change))
 
     def stage_offsets(self, change: AtomicChange, group: str,
                       commits: Mapping[TopicPartition, OffsetCommit], now_ms: int,
@@ -155,7 +155,7 @@ class RocksTransactionStorage:
         if tablet is None:  # its topic was deleted, with its keys and files
             _ops(change).delete_range(*keys.blob_range(log_ref, instance))
         else:
-            tablet.abort_pending(instance, _ops(change))
+            tablet.transactions.abort_pending(instance, _ops(change))
 
     def recover_pending(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
         return [RecoveredBlob(key, keys.blob_ordinal(key), bytes(value[:HEADER_SIZE]),

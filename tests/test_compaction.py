@@ -161,10 +161,10 @@ def test_a_tombstone_stays_until_its_horizon(tmp_path):
         [tombstone, *_] = await read_batches(tablet)
         assert decode(tombstone)[0] == Rec(1, decode(tombstone)[0].timestamp, b"a", None)
         assert batch_header.parse_batches(tombstone)[0].base_timestamp == horizon
-        assert tablet._next_horizon == horizon
+        assert tablet.compaction.next_horizon == horizon
         # A run is due at the horizon without new dirty data.
-        assert tablet.compaction_plan(horizon - 1) is None
-        assert tablet.compaction_plan(horizon) is not None
+        assert tablet.compaction.plan(horizon - 1) is None
+        assert tablet.compaction.plan(horizon) is not None
 
     run_engine(scenario, tmp_path)
 
@@ -182,7 +182,7 @@ def test_the_active_segment_is_never_compacted(tmp_path):
         tablet = engine.partition("c", 0)
         await produce(tablet, rounds(5, 2))  # 5 batches of about 80 bytes: one segment
         assert tablet.segments.closed == []
-        assert tablet.compaction_plan(now_ms()) is None
+        assert tablet.compaction.plan(now_ms()) is None
         stats = await engine.compact("c", 0)
         assert stats is not None and stats.records_read == 0
         assert len(await read_all(tablet)) == 10
@@ -191,7 +191,7 @@ def test_the_active_segment_is_never_compacted(tmp_path):
         [closed] = tablet.segments.closed
         head = tablet.segments.active.base
         assert closed.base == 0 and 10 <= head < 20
-        assert tablet.compaction_plan(now_ms()) is not None
+        assert tablet.compaction.plan(now_ms()) is not None
         await engine.compact("c", 0)
         assert await read_all(tablet) == [
             *sorted(newest([r for r in written if r.offset < head]).values(),
@@ -248,20 +248,20 @@ def test_dirty_ratio_and_compaction_lags_decide_when_a_run_is_due(tmp_path):
         now = now_ms()
         await produce(tablet, [keyed_batch([(b"k%d" % i, b"v")], timestamp=now - 60_000)
                                for i in range(4)])
-        assert tablet.cleanable(now).ratio == 1.0  # nothing clean yet
-        assert tablet.compaction_plan(now) is not None
+        assert tablet.compaction.cleanable(now).ratio == 1.0  # nothing clean yet
+        assert tablet.compaction.plan(now) is not None
         await engine.compact("c", 0)
         await produce(tablet, [keyed_batch([(b"k0", b"w")], timestamp=now - 60_000),
                                keyed_batch([(b"z", b"w")], timestamp=now - 60_000)])
-        found = tablet.cleanable(now)
-        assert 0 < found.ratio < 0.5 and tablet.compaction_plan(now) is None
+        found = tablet.compaction.cleanable(now)
+        assert 0 < found.ratio < 0.5 and tablet.compaction.plan(now) is None
         await engine.set_topic_configs("c", {**config, "max.compaction.lag.ms": "30000"})
-        assert tablet.compaction_plan(now) is not None  # its first batch is a minute old
+        assert tablet.compaction.plan(now) is not None  # its first batch is a minute old
         await engine.set_topic_configs("c", {**config, "min.cleanable.dirty.ratio": "0.1",
                                              "min.compaction.lag.ms": "120000"})
-        found = tablet.cleanable(now)
+        found = tablet.compaction.cleanable(now)
         assert found.first_uncleanable == found.first_dirty  # all of it too young
-        assert tablet.compaction_plan(now) is None
+        assert tablet.compaction.plan(now) is None
 
     run_engine(scenario, tmp_path)
 

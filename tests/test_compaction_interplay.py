@@ -40,7 +40,7 @@ from txn import TransactionCoordinator, TxnSettings
 
 def chunks_of(engine, tablet, max_keys=1 << 20):
     """A forced run's plan and its chunks, to be swapped in one by one."""
-    plan = tablet.compaction_plan(now_ms(), force=True)
+    plan = tablet.compaction.plan(now_ms(), force=True)
     chunks = compaction.run(engine.store, tablet.prefix, plan, os.urandom(16), max_keys,
                             Throttle(float("inf"), threading.Event()), RunStats(),
                             tablet.read_entry)
@@ -152,11 +152,12 @@ def test_commits_within_segment_ms_stay_in_the_head_segment_until_a_later_commit
         assert tablet.segments.active.base == first - 1
         await engine.compact("c", 0)
         assert tablet.clean_end == first - 1
-        assert tablet.cleanable(now_ms()).cleanable_bytes == 0  # t2 is dirty, in the head
-        assert tablet.compaction_plan(now_ms()) is None
+        # t2 is dirty, in the head
+        assert tablet.compaction.cleanable(now_ms()).cleanable_bytes == 0
+        assert tablet.compaction.plan(now_ms()) is None
         await commit_at(start + 5_000, "t3", 1)  # its marker rolls the head segment
         assert tablet.segments.active.base == tablet.log_end_offset - 1
-        assert tablet.cleanable(now_ms()).cleanable_bytes > 0
+        assert tablet.compaction.cleanable(now_ms()).cleanable_bytes > 0
         await engine.compact("c", 0)
         assert tablet.clean_end >= second  # compacted past t2
         assert [r.value for r in await read_all(tablet)] == [b"t3-0"] * 4
@@ -226,9 +227,9 @@ def test_a_run_stops_when_the_log_start_moves_between_two_swaps(tmp_path, monkey
         tablet = engine.partition("c", 0)
         await produce(tablet, [keyed_batch([(b"k%d" % (i % 3), b"%d" % i)]) for i in range(10)])
         plan, chunks = chunks_of(engine, tablet)
-        assert await tablet.apply_compaction(next(chunks), plan)
+        assert await tablet.compaction.apply(next(chunks), plan)
         await tablet.delete_records(5)
-        assert not await tablet.apply_compaction(next(chunks), plan)
+        assert not await tablet.compaction.apply(next(chunks), plan)
         assert tablet.clean_end == 0
         check_log(tablet)
         await engine.compact("c", 0)
@@ -373,7 +374,7 @@ def test_a_crash_between_two_swaps_loses_nothing(tmp_path, monkeypatch):
         expected.update(newest(await read_all(tablet)))
         plan, chunks = chunks_of(engine, tablet)
         for _ in range(2):
-            assert await tablet.apply_compaction(next(chunks), plan)
+            assert await tablet.compaction.apply(next(chunks), plan)
         chunks.close()
 
     async def after_restart(engine):

@@ -232,7 +232,7 @@ def test_expired_producers_leave_the_store(tmp_path):
         await engine.create_topic("t", 1, {})
         tablet = engine.partition("t", 0)
         await tablet.append(idempotent([b"x"], 0), 0)
-        assert await tablet.expire_producers(now_ms=10**15, expiration_ms=1000) == 1
+        assert await tablet.truncation.expire_producers(now_ms=10**15, expiration_ms=1000) == 1
 
     async def after_restart(engine):
         tablet = engine.partition("t", 0)

@@ -134,7 +134,7 @@ def test_retention_by_time_and_size_and_delete_records(tmp_path):
         tablet = engine.partition("t", 0)
         for ts in (100, 200, 5000, 6000):
             await tablet.append(make_batch([b"r" * 50] * 2, base_timestamp=ts), 0)
-        await tablet.enforce_retention(now_ms=5500)  # cutoff 4500: first two batches go
+        await tablet.truncation.enforce_retention(now_ms=5500)  # cutoff 4500: first two batches go
         assert tablet.log_start_offset == 4
         with pytest.raises(OffsetOutOfRange):
             await tablet.read(0, 10_000)
@@ -144,7 +144,7 @@ def test_retention_by_time_and_size_and_delete_records(tmp_path):
         assert offsets_of((await tablet.read(5, 10_000)).batches)[0] == 4
 
         await engine.set_topic_configs("t", {"retention.bytes": "100", "retention.ms": "-1"})
-        await tablet.enforce_retention(now_ms=5500)
+        await tablet.truncation.enforce_retention(now_ms=5500)
         assert tablet.log_start_offset == 6
         assert 100 <= tablet.size_bytes <= 200  # Kafka keeps at least retention.bytes
         return tablet.log_start_offset
