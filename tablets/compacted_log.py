@@ -62,12 +62,9 @@ class CompactedLog:
         writer: GroupCommitWriter
         settings: Callable[[], TabletSettings]
         _tail: InMemoryBatches
-        _ahead: InMemoryBatches
-        _ahead_end: int
         _ts_offsets: array[int]
         _ts_values: array[int]
         _log_lock: asyncio.Lock
-        _log_version: int
 
         def _meta(self) -> bytes: ...
 
@@ -159,10 +156,7 @@ class CompactedLog:
 
     def _forget_cached(self, end: int) -> None:
         """Drop the in-memory copies of batches below ``end`` (they may have changed)."""
-        self._log_version += 1
         self._tail.drop_before(end)
-        if self._ahead.first_offset(default=self._ahead_end) < end:
-            self._ahead.drop_before(end)
 
     def _splice_index(self, chunk: Chunk, ops: Ops) -> None:
         """Rebuild the time index over [index_from, index_to) from the batches kept.
