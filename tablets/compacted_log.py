@@ -67,11 +67,8 @@ class CompactedTablet(Protocol):
     settings: Callable[[], TabletSettings]
     log_lock: asyncio.Lock
     _tail: InMemoryBatches
-    _ahead: InMemoryBatches
-    _ahead_end: int
     _ts_offsets: array[int]
     _ts_values: array[int]
-    _log_version: int
 
     def meta(self) -> bytes: ...
 
@@ -170,11 +167,7 @@ class CompactedLog:
 
     def _forget_cached(self, end: int) -> None:
         """Drop the in-memory copies of batches below ``end`` (they may have changed)."""
-        log = self.log
-        log._log_version += 1
-        log._tail.drop_before(end)
-        if log._ahead.first_offset(default=log._ahead_end) < end:
-            log._ahead.drop_before(end)
+        self.log._tail.drop_before(end)
 
     def _splice_index(self, chunk: Chunk, ops: Ops) -> None:
         """Rebuild the time index over [index_from, index_to) from the batches kept.

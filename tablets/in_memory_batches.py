@@ -1,9 +1,7 @@
 """A run of consecutive batches held in memory, oldest first.
 
-A tablet keeps two: its tail (the newest batches as bytes, so consumers at
-the head of the log never touch RocksDB) and a read-ahead for a consumer
-below the tail (regions of segment files: where the batches lie, not their
-bytes; ``Piece``).
+A tablet keeps its tail in one: the newest batches as bytes, so consumers
+at the head of the log never touch RocksDB or the segment files.
 Batches leave from the front in O(1) (a head index, compacted now and then),
 so a tail of many small batches costs nothing per append to trim.
 """
@@ -11,19 +9,10 @@ so a tail of many small batches costs nothing per append to trim.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import TypeAlias
+from typing import TYPE_CHECKING
 
-from .seam import FileRegion
-
-# A batch: its bytes, a region of a file, or its patched first bytes then a
-# region of the rest (``segment_files.PartitionFiles.regions``).
-Piece: TypeAlias = bytes | FileRegion | tuple[bytes, FileRegion]
-
-
-def piece_size(piece: Piece) -> int:
-    if isinstance(piece, tuple):
-        return len(piece[0]) + len(piece[1])
-    return len(piece)
+if TYPE_CHECKING:
+    from .seam import FileRegion
 
 _COMPACT_AT = 1024  # dropped entries before the lists are shortened
 
@@ -32,10 +21,10 @@ class InMemoryBatches:
     __slots__ = ("_batches", "_head", "_offsets", "_sizes", "nbytes")
 
     def __init__(self, offsets: list[int] | None = None,
-                 batches: list[Piece] | None = None) -> None:
+                 batches: list[bytes] | None = None) -> None:
         self._offsets: list[int] = offsets or []
-        self._batches: list[Piece] = batches or []
-        self._sizes: list[int] = [piece_size(b) for b in self._batches]
+        self._batches: list[bytes] = batches or []
+        self._sizes: list[int] = [len(b) for b in self._batches]
         self._head = 0
         self.nbytes = sum(self._sizes)
 
@@ -83,10 +72,7 @@ class InMemoryBatches:
             size = sizes[index]
             if total + size > max_bytes and (out or not min_one):
                 break
-            if isinstance(data, tuple):
-                out.extend(data)
-            else:
-                out.append(data)
+            out.append(data)
             total += size
             index += 1
         return out

@@ -31,6 +31,8 @@ REFERENCE_MAGIC = 0x7E
 FILE_MAGIC = 0x7D
 SHIFTED = 1  # the file's copy has base offset 0: patch the first 16 bytes when read
 _LOCATOR = struct.Struct(">qqB")  # file number, position, flags
+# Base offset, length, last offset delta (at 23), then the locator (at 61).
+_SPAN = struct.Struct(">qi11xi34xqqB")
 PREFIX_SIZE = 16  # base offset, length, leader epoch: what a patch rewrites
 CRC_AT = 17
 _MAGIC_AT = 16
@@ -113,6 +115,13 @@ def locate(entry: bytes | memoryview) -> tuple[int, int, int, bool]:
     """(file number, position, size, shifted) of a file entry."""
     file_no, position, flags = _LOCATOR.unpack_from(entry, HEADER_SIZE)
     return file_no, position, size(entry), bool(flags & SHIFTED)
+
+
+def span(entry: bytes | memoryview) -> tuple[int, int, int, int, int, bool]:
+    """(base offset, last offset, size, file number, position, shifted) of a
+    file entry, in one unpack (the read path walks many)."""
+    base, length, delta, file_no, position, flags = _SPAN.unpack_from(entry)
+    return base, base + delta, length + LOG_OVERHEAD, file_no, position, bool(flags & SHIFTED)
 
 
 def rebase(entry: bytes, base_offset: int) -> bytes:

@@ -45,7 +45,6 @@ from typing import TYPE_CHECKING
 from crc32c import crc32c
 
 from . import keys, log_entry
-from .seam import FileRegion
 from .store import Ops
 
 if TYPE_CHECKING:
@@ -279,19 +278,13 @@ class PartitionFiles:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     # --------------------------------------------------------------- reads
-    def regions(self, entry: bytes) -> bytes | FileRegion | tuple[bytes, FileRegion]:
-        """The batch of ``entry`` without reading it: a region of its file, or
-        (a committed transactional batch, stored with base offset 0) its first
-        16 bytes patched, then a region of the rest."""
-        no, position, size, shifted = log_entry.locate(entry)
+    def open_file(self, no: int) -> FileIO | None:
+        """File ``no``, open, for regions of it (``seam.FileRegion``), or None
+        once its deletion is durable. Files are never closed here: a region
+        handed out keeps its file object, so its bytes stay readable after
+        the file is unlinked."""
         file = self.files.get(no) or self._dying.get(no)
-        if file is None:
-            raise log_entry.MissingBlob(f"log entry at offset {log_entry.base_offset(entry)} "
-                                        f"names segment file {no}, which is gone")
-        if not shifted:
-            return FileRegion(file.io, position, size)
-        prefix = log_entry.PREFIX_SIZE
-        return bytes(entry[:prefix]), FileRegion(file.io, position + prefix, size - prefix)
+        return None if file is None else file.io
 
     def read(self, entry: bytes) -> bytes:
         """The batch of ``entry``, read (as served: offsets patched)."""

@@ -36,11 +36,12 @@ Appends also keep the log's virtual segments (``segments``: where Kafka
 would roll files), which compaction (``compacted_log``) follows. Compaction
 and truncation (retention, DeleteRecords, idle producers' expiry:
 ``truncation``) change the log below its head, one at a time (``log_lock``).
-These three are collaborators the tablet holds (``tablet.transactions``,
-``tablet.compaction``, ``tablet.truncation``), each given the tablet as a
-narrow Protocol of the state it reads and writes; the tablet keeps the seam's
-``PartitionLog`` methods. Reads, long-polls and lookups by timestamp are in
-``log_reads``.
+Reads, long-polls and lookups by timestamp (``log_reads``), compaction,
+truncation and transactional commits are collaborators the tablet holds
+(``tablet.reads``, ``tablet.compaction``, ``tablet.truncation``,
+``tablet.transactions``), each given the tablet as a narrow Protocol of the
+state it reads and writes (the offsets, the tail, the time index kept here);
+the tablet keeps the seam's ``PartitionLog`` methods, delegating.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ from .log_entry import LEADER_EPOCH
 from .log_reads import LogReads
 from .producers import REFUSED, CachedBatch, ProducerStates, next_seq
 from .recovery import load_state
-from .seam import AppendResult, BlobSink
+from .seam import AppendResult, BlobSink, ReadResult
 from .segment_files import PartitionFiles
 from .segments import Segment, Segments
 from .store import GroupCommitWriter, Ops, RocksStore, StorageError
@@ -97,7 +98,7 @@ class _Checking:
     sink: BlobSink | None
 
 
-class PartitionTablet(LogReads):
+class PartitionTablet:
     def __init__(
         self,
         store: RocksStore,
@@ -125,23 +126,17 @@ class PartitionTablet(LogReads):
         self.high_watermark = 0
         self.size_bytes = 0
         self.deleted = False
-        self._tail_cache_bytes = tail_cache_bytes
         self._tail = InMemoryBatches()
-        # Batches read ahead of a consumer below the tail, up to _ahead_end.
-        self._ahead = InMemoryBatches()
-        self._ahead_end = 0
         self._ts_offsets = array("q")
         self._ts_values = array("q")
-        self._waiters: set[asyncio.Future[None]] = set()
+        self.reads = LogReads(store, self.files, self, tail_cache_bytes)
         self._checking: deque[_Checking] = deque()
         self.producers = ProducerStates(self.prefix, settings().max_producers)
         self.segments = Segments(self.prefix)
         self.clean_end = 0  # where the next compaction's dirty section starts
         # Truncation and compaction swaps change the log below the head one
-        # at a time; each swap bumps the version, so a read-ahead begun
-        # before it is not kept.
+        # at a time.
         self.log_lock = asyncio.Lock()
-        self._log_version = 0
         # Collaborators, each seeing the tablet as the narrow Protocol of the
         # state it reads and writes.
         self.truncation = TruncatedLog(self)  # retention, DeleteRecords, producers' expiry
@@ -180,6 +175,52 @@ class PartitionTablet(LogReads):
     async def delete_records(self, before: int) -> int:
         """DeleteRecords (the seam's ``PartitionLog``): the new log start offset."""
         return await self.truncation.delete_records(before)
+
+    # ------------------------------------------------- reads (``log_reads``)
+    async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        return self.reads.read(offset, max_bytes, min_one)
+
+    def waiter(self) -> asyncio.Future[None]:
+        return self.reads.waiter()
+
+    def forget_waiter(self, future: asyncio.Future[None]) -> None:
+        self.reads.forget_waiter(future)
+
+    def wake_waiters(self) -> None:
+        self.reads.wake_waiters()
+
+    async def offset_for_timestamp(self, target: int) -> tuple[int, int] | None:
+        return await self.reads.offset_for_timestamp(target)
+
+    async def max_timestamp(self) -> tuple[int, int] | None:
+        return await self.reads.max_timestamp()
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.reads.last_stable_offset
+
+    def set_tail_budget(self, nbytes: int) -> None:
+        self.reads.set_tail_budget(nbytes)
+
+    def read_entry(self, entry: bytes) -> bytes:
+        return self.reads.read_entry(entry)
+
+    def _cache(self, offset: int, data: bytes) -> None:
+        self.reads.cache(offset, data)
+
+    def _index_timestamp(self, offset: int, max_timestamp: int, ops: Ops) -> None:
+        self.reads.index_timestamp(offset, max_timestamp, ops)
+
+    def _advance_high_watermark(self, offset: int) -> None:
+        self.reads.advance_high_watermark(offset)
+
+    def release(self) -> None:
+        """The partition is deleted: wake its fetchers and free its memory now
+        (a tablet and its topic reference each other, so only the cyclic
+        garbage collector would free them, and big buffers do not prompt it)."""
+        self.deleted = True
+        self.pending.clear()
+        self.reads.release()
 
     # ---------------------------------------------------------------- append
     def append(self, records: bytes | memoryview, now_ms: int,

@@ -320,9 +320,7 @@ def test_a_read_that_began_before_a_swap_finds_the_rewritten_batch(tmp_path, mon
         old_file = log_entry.locate(stale[0][1])[0]
         assert old_file not in tablet.files.files  # the premise: its file is gone
         engine.store.scan_from_containing = lambda *_args: iter(stale)
-        _bases, pieces, _end = tablet._read_disk(0, tablet.high_watermark, 1 << 20, True)
-        batches = as_batches([item for piece in pieces
-                              for item in (piece if isinstance(piece, tuple) else (piece,))])
+        batches = as_batches(tablet.reads.read(0, 1 << 20).batches)
         assert [batch_header.base_offset_of(b) for b in batches] == [0, 2, 3, 4]  # 2: the marker
         assert [batch_header.record_count_of(b) for b in batches] == [1, 1, 1, 1]
 

@@ -81,7 +81,7 @@ def test_read_from_tail_and_from_disk_agree(tmp_path):
         tablet = engine.partition("t", 0)
         for _ in range(50):
             await tablet.append(make_batch([b"z" * 100] * 4), 0)
-        assert tablet._tail_start > 0  # the small cache evicted the oldest batches
+        assert tablet.reads.tail_start > 0  # the small cache evicted the oldest batches
         for offset in (0, 1, 7, 100, 198, 199):
             result = await tablet.read(offset, 10_000)
             got = offsets_of(result.batches)
@@ -184,24 +184,25 @@ def test_topic_lifecycle(tmp_path):
     run(reopened, tmp_path)
 
 
-def test_consumers_below_the_tail_are_read_ahead(tmp_path):
+def test_consumers_below_the_tail_are_served_on_the_loop(tmp_path):
+    """A read below the in-memory tail hands nothing to a reader thread: the
+    index is walked on the event loop, fetch after fetch, in order."""
     async def scenario(engine):
         await engine.create_topic("t", 1, {})
         tablet = engine.partition("t", 0)
         for _ in range(40):
             await tablet.append(make_batch([b"z" * 1000] * 4), 0)
-        disk_reads = []
-        read_disk = tablet._read_disk
-        tablet._read_disk = lambda *args: disk_reads.append(args) or read_disk(*args)
+        handed_off = []
+        engine.store.readers.submit = lambda *args, **kw: handed_off.append(args)
         offset, seen = 0, []
-        while offset < 100:  # all below the tiny tail: on disk
+        while offset < 100:  # all below the tiny tail: in the files
             result = await tablet.read(offset, 4500)
             got = offsets_of(result.batches)
             assert got[0] == offset
             seen += got
             offset = got[-1] + 1
         assert seen == list(range(100))
-        assert len(disk_reads) == 1  # the first read brought the rest ahead
+        assert handed_off == []
 
     run(scenario, tmp_path, tail_cache_bytes=2000)
 
@@ -209,14 +210,14 @@ def test_consumers_below_the_tail_are_read_ahead(tmp_path):
 def test_the_tail_budget_is_shared_by_all_partitions(tmp_path):
     async def scenario(engine):
         await engine.create_topic("a", 2, {})
-        assert [t._tail_cache_bytes for t in engine.topic("a").partitions] == [5000, 5000]
+        assert [t.reads._tail_cache_bytes for t in engine.topic("a").partitions] == [5000, 5000]
         tablet = engine.partition("a", 0)
         for _ in range(8):
             await tablet.append(make_batch([b"y" * 500] * 2), 0)
         await engine.create_topic("b", 3, {})  # five partitions now share 10000 bytes
-        assert tablet._tail_cache_bytes == 2000
+        assert tablet.reads._tail_cache_bytes == 2000
         assert tablet._tail.nbytes <= 2000 and len(tablet._tail) >= 1
         await engine.delete_topic("b")
-        assert tablet._tail_cache_bytes == 5000
+        assert tablet.reads._tail_cache_bytes == 5000
 
     run(scenario, tmp_path, tail_cache_bytes=10_000)
