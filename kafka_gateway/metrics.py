@@ -52,6 +52,10 @@ class Metrics:
     connections_refused: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     authorization_failures: int = 0  # operations an ACL (or no ACL) denied
     response_write_failures: int = 0  # answers the socket refused (connection closed)
+    # Record bytes of the engine's files sent without a copy through Python
+    # (os.sendfile, plaintext), and read to be sent (TLS).
+    sendfile_bytes: int = 0
+    file_region_read_bytes: int = 0
 
     def count_errors(self, api: str, body: Any) -> None:
         """Count the error codes of a response body (a kio entity), as Kafka's

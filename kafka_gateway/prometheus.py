@@ -130,6 +130,12 @@ class GatewayCollector(Collector):
         yield _counter("response_write_failures",
                        "Answers the socket refused to take (the connection closed unanswered)",
                        metrics.response_write_failures)
+        yield _counter("sendfile_bytes",
+                       "Record bytes sent from segment files with os.sendfile (plaintext)",
+                       metrics.sendfile_bytes)
+        yield _counter("file_region_read_bytes",
+                       "Record bytes read from segment files to be sent (TLS listeners)",
+                       metrics.file_region_read_bytes)
         yield _counter("log_lines_suppressed", "Bad-input log lines over the per-address rate",
                        metrics.log_lines_suppressed)
         yield _counter("connections_expired", "Connections closed idle or stalled mid-frame",

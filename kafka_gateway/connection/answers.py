@@ -22,7 +22,14 @@ from collections.abc import Callable, Sequence
 
 from ..request_memory import ReadBuffer
 from .read_buffer import ConnectionBuffer
-from .regions import AnswerChunks, BytesRun, RegionSend, has_regions, read_regions
+from .regions import (
+    AnswerChunks,
+    BytesRun,
+    RegionSend,
+    has_regions,
+    read_regions,
+    region_bytes,
+)
 from .state import ConnectionState, SocketLike
 
 # Buffers written as they are (SASL's answers before authentication).
@@ -133,6 +140,7 @@ class Answers:
             failure = exc
         if failure is None and not transport.is_closing():
             state.metrics.bytes_out += sum(map(len, chunks))
+            state.metrics.file_region_read_bytes += region_bytes(chunks)
             state.active()
             return True
         state.metrics.response_write_failures += 1

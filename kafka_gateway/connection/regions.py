@@ -74,6 +74,11 @@ def has_regions(chunks: AnswerChunks) -> bool:
     return any(isinstance(chunk, FileRegion) for chunk in chunks)
 
 
+def region_bytes(chunks: AnswerChunks) -> int:
+    """Bytes of an answer that lie in files."""
+    return sum(len(chunk) for chunk in chunks if isinstance(chunk, FileRegion))
+
+
 def read_regions(chunks: AnswerChunks) -> Sequence[bytes | bytearray]:
     """The answer as bytes only (TLS), each region read with one ``os.pread``;
     ``chunks`` itself when it has none (the usual case, no copy of the list)."""
@@ -178,6 +183,7 @@ class RegionSend:
                 return False
             self.offset += sent
             state.metrics.bytes_out += sent
+            state.metrics.sendfile_bytes += sent
             state.active()
             if self.offset == region.length:
                 self.region = None
