@@ -85,7 +85,7 @@ class Ops(AtomicChange):
     def size(self) -> int:
         """The bytes a write of this change copies: what decides whether the
         event loop may write it (anything ``_apply`` writes counts here)."""
-        return sum(len(key) + len(value) for key, value in self.puts)
+        return sum([len(key) + len(value) for key, value in self.puts])
 
 WriterStats = WriteStats  # the seam's name for the same counters
 
@@ -234,7 +234,7 @@ class GroupCommitWriter:
         if not self._gathered:
             self.loop.call_soon(self._end_pass)
         self._gathered.append((ops, future))
-        if self._inline_bytes:
+        if self._gathered_bytes <= self._inline_bytes:  # no sum once the pass is too big
             self._gathered_bytes += ops.size()
         return future
 
