@@ -86,3 +86,21 @@ def test_old_message_format_is_refused_per_partition(sock):
     code, base, _ = _produce(sock, 1, message_set)
     assert code == 43  # UNSUPPORTED_FOR_MESSAGE_FORMAT
     assert base == -1
+
+
+@pytest.mark.parametrize("version", [2, 7])
+def test_invalid_acks_are_refused_per_partition_and_nothing_is_stored(sock, version):
+    def produce(acks: int) -> tuple[int, int]:
+        body = struct.pack(">hii", acks, 10_000, 1) if version < 3 else struct.pack(
+            ">hhii", -1, acks, 10_000, 1)
+        records = make_batch([b"acks"])
+        body += struct.pack(">h", len(TOPIC)) + TOPIC + struct.pack(">iii", 1, 0, len(records))
+        response = _request(sock, 0, version, body + records)
+        pos = 6 + len(TOPIC)
+        _partitions, _index, code, base = struct.unpack_from(">iihq", response, pos)
+        return code, base
+
+    _, before = produce(-1)
+    assert produce(2) == (21, -1)  # INVALID_REQUIRED_ACKS
+    _, after = produce(1)
+    assert after == before + 1  # the refused batch took no offset

@@ -164,12 +164,12 @@ async def _append_all(broker, request, body, acks: int, now: int,
                       refused: KafkaError | None, denied,
                       pending: list[tuple[str, int, asyncio.Future | BaseException]]) -> None:
     """Append every partition's records, in request order; each outcome to ``pending``."""
+    if acks not in (-1, 0, 1):  # checked first: every partition gets this
+        refused = InvalidRequiredAcks(f"acks must be -1, 0 or 1, not {acks}")
+    metrics = broker.metrics
     async for topic_data, part in sliced((t, p) for t in body.topic_data
                                          for p in t.partition_data):
         try:
-            if acks not in (-1, 0, 1):
-                raise InvalidRequiredAcks(f"acks must be -1, 0 or 1, not {acks}"
-                )
             if refused is not None:
                 raise refused
             if denied:
@@ -184,8 +184,9 @@ async def _append_all(broker, request, body, acks: int, now: int,
                 sink = broker.txns.sink_for(body.transactional_id, *producer,
                                             topic_data.name, part.index, request.connection)
             outcome = tablet.append(part.records, now, sink)
-            broker.metrics.produced_bytes += len(part.records)
-            broker.metrics.topic_bytes_in[tablet.topic_id] += len(part.records)
+            size = len(part.records)
+            metrics.produced_bytes += size
+            metrics.topic_bytes_in[tablet.topic_id] += size
         except EXPECTED as exc:
             outcome = exc
         pending.append((topic_data.name, part.index, outcome))
