@@ -210,3 +210,38 @@ def test_close_writes_what_the_loop_gathered(tmp_path):
         assert store.get(b"gathered") == b"v" * 10
     finally:
         store.close()
+
+
+def test_appends_through_both_paths_are_acknowledged_in_order(tmp_path):
+    """A large batch goes to the writer thread, the small ones after it wait
+    for it; the high watermark and the acknowledgements follow call order."""
+    from tablets import EngineSettings, StorageEngine
+    from testkit.batches import make_batch
+
+    async def main() -> None:
+        engine = StorageEngine(str(tmp_path / "engine"), EngineSettings())
+        engine.start(asyncio.get_running_loop())
+        try:
+            await engine.create_topic("t", 2, {})
+            tablet, other = engine.partition("t", 0), engine.partition("t", 1)
+            await tablet.append(make_batch([b"first"]), 0)
+            loop_writes = engine.write_stats().loop_writes
+            assert loop_writes >= 1  # the premise: a lone small append is written on the loop
+            large = make_batch([b"x" * (INLINE_BYTES + 1)])
+            appended = [tablet.append(large, 0), tablet.append(make_batch([b"a"]), 0),
+                        other.append(make_batch([b"b"]), 0)]
+            watermarks: list[int] = []
+            for future in appended:
+                future.add_done_callback(lambda _f: watermarks.append(tablet.high_watermark))
+            order = completion_order(appended)  # type: ignore[arg-type]
+            results = await asyncio.gather(*appended)
+            assert [r.base_offset for r in results] == [1, 2, 0]
+            assert order == [0, 1, 2]
+            assert watermarks == sorted(watermarks) and tablet.high_watermark == 3
+            assert engine.write_stats().loop_writes == loop_writes  # that pass went to the thread
+            batches = (await tablet.read(0, 1 << 30)).batches
+            assert [len(b) for b in batches][1] == len(large)
+        finally:
+            engine.close()
+
+    asyncio.run(main())
