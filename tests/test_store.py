@@ -245,3 +245,35 @@ def test_appends_through_both_paths_are_acknowledged_in_order(tmp_path):
             engine.close()
 
     asyncio.run(main())
+
+
+def test_during_a_write_stall_nothing_is_written_on_the_loop(tmp_path):
+    class StalledStore(RecordingStore):
+        def write_may_wait(self) -> bool:
+            self.asked = True
+            return True
+
+    store = StalledStore(str(tmp_path / "db"))
+
+    async def main() -> None:
+        writer = GroupCommitWriter(store, asyncio.get_running_loop())
+        try:
+            await asyncio.gather(*(writer.submit(change(b"k%d" % i)) for i in range(3)))
+        finally:
+            writer.close()
+
+    try:
+        asyncio.run(main())
+        assert store.asked  # the premise: the writer asked
+        assert store.writes == [("rocks-writer", [b"k0", b"k1", b"k2"])]
+        assert store.stats.loop_writes == 0
+    finally:
+        store.close()
+
+
+def test_a_fresh_store_reports_no_write_stall(tmp_path):
+    store = RocksStore(str(tmp_path / "db"))
+    try:
+        assert store.write_may_wait() is False
+    finally:
+        store.close()
