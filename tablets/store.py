@@ -18,18 +18,16 @@ in one of two places, never both at once:
 - **on the event loop** when the group is small (at most ``INLINE_BYTES``,
   ``Ops.size``), the writer thread has nothing in flight and RocksDB is not
   delaying writes (``write_may_wait``: a stalled write sleeps, and the loop
-  must not). A small write
-  without fsync takes microseconds, while crossing to the thread and back
-  (queue, thread wake-up, the GIL, ``call_soon_threadsafe`` and the loop's
-  self-pipe) took longer, and under load the thread's wake-ups and its
-  contention for the GIL slowed the loop;
+  must not). A small write without fsync takes microseconds, while crossing
+  to the thread and back (queue, thread wake-up, the GIL,
+  ``call_soon_threadsafe`` and the loop's self-pipe) took longer, and under
+  load the thread's wake-ups and its contention for the GIL slowed the loop;
 - **on the writer thread** otherwise: a larger group, every group with
   ``gateway.fsync=always`` (an fsync never runs on the loop), every group
   during a write stall, and every group while the thread still has one in
-  flight (so order holds). The
-  group is one item of the thread's queue, so a busy loop wakes the thread
-  at most once per pass; the thread merges every group queued meanwhile into
-  one write.
+  flight (so order holds). The group is one item of the thread's queue, so
+  a busy loop wakes the thread at most once per pass; the thread merges
+  every group queued meanwhile into one write.
 
 Both call ``RocksStore._apply``, one at a time: the loop writes only while the
 thread has nothing in flight (counted on the loop, so without a lock), and
@@ -301,12 +299,13 @@ class GroupCommitWriter:
                     break
                 groups.append(nxt)
             changes = [change for group in groups for change in group]
-            error: BaseException | None = None
-            try:
-                self.store._apply([ops for ops, _ in changes])
-            except BaseException as exc:  # the store is unusable: fail loudly, ack nothing
-                log.exception("RocksDB write failed; the gateway stops accepting writes")
-                self.failed = error = exc
+            error: BaseException | None = self.failed  # queued behind a failed write
+            if error is None:
+                try:
+                    self.store._apply([ops for ops, _ in changes])
+                except BaseException as exc:  # the store is unusable: fail loudly, ack nothing
+                    log.exception("RocksDB write failed; the gateway stops accepting writes")
+                    self.failed = error = exc
             # RuntimeError: the loop closed under us during shutdown.
             with contextlib.suppress(RuntimeError):
                 self.loop.call_soon_threadsafe(self._written, len(groups),

@@ -277,3 +277,24 @@ def test_a_fresh_store_reports_no_write_stall(tmp_path):
         assert store.write_may_wait() is False
     finally:
         store.close()
+
+
+def test_groups_queued_behind_a_failed_write_fail_unwritten(tmp_path):
+    async def scenario(store, writer):
+        store.gate = threading.Event()  # hold the thread's first write
+        store.fail_at = {0}
+        first = writer.submit(change(b"first", INLINE_BYTES + 1))
+        for _ in range(3000):  # until the thread holds it (at most 30 s)
+            if store.writes:
+                break
+            await asyncio.sleep(0.01)
+        behind = writer.submit(change(b"behind"))
+        await asyncio.sleep(0)  # its pass ends: queued behind the held write
+        store.gate.set()
+        for future in (first, behind):
+            with pytest.raises(StorageError, match="injected"):
+                await future
+        assert store.writes == [("rocks-writer", [b"first"])]  # "behind" never written
+        assert store.get(b"behind") is None
+
+    run(tmp_path, scenario)
