@@ -104,3 +104,25 @@ def test_invalid_acks_are_refused_per_partition_and_nothing_is_stored(sock, vers
     assert produce(2) == (21, -1)  # INVALID_REQUIRED_ACKS
     _, after = produce(1)
     assert after == before + 1  # the refused batch took no offset
+
+
+def test_error_codes_of_answers_are_counted_in_metrics(tmp_path):
+    """The answer is encoded by hand, so the handler counts its error codes
+    (kafka_gateway_response_errors_total), once per refused partition."""
+    from testkit import prom
+
+    with GatewayProcess(tmp_path / "data", "--admin-listen", "127.0.0.1:0") as gw, \
+            socket.create_connection(gw.host_port, timeout=30) as conn:
+        _request(conn, 3, 1, struct.pack(">ih", 1, len(TOPIC)) + TOPIC)  # auto-creates it
+        records = make_batch([b"x"])
+        body = struct.pack(">hhii", -1, -1, 10_000, 1) + struct.pack(">h", len(TOPIC)) + TOPIC
+        body += struct.pack(">i", 3)
+        for index in (0, 99, 98):  # one partition that exists, two that do not
+            body += struct.pack(">ii", index, len(records)) + records
+        response = _request(conn, 0, 7, body)
+        pos = 6 + len(TOPIC) + 4
+        codes = [struct.unpack_from(">ih", response, pos + i * 30)[1] for i in range(3)]
+        assert codes == [0, 3, 3]  # UNKNOWN_TOPIC_OR_PARTITION
+        samples = gw.metrics()
+        assert prom.value(samples, "kafka_gateway_response_errors_total", api="produce",
+                          error="UNKNOWN_TOPIC_OR_PARTITION") == 2

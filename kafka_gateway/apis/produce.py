@@ -125,8 +125,8 @@ async def handle(broker: HandlerContext, request: Request) -> Response:
                                    appended.log_start_offset)
         except EXPECTED as exc:
             code, message = _error(exc, request.version)
-            # Counted here: the answer is encoded by hand, not walked by metrics.
-            errors[("produce", code.name.upper())] += 1
+            if acks != 0:  # counted here, as answered: the answer is encoded by hand
+                errors[("produce", code.name.upper())] += 1
             part = PartitionAnswer(index, code.value, -1, -1, -1, record_errors(exc), message)
         parts = results.get(name)
         if parts is None:
