@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["never", "always"]
 # The most bytes (``Ops.size``) the event loop writes in one pass, itself.
-INLINE_BYTES = 64 << 10
+INLINE_BYTES = 256 << 10
 
 
 @dataclass(slots=True)
