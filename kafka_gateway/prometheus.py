@@ -171,6 +171,8 @@ class GatewayCollector(Collector):
         engine = self.broker.engine
         stats = engine.write_stats()
         yield _counter("store_writes", "RocksDB writes (one per group commit)", stats.writes)
+        yield _counter("store_loop_writes", "Of those, small ones made on the event loop "
+                       "while the writer thread was idle", stats.loop_writes)
         yield _counter("store_changes", "Atomic changes written (several per group commit)",
                        stats.changes)
         yield _counter("store_fsyncs", "Group commits fsynced", stats.fsyncs)

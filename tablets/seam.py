@@ -72,6 +72,7 @@ class WriteStats:
     """The node's atomic writes, exported as metrics (and read by the benchmarks)."""
 
     writes: int = 0  # store writes (one per group)
+    loop_writes: int = 0  # of those, written on the event loop (store.py)
     changes: int = 0  # atomic changes submitted
     fsyncs: int = 0
     bytes: int = 0

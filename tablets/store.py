@@ -1,17 +1,45 @@
-"""The RocksDB database and its single writer thread (group commit).
+"""The RocksDB database and its writer (group commit).
 
-The event loop never waits on the disk. Every change that must be atomic is
-one ``WriteBatch``; callers hand their operations to ``GroupCommitWriter``,
-which runs in one thread, merges everything queued since its last write into
-one RocksDB write (one WAL append, one fsync when the policy asks for it) and
-then resolves every caller's future on the event loop, in submission order.
+Every change that must be atomic is one ``Ops``, written as one
+``WriteBatch``; callers hand it to ``GroupCommitWriter.submit`` and get a
+future that resolves once the change is in the WAL. The writer guarantees:
+
+- changes are written, and their futures resolved, in submission order;
+- each change is atomic (never split across writes), and everything pending
+  at a write joins it (group commit: one WAL append, one fsync when the
+  policy asks for it, for many changes);
+- a failed write fails every caller of that write and every later one
+  (``failed``): nothing of it is acknowledged.
+
+The changes submitted during one pass of the event loop are one group,
+which a callback at the start of the loop's next pass (``call_soon``) writes
+in one of two places, never both at once:
+
+- **on the event loop** when the group is small (at most ``INLINE_BYTES``,
+  ``Ops.size``), the writer thread has nothing in flight and RocksDB is not
+  delaying writes (``write_may_wait``: a stalled write sleeps, and the loop
+  must not). A small write without fsync takes microseconds, while crossing
+  to the thread and back (queue, thread wake-up, the GIL,
+  ``call_soon_threadsafe`` and the loop's self-pipe) took longer, and under
+  load the thread's wake-ups and its contention for the GIL slowed the loop;
+- **on the writer thread** otherwise: a larger group, every group with
+  ``gateway.fsync=always`` (an fsync never runs on the loop), every group
+  during a write stall, and every group while the thread still has one in
+  flight (so order holds). The group is one item of the thread's queue, so
+  a busy loop wakes the thread at most once per pass; the thread merges
+  every group queued meanwhile into one write.
+
+Both call ``RocksStore._apply``, one at a time: the loop writes only while the
+thread has nothing in flight (counted on the loop, so without a lock), and
+the thread receives nothing while the loop writes.
 
 A change may also carry file writes (``Ops.write_file``: record bytes going
 to a segment file, ``segment_files``) and work to do once it is durable
-(``Ops.after_write``: unlinking a dead file, reclaiming aborted bytes). The
-writer thread writes the files first, fdatasyncs them when the policy is
+(``Ops.after_write``: unlinking a dead file, reclaiming aborted bytes).
+``_apply`` writes the files first, fdatasyncs them when the policy is
 ``always``, then makes the RocksDB write that indexes them: an index entry
-never lands before the bytes it points at.
+never lands before the bytes it points at. ``Ops.size`` counts the file
+bytes too, so a change carrying big batches is written on the thread.
 """
 
 from __future__ import annotations
@@ -43,6 +71,8 @@ from .seam import AtomicChange, WriteStats
 log = logging.getLogger(__name__)
 
 FsyncPolicy = Literal["never", "always"]
+# The most bytes (``Ops.size``) the event loop writes in one pass, itself.
+INLINE_BYTES = 256 << 10
 
 
 class WritableFile(Protocol):
@@ -63,7 +93,8 @@ class Ops(AtomicChange):
     delete_ranges: list[tuple[bytes, bytes]] = field(default_factory=list)
     # Bytes written to files before the RocksDB write: (file, position, data).
     writes: list[tuple[WritableFile, int, bytes | memoryview]] = field(default_factory=list)
-    # Run on the writer thread once the change is durable.
+    # Run once the change is written (by whichever of the loop or the writer
+    # thread wrote it): unlinking dead files, punching out aborted bytes.
     after: list[Callable[[], None]] = field(default_factory=list)
 
     def write_file(self, file: WritableFile, position: int, data: bytes | memoryview) -> None:
@@ -80,6 +111,12 @@ class Ops(AtomicChange):
 
     def delete_range(self, start: bytes, end: bytes) -> None:
         self.delete_ranges.append((start, end))
+
+    def size(self) -> int:
+        """The bytes a write of this change copies: what decides whether the
+        event loop may write it (anything ``_apply`` writes counts here)."""
+        return (sum([len(key) + len(value) for key, value in self.puts])
+                + sum([len(data) for _file, _position, data in self.writes]))
 
 WriterStats = WriteStats  # the seam's name for the same counters
 
@@ -171,6 +208,14 @@ class RocksStore:
                 yield key, it.value()
             it.prev()
 
+    def write_may_wait(self) -> bool:
+        """Whether RocksDB is delaying or stopping writes now (a write stall:
+        too many memtables or level-0 files waiting for a flush or compaction),
+        so that a write may sleep. About 0.3 us to ask."""
+        db = self.db
+        return bool(db.property_int_value("rocksdb.actual-delayed-write-rate")
+                    or db.property_int_value("rocksdb.is-write-stopped"))
+
     def write_now(self, ops: Ops, durable: bool = False) -> None:
         """Apply one change synchronously (start-up and tests only); with
         ``durable``, synced whatever the fsync policy (a migration)."""
@@ -235,32 +280,83 @@ _STOP = object()
 
 
 class GroupCommitWriter:
-    """One thread that turns concurrent changes into as few writes as possible."""
+    """Turns concurrent changes into as few writes as possible: the changes of
+    one pass of the event loop are one group, written on the loop when it is
+    small and the writer thread is idle, else on the thread."""
 
-    def __init__(self, store: RocksStore, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, store: RocksStore, loop: asyncio.AbstractEventLoop,
+                 inline_bytes: int = INLINE_BYTES) -> None:
         self.store = store
         self.loop = loop
         self.failed: BaseException | None = None
-        # (ops, future) pairs, then _STOP.
+        # An fsync never runs on the loop.
+        self._inline_bytes = 0 if store.fsync == "always" else inline_bytes
+        # Groups handed to the thread whose futures are not resolved yet
+        # (read and written on the loop only).
+        self._in_flight = 0
+        # This pass's changes, written (or handed over) by _end_pass in the next.
+        self._gathered: list[tuple[Ops, asyncio.Future[None]]] = []
+        self._gathered_bytes = 0
+        # Groups (lists of (ops, future) pairs), then _STOP.
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="rocks-writer", daemon=True)
         self._thread.start()
 
     def submit(self, ops: Ops) -> asyncio.Future[None]:
-        """Queue one atomic change; the future resolves once it is in the WAL."""
+        """Queue one atomic change; the future resolves once it is in the WAL.
+
+        Called on the event loop only."""
         future = self.loop.create_future()
         if self.failed is not None:
             future.set_exception(StorageError(f"store failed earlier: {self.failed}"))
             return future
-        self._queue.put((ops, future))
+        if not self._gathered:
+            self.loop.call_soon(self._end_pass)
+        self._gathered.append((ops, future))
+        if self._gathered_bytes <= self._inline_bytes:  # no sum once the pass is too big
+            self._gathered_bytes += ops.size()
         return future
+
+    def _end_pass(self) -> None:
+        """Write this pass's changes on the loop, or hand them to the thread."""
+        group = self._gathered
+        if not group:
+            return
+        size = self._gathered_bytes
+        self._gathered = []
+        self._gathered_bytes = 0
+        if self.failed is not None:
+            _resolve([future for _, future in group], self.failed)
+        elif (self._in_flight or not self._inline_bytes or size > self._inline_bytes
+              or self.store.write_may_wait()):
+            self._hand_over(group)
+        else:
+            self._write_on_loop(group)
+
+    def _hand_over(self, group: list[tuple[Ops, asyncio.Future[None]]]) -> None:
+        self._in_flight += 1
+        self._queue.put(group)
+
+    def _write_on_loop(self, group: list[tuple[Ops, asyncio.Future[None]]]) -> None:
+        futures = [future for _, future in group]
+        try:
+            self.store._apply([ops for ops, _ in group])
+        except BaseException as exc:  # the store is unusable: fail loudly, ack nothing
+            log.exception("RocksDB write failed; the gateway stops accepting writes")
+            self.failed = exc
+            _resolve(futures, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self.store.stats.loop_writes += 1
+        _resolve(futures, None)
 
     def _run(self) -> None:
         while True:
             item = self._queue.get()
             if item is _STOP:
                 return
-            group = [item]
+            groups = [item]
             stop = False
             # Everything queued while the last write ran joins this one.
             while True:
@@ -271,21 +367,34 @@ class GroupCommitWriter:
                 if nxt is _STOP:
                     stop = True
                     break
-                group.append(nxt)
-            error: BaseException | None = None
-            try:
-                self.store._apply([ops for ops, _ in group])
-            except BaseException as exc:  # the store is unusable: fail loudly, ack nothing
-                log.exception("RocksDB write failed; the gateway stops accepting writes")
-                self.failed = error = exc
+                groups.append(nxt)
+            changes = [change for group in groups for change in group]
+            error: BaseException | None = self.failed  # queued behind a failed write
+            if error is None:
+                try:
+                    self.store._apply([ops for ops, _ in changes])
+                except BaseException as exc:  # the store is unusable: fail loudly, ack nothing
+                    log.exception("RocksDB write failed; the gateway stops accepting writes")
+                    self.failed = error = exc
             # RuntimeError: the loop closed under us during shutdown.
             with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(_resolve, [f for _, f in group], error)
+                self.loop.call_soon_threadsafe(self._written, len(groups),
+                                               [f for _, f in changes], error)
             if stop:
                 return
 
+    def _written(self, groups: int, futures: list[asyncio.Future[None]],
+                 error: BaseException | None) -> None:
+        """On the loop: the thread wrote (or failed to write) these changes."""
+        self._in_flight -= groups
+        _resolve(futures, error)
+
     def close(self) -> None:
-        """Finish every queued change, then stop the thread."""
+        """Finish every change submitted (those of this pass too), then stop
+        the thread."""
+        group, self._gathered, self._gathered_bytes = self._gathered, [], 0
+        if group:
+            self._hand_over(group)
         self._queue.put(_STOP)
         self._thread.join()
 

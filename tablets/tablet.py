@@ -256,7 +256,8 @@ class PartitionTablet:
         loop = self.writer.loop
         checked: asyncio.Future[int]
         if validate.runs_inline(header):
-            max_timestamp = validate.check_records(view, header, settings, now_ms, self.name)
+            max_timestamp = validate.check_records(view, header, settings, now_ms,
+                                                   f"{settings.topic}-{self.partition}")
             if sink is not None:
                 sink.expect()
             if not self._checking:

@@ -122,7 +122,9 @@ def check_records(
         header.base_timestamp,
         contiguous=True,
         timestamp_range=None if producer_log_append_time else window,
-        max_errors=MAX_RECORD_ERRORS,
+        # No more errors than records: the walker allocates room for
+        # max_errors up front, which cost a small batch more than its walk.
+        max_errors=min(MAX_RECORD_ERRORS, header.record_count),
         release_gil=not runs_inline(header),  # then this runs on a worker thread
         require_keys=settings.compaction is not None,
     )

@@ -86,3 +86,43 @@ def test_old_message_format_is_refused_per_partition(sock):
     code, base, _ = _produce(sock, 1, message_set)
     assert code == 43  # UNSUPPORTED_FOR_MESSAGE_FORMAT
     assert base == -1
+
+
+@pytest.mark.parametrize("version", [2, 7])
+def test_invalid_acks_are_refused_per_partition_and_nothing_is_stored(sock, version):
+    def produce(acks: int) -> tuple[int, int]:
+        body = struct.pack(">hii", acks, 10_000, 1) if version < 3 else struct.pack(
+            ">hhii", -1, acks, 10_000, 1)
+        records = make_batch([b"acks"])
+        body += struct.pack(">h", len(TOPIC)) + TOPIC + struct.pack(">iii", 1, 0, len(records))
+        response = _request(sock, 0, version, body + records)
+        pos = 6 + len(TOPIC)
+        _partitions, _index, code, base = struct.unpack_from(">iihq", response, pos)
+        return code, base
+
+    _, before = produce(-1)
+    assert produce(2) == (21, -1)  # INVALID_REQUIRED_ACKS
+    _, after = produce(1)
+    assert after == before + 1  # the refused batch took no offset
+
+
+def test_error_codes_of_answers_are_counted_in_metrics(tmp_path):
+    """The answer is encoded by hand, so the handler counts its error codes
+    (kafka_gateway_response_errors_total), once per refused partition."""
+    from testkit import prom
+
+    with GatewayProcess(tmp_path / "data", "--admin-listen", "127.0.0.1:0") as gw, \
+            socket.create_connection(gw.host_port, timeout=30) as conn:
+        _request(conn, 3, 1, struct.pack(">ih", 1, len(TOPIC)) + TOPIC)  # auto-creates it
+        records = make_batch([b"x"])
+        body = struct.pack(">hhii", -1, -1, 10_000, 1) + struct.pack(">h", len(TOPIC)) + TOPIC
+        body += struct.pack(">i", 3)
+        for index in (0, 99, 98):  # one partition that exists, two that do not
+            body += struct.pack(">ii", index, len(records)) + records
+        response = _request(conn, 0, 7, body)
+        pos = 6 + len(TOPIC) + 4
+        codes = [struct.unpack_from(">ih", response, pos + i * 30)[1] for i in range(3)]
+        assert codes == [0, 3, 3]  # UNKNOWN_TOPIC_OR_PARTITION
+        samples = gw.metrics()
+        assert prom.value(samples, "kafka_gateway_response_errors_total", api="produce",
+                          error="UNKNOWN_TOPIC_OR_PARTITION") == 2

@@ -45,10 +45,11 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED), and each topic needs WRITE
 refused partition is stored.
 
 v0-2 are answered too, as by Kafka 3.4: librdkafka before 2.11.1 compresses
-(gzip, snappy, lz4) only for a broker that advertises Produce v0. kio has no
-schemas for them, so their answer is encoded here; a message set in the old
-formats (magic 0 or 1) gets UNSUPPORTED_FOR_MESSAGE_FORMAT, like any other.
-Requests of every version are read by ``produce_request.decode``.
+(gzip, snappy, lz4) only for a broker that advertises Produce v0. A message
+set in the old formats (magic 0 or 1) gets UNSUPPORTED_FOR_MESSAGE_FORMAT,
+like any other. Requests of every version are read by
+``produce_request.decode`` and answered by ``produce_response.encode`` (both
+by hand: the hot path).
 
 A request of many partitions appends in slices (slicing.py), holding its
 connection's append lock: the requests of one connection still append in the
@@ -58,12 +59,9 @@ order sent, and the other connections are served in between.
 from __future__ import annotations
 
 import asyncio
-import datetime
-import struct
 import weakref
 from collections.abc import Awaitable
-from types import ModuleType
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from kio.schema.errors import ErrorCode
 
@@ -72,7 +70,7 @@ from tablets.batch import transactional_producer
 from tablets.seam import AppendResult
 
 from ..answers import refuse_denied
-from ..codec import NO_THROTTLE, EncodedBody, Request, build, build_response, response_schema
+from ..codec import Request
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import (
@@ -91,7 +89,9 @@ from ..errors import (
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize_txn, denied_names
 from ..slicing import sliced
+from . import produce_response
 from .produce_request import ProduceRequest, decode
+from .produce_response import PartitionAnswer
 
 __all__ = ["API_KEY", "VERSIONS", "decode", "handle"]
 
@@ -106,7 +106,6 @@ _APPEND_LOCKS: weakref.WeakValueDictionary[tuple[int, int], asyncio.Lock] = (
 
 async def handle(broker: HandlerContext, request: Request[ProduceRequest]) -> Response:
     body = request.body
-    schema = response_schema(API_KEY, max(request.version, 3))
     acks = body.acks
     now = now_ms()
     pending: list[tuple[str, int, _Outcome]] = []
@@ -119,48 +118,29 @@ async def handle(broker: HandlerContext, request: Request[ProduceRequest]) -> Re
     async with _append_lock(broker, request.connection):
         await _append_all(broker, request, body, acks, now, refused, denied, pending)
 
-    results: dict[str, list[Any]] = {}
+    results: dict[str, list[PartitionAnswer]] = {}
+    errors = broker.metrics.response_errors
     # Every append is made: the answers may be built in slices (slicing.py).
     async for name, index, outcome in sliced(pending):
         try:
             if isinstance(outcome, BaseException):
                 raise outcome
             appended = await outcome
-            part = build(
-                schema.PartitionProduceResponse,
-                index=index,
-                error_code=ErrorCode.none,
-                base_offset=appended.base_offset,
-                log_append_time=_timestamp(appended.log_append_time),
-                log_start_offset=appended.log_start_offset,
-                record_errors=(),
-                error_message=None,
-            )
+            part = PartitionAnswer(index, 0, appended.base_offset, appended.log_append_time,
+                                   appended.log_start_offset)
         except EXPECTED as exc:
             code, message = _error(exc, request.version)
-            part = build(
-                schema.PartitionProduceResponse,
-                index=index,
-                error_code=code,
-                base_offset=-1,
-                log_append_time=None,
-                log_start_offset=-1,
-                record_errors=_record_errors(schema, exc),
-                error_message=message,
-            )
-        results.setdefault(name, []).append(part)
+            if acks != 0:  # counted here, as answered: the answer is encoded by hand
+                errors[("produce", code.name.upper())] += 1
+            part = PartitionAnswer(index, code.value, -1, -1, -1, record_errors(exc), message)
+        parts = results.get(name)
+        if parts is None:
+            results[name] = [part]
+        else:
+            parts.append(part)
     if acks == 0:
         return None
-    if request.version < 3:
-        return _legacy_response(request.version, results)
-    return build_response(
-        schema.ProduceResponse,
-        responses=tuple(
-            build(schema.TopicProduceResponse, name=name, partition_responses=tuple(parts))
-            for name, parts in results.items()
-        ),
-        throttle_time=NO_THROTTLE,
-    )
+    return produce_response.encode(request.version, results)
 
 
 def _refused(broker: HandlerContext, request: Request[ProduceRequest]) -> KafkaError | None:
@@ -190,12 +170,12 @@ async def _append_all(broker: HandlerContext, request: Request[ProduceRequest],
                       refused: KafkaError | None, denied: dict[str, ErrorCode] | None,
                       pending: list[tuple[str, int, _Outcome]]) -> None:
     """Append every partition's records, in request order; each outcome to ``pending``."""
+    if acks not in (-1, 0, 1):  # checked first: every partition gets this
+        refused = InvalidRequiredAcks(f"acks must be -1, 0 or 1, not {acks}")
+    metrics = broker.metrics
     async for topic_data, part in sliced((t, p) for t in body.topic_data
                                          for p in t.partition_data):
         try:
-            if acks not in (-1, 0, 1):
-                raise InvalidRequiredAcks(f"acks must be -1, 0 or 1, not {acks}"
-                )
             if refused is not None:
                 raise refused
             if denied:
@@ -210,8 +190,9 @@ async def _append_all(broker: HandlerContext, request: Request[ProduceRequest],
                 sink = broker.txns.sink_for(body.transactional_id, *producer,
                                             topic_data.name, part.index, request.connection)
             outcome: _Outcome = tablet.append(part.records, now, sink)
-            broker.metrics.produced_bytes += len(part.records)
-            broker.metrics.topic_bytes_in[tablet.topic_id] += len(part.records)
+            size = len(part.records)
+            metrics.produced_bytes += size
+            metrics.topic_bytes_in[tablet.topic_id] += size
         except EXPECTED as exc:
             outcome = exc
         pending.append((topic_data.name, part.index, outcome))
@@ -243,36 +224,3 @@ def _error(exc: BaseException, version: int) -> tuple[ErrorCode, str]:
             "Unable to verify the partition has been added to the transaction. Underlying "
             f"error: CONCURRENT_TRANSACTIONS ({error_message(exc)})")
     return answer.code, error_message(exc)
-
-
-def _legacy_response(version: int, results: dict[str, list[Any]]) -> EncodedBody:
-    """The v0-2 body: v3's, less log_append_time (v0-1) and throttle_time (v0)."""
-    out = [struct.pack(">i", len(results))]
-    for name, parts in results.items():
-        raw = name.encode()
-        out.append(struct.pack(">h", len(raw)) + raw + struct.pack(">i", len(parts)))
-        for part in parts:
-            out.append(struct.pack(">ihq", part.index, part.error_code.value, part.base_offset))
-            if version >= 2:
-                stamp = part.log_append_time
-                out.append(struct.pack(">q", -1 if stamp is None else round(
-                    stamp.timestamp() * 1000)))
-    if version >= 1:
-        out.append(struct.pack(">i", 0))  # throttle time
-    return EncodedBody(out, flexible=False)
-
-
-def _record_errors(schema: ModuleType, exc: BaseException) -> tuple[Any, ...]:
-    """Produce v8+ names the records a batch was refused for (KIP-467)."""
-    entry = getattr(schema, "BatchIndexAndErrorMessage", None)
-    if entry is None:
-        return ()
-    return tuple(build(entry, batch_index=index, batch_index_error_message=message)
-                 for index, message in record_errors(exc))
-
-
-def _timestamp(ms: int) -> datetime.datetime | None:
-    if ms < 0:
-        return None
-    return datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
-

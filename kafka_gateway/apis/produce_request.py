@@ -39,6 +39,31 @@ class ProduceRequest(NamedTuple):
     topic_data: list[TopicProduceData]
 
 
+_INDEX_SIZE = struct.Struct(">ii")
+
+
+def _partitions(buf: memoryview, pos: int, count: int,
+                out: list[PartitionProduceData]) -> int:
+    """The partitions of a topic in a non-flexible version, appended to
+    ``out``: ``Reader``'s reads inlined, one ``struct`` call for each (index,
+    size) pair, as many small batches make this a per-batch cost. Returns the
+    position after them."""
+    end = len(buf)
+    unpack = _INDEX_SIZE.unpack_from
+    append = out.append
+    for _ in range(count):
+        index, size = unpack(buf, pos)
+        pos += 8
+        if size < 0:
+            append(PartitionProduceData(index, None))
+            continue
+        if pos + size > end:
+            raise MalformedRequest("field runs past the end of the frame")
+        append(PartitionProduceData(index, buf[pos : pos + size]))
+        pos += size
+    return pos
+
+
 def decode(frame: memoryview | bytes, pos: int, version: int,
            max_items: int = -1) -> ProduceRequest:
     """The body of a Produce request at ``version`` (0-9), starting at ``pos``,
@@ -65,14 +90,18 @@ def decode(frame: memoryview | bytes, pos: int, version: int,
             name = reader.string()
             if name is None:
                 raise MalformedRequest("null topic name")
-            partitions = []
-            for _ in range(counted(reader.count("TopicProduceData.partition_data"))):
-                index = reader.int32()
-                size = reader.length()
-                partitions.append(
-                    PartitionProduceData(index, None if size < 0 else reader.take(size))
-                )
-                reader.skip_tagged_fields()
+            partitions: list[PartitionProduceData] = []
+            count = counted(reader.count("TopicProduceData.partition_data"))
+            if version >= 9:
+                for _ in range(count):
+                    index = reader.int32()
+                    size = reader.length()
+                    partitions.append(
+                        PartitionProduceData(index, None if size < 0 else reader.take(size))
+                    )
+                    reader.skip_tagged_fields()
+            else:
+                reader.pos = _partitions(reader.buf, reader.pos, count, partitions)
             topics.append(TopicProduceData(name, partitions))
             reader.skip_tagged_fields()
         reader.skip_tagged_fields()
