@@ -18,6 +18,9 @@ batch is):
 - the CPU of the writes, PostgreSQL's (all its processes) and the client's,
   per GiB written: less noisy than rates on a shared machine;
 - reads: every batch back, by offset range, 4 MiB per query;
+- the engine's own path, ``pgstore.batch_log``: real v2 batches (16 records
+  of random bytes, flagged zstd), each group one statement with the leader
+  epoch check, read back with its read query;
 - the table's size afterwards (TOAST and indexes included) and the WAL the
   writes made, against the bytes written: stored once, uncompressed (and
   written twice to disk: WAL, then the table).
@@ -36,6 +39,9 @@ from pathlib import Path
 import asyncpg
 import psycopg
 
+from pgstore.batch_log import BatchLog
+from pgstore.migrate import migrate
+from testkit.batches import with_payload
 from testkit.postgres import PostgresServer
 
 GROUP_BYTES = 4 << 20
@@ -228,6 +234,54 @@ async def _psycopg_case(dsn: str, postmaster: int, case: Case) -> Result:
         await conn.close()
 
 
+async def _pgstore_case(dsn: str, postmaster: int, case: Case) -> Result:
+    """The engine's own append and read (pgstore.batch_log): v2 batches of
+    random bytes (as zstd), each group one statement, with the epoch check."""
+    size = case.batch_bytes
+    pool = await asyncpg.create_pool(dsn, min_size=1, max_size=2)
+    try:
+        async with pool.acquire() as conn:
+            await conn.execute("DROP SCHEMA IF EXISTS bench_pgstore CASCADE")
+            await migrate(conn, "bench_pgstore")
+            log_id = await conn.fetchval(
+                "WITH t AS (INSERT INTO bench_pgstore.topics (topic_id, name, created_ms) "
+                "VALUES (gen_random_uuid(), 'bench', 0) RETURNING topic_id) "
+                "INSERT INTO bench_pgstore.partitions (topic_id, partition) "
+                "SELECT topic_id, 0 FROM t RETURNING log_id")
+            wal_start = await conn.fetchval("SELECT pg_current_wal_insert_lsn()")
+        log = await BatchLog.open(pool, "bench_pgstore", log_id)
+        count = case.total_bytes // size
+        # 16 records a batch, zstd-flagged random bytes: incompressible.
+        payloads = [with_payload(4, os.urandom(size - 61), record_count=16)
+                    for _ in range(min(count, 64))]
+        batches = [payloads[i % len(payloads)] for i in range(count)]
+        txns = 0
+        with _Meter(postmaster) as writing:
+            for at in range(0, count, case.batches_per_txn):
+                await log.append(batches[at:at + case.batches_per_txn])
+                txns += 1
+        read = 0
+        offset = 0
+        with _Meter(postmaster) as reading:
+            while offset < log.log_end_offset:
+                got = await log.read(offset, GROUP_BYTES)
+                read += sum(len(b) for b in got)
+                offset = log.log_end_offset if not got else (
+                    int.from_bytes(got[-1][:8], "big") + 16)
+        written = sum(len(b) for b in batches)
+        assert read == written, (read, written)
+        async with pool.acquire() as conn:
+            wal = int(await conn.fetchval(
+                "SELECT pg_wal_lsn_diff(pg_current_wal_insert_lsn(), $1)", wal_start))
+            table_bytes = int(await conn.fetchval(
+                "SELECT pg_total_relation_size('bench_pgstore.batch_data') "
+                "+ pg_total_relation_size('bench_pgstore.batches')"))
+            await conn.execute("DROP SCHEMA bench_pgstore CASCADE")
+        return _result(case, count, txns, writing, reading, table_bytes, wal)
+    finally:
+        await pool.close()
+
+
 def _result(case: Case, count: int, txns: int, writing: _Meter, reading: _Meter,
             table_bytes: int, wal: int) -> Result:
     written = count * case.batch_bytes
@@ -249,6 +303,7 @@ def cases(mib: int) -> list[Case]:
         out.append(Case("asyncpg", "large_object", "executemany", size, per_txn, total))
         for method in ("executemany", "copy"):
             out.append(Case("psycopg", "external", method, size, per_txn, total))
+        out.append(Case("pgstore", "external", "batch_log", size, per_txn, total))
     # One durable commit per 16 KiB batch: fsync-bound.
     out.append(Case("asyncpg", "external", "executemany", 16 << 10, 1, min(total, 8 << 20)))
     return out
@@ -260,7 +315,8 @@ async def run(dsn: str, postmaster: int, mib: int, repeat: int) -> list[Result]:
     runs: dict[Case, list[Result]] = {}
     for _ in range(repeat):
         for case in cases(mib):
-            measure = _asyncpg_case if case.client == "asyncpg" else _psycopg_case
+            measure = {"asyncpg": _asyncpg_case, "psycopg": _psycopg_case,
+                       "pgstore": _pgstore_case}[case.client]
             runs.setdefault(case, []).append(await measure(dsn, postmaster, case))
     results = []
     for found in runs.values():

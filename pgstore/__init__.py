@@ -10,6 +10,10 @@ What exists so far:
 - ``schema``: the tables, as versioned migrations;
 - ``migrate``: bring a database's schema to this code's version at start-up,
   one migrator at a time, refusing a schema newer than the code;
+- ``batch_log``: one partition's record batches over that schema (append a
+  group of batches with their index rows in one transaction, fenced by the
+  leader epoch; read by offset range), a library-level piece, not yet
+  behind the seam.
 
 Nothing here is wired into the gateway yet (no ``--store`` flag).
 """
