@@ -41,11 +41,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
-from asyncpg.pool import PoolConnectionProxy
 
 from tablets import batch as batch_header
 
-from .migrate import quoted
+from .migrate import Connection, quoted
 
 # A read scans at most this many index rows (a read of tiny batches returns
 # fewer bytes than asked; the consumer asks again).
@@ -246,8 +245,7 @@ class BatchLog:
         return out
 
 
-async def _load(conn: asyncpg.Connection | PoolConnectionProxy, schema: str,
-                log_id: int) -> tuple[_State, str]:
+async def _load(conn: Connection, schema: str, log_id: int) -> tuple[_State, str]:
     row = await conn.fetchrow(
         f"SELECT p.leader_epoch, p.log_start_offset, p.log_end_offset, t.name, p.partition, "
         f"       (SELECT running_max_timestamp FROM {schema}.batches b "

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 
 from .schema import DEFAULT_SCHEMA, MIGRATIONS, Migration
 
@@ -34,6 +35,9 @@ from .schema import DEFAULT_SCHEMA, MIGRATIONS, Migration
 # pg_locks; the second is hashtext(schema).
 LOCK_CLASS = 0x6B6777
 _IDENTIFIER = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+# A connection of its own or one lent by a pool.
+Connection = asyncpg.Connection | PoolConnectionProxy
 
 
 class MigrationError(RuntimeError):
@@ -67,7 +71,7 @@ def _check_sequence(migrations: Sequence[Migration]) -> None:
         raise ValueError(f"migrations must be numbered 1, 2, 3...: {versions}")
 
 
-async def schema_version(conn: asyncpg.Connection, schema: str = DEFAULT_SCHEMA) -> int:
+async def schema_version(conn: Connection, schema: str = DEFAULT_SCHEMA) -> int:
     """The schema's version (0: no schema, or an empty one), without changing anything."""
     name = quoted(schema)
     exists = await conn.fetchval("SELECT to_regclass($1) IS NOT NULL",
@@ -78,7 +82,7 @@ async def schema_version(conn: asyncpg.Connection, schema: str = DEFAULT_SCHEMA)
         f"SELECT coalesce(max(version), 0) FROM {name}.schema_migrations"))
 
 
-async def migrate(conn: asyncpg.Connection, schema: str = DEFAULT_SCHEMA,
+async def migrate(conn: Connection, schema: str = DEFAULT_SCHEMA,
                   migrations: Sequence[Migration] = MIGRATIONS,
                   wait_seconds: float = 120.0) -> MigrationResult:
     """Bring ``schema`` to the last of ``migrations`` (see the module's docstring)."""

@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -243,7 +243,10 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return sock.connect_ex((host, port)) == 0
 
 
-def server_fixture(scope: str = "module",
+Scope = Literal["session", "package", "module", "class", "function"]
+
+
+def server_fixture(scope: Scope = "module",
                    settings: dict[str, str] | None = None) -> Callable[..., Any]:
     """A pytest fixture yielding a started ``PostgresServer``, stopped when its
     scope ends, whatever the tests did:
@@ -255,4 +258,5 @@ def server_fixture(scope: str = "module",
         with PostgresServer(settings) as server:
             yield server
 
-    return pytest.fixture(scope=scope)(fixture)  # type: ignore[call-overload]
+    decorated: Callable[..., Any] = pytest.fixture(scope=scope)(fixture)
+    return decorated
