@@ -46,9 +46,15 @@ from tablets import batch as batch_header
 
 from .migrate import Connection, quoted
 
-# A read scans at most this many index rows (a read of tiny batches returns
-# fewer bytes than asked; the consumer asks again).
+# A read scans at most this many index rows: twice as many as batches of
+# the partition's recent mean size fill max_bytes, within these bounds. The
+# window that stops at max_bytes costs per row scanned (a bound of 5000 for
+# a 4 MiB read of 16 KiB batches read 22 % slower than one of 300). A read
+# of batches much smaller than the mean returns fewer bytes than asked; the
+# consumer asks again.
 MAX_BATCHES_PER_READ = 5000
+MIN_BATCHES_PER_READ = 16
+RECENT_BATCHES = 64  # the mean batch size is over about this many
 _INT64 = struct.Struct(">q")
 
 
@@ -72,6 +78,7 @@ class _State:
     log_start_offset: int
     log_end_offset: int
     running_max_timestamp: int
+    mean_batch_bytes: float  # recent batches' (0: none yet)
 
 
 class BatchLog:
@@ -211,6 +218,9 @@ class BatchLog:
                     f"{state.log_end_offset}", now.leader_epoch, now.log_end_offset)
             state.log_end_offset = offset
             state.running_max_timestamp = running
+            for size in sizes:
+                state.mean_batch_bytes += ((size - state.mean_batch_bytes) /
+                                           (RECENT_BATCHES if state.mean_batch_bytes else 1))
             return bases
 
     async def _reload(self) -> None:
@@ -232,7 +242,11 @@ class BatchLog:
         """Whole batches from the one holding ``offset`` (see the module's docstring);
         ``until``: none from this offset on (default: the log end as this writer knows it)."""
         end = self._state.log_end_offset if until is None else until
-        cap = max(1, min(MAX_BATCHES_PER_READ, max_bytes // batch_header.HEADER_SIZE + 1))
+        cap = max_bytes // batch_header.HEADER_SIZE + 1
+        if self._state.mean_batch_bytes:
+            cap = min(cap, max(MIN_BATCHES_PER_READ,
+                               int(2 * max_bytes / self._state.mean_batch_bytes) + 1))
+        cap = max(1, min(MAX_BATCHES_PER_READ, cap))
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(self._read_sql, self.log_id, offset, end, max_bytes,
                                     min_one, cap)
@@ -249,12 +263,16 @@ async def _load(conn: Connection, schema: str, log_id: int) -> tuple[_State, str
     row = await conn.fetchrow(
         f"SELECT p.leader_epoch, p.log_start_offset, p.log_end_offset, t.name, p.partition, "
         f"       (SELECT running_max_timestamp FROM {schema}.batches b "
-        f"         WHERE b.log_id = p.log_id ORDER BY base_offset DESC LIMIT 1) AS running "
+        f"         WHERE b.log_id = p.log_id ORDER BY base_offset DESC LIMIT 1) AS running, "
+        f"       (SELECT avg(size) FROM (SELECT size FROM {schema}.batches b "
+        f"         WHERE b.log_id = p.log_id ORDER BY base_offset DESC "
+        f"         LIMIT {RECENT_BATCHES}) recent) AS mean "
         f"  FROM {schema}.partitions p JOIN {schema}.topics t USING (topic_id) "
         f" WHERE p.log_id = $1", log_id)
     if row is None:
         raise UnknownLog(f"no partition has log id {log_id} in schema {schema}")
     running = -1 if row["running"] is None else int(row["running"])
+    mean = 0.0 if row["mean"] is None else float(row["mean"])
     state = _State(int(row["leader_epoch"]), int(row["log_start_offset"]),
-                   int(row["log_end_offset"]), running)
+                   int(row["log_end_offset"]), running, mean)
     return state, f"{row['name']}-{row['partition']}"

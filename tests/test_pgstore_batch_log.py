@@ -132,6 +132,34 @@ def test_reads_by_offset_range(pg_server: PostgresServer) -> None:
     run(pg_server, body)
 
 
+def test_reads_of_batches_smaller_than_usual_return_less_and_go_on(
+        pg_server: PostgresServer) -> None:
+    # The rows a read scans are bounded by the recent mean batch size; tiny
+    # batches after big ones come back fewer at a time, in order, never lost.
+    async def body(pool: asyncpg.Pool) -> None:
+        log = await BatchLog.open(pool, SCHEMA, await new_partition(pool))
+        big = [make_batch([b"x" * 20_000]) for _ in range(64)]
+        await log.append(big)
+        tiny = [batch(1, f"t{i}") for i in range(100)]
+        await log.append(tiny)
+        got = await log.read(64, 64 << 10)
+        assert sum(len(b) for b in tiny) < 64 << 10  # all would fit in max_bytes...
+        assert 0 < len(got) < len(tiny)  # ...but fewer come back: the bound bites
+        offsets: list[int] = []
+        offset = 64
+        while offset < log.log_end_offset:
+            got = await log.read(offset, 64 << 10)
+            assert got, f"no progress at {offset}"
+            offsets += [batch_header.base_offset_of(b) for b in got]
+            offset = offsets[-1] + 1
+        assert offsets == list(range(64, 164))
+        # A writer opened now takes the mean of the newest batches: all tiny.
+        reopened = await BatchLog.open(pool, SCHEMA, log.log_id)
+        assert len(await reopened.read(64, 64 << 10)) == len(tiny)
+
+    run(pg_server, body)
+
+
 def test_a_shifted_batch_reads_with_its_offsets(pg_server: PostgresServer) -> None:
     # The commit of a transaction will move a pending batch, stored with base
     # offset 0, into the log: the index row says shifted, the read patches.
