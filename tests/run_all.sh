@@ -4,8 +4,9 @@
 #   ./tests/run_all.sh            # from the repository root, on a fresh machine
 #   ./tests/run_all.sh ARGS...    # pytest ARGS on the default PySpark line only
 #
-# Installs: the gateway with its test extras (pip), Debian's kcat, chromium, curl
-# and iproute2 (apt-get), kafkajs and playwright-core with uPlot (npm), the Java
+# Installs: the gateway with its test extras (pip), Debian's kcat, chromium, curl,
+# iproute2 and postgresql (apt-get; PostgreSQL for the throwaway servers of
+# testkit/postgres.py), kafkajs and playwright-core with uPlot (npm), the Java
 # client, Kafka Streams and the Apache Kafka broker (Maven, into a cache outside
 # git), and the 4.x Java client and Kafka Streams beside them (same cache),
 # PySpark 4 (pip, the `spark` extra inside the test extras), PySpark 3.5 (pip,
@@ -69,6 +70,25 @@ for tool in curl:curl ip:iproute2 unshare:util-linux; do
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${tool##*:}" >/dev/null
   fi
 done
+
+step "PostgreSQL (Debian): the throwaway servers of testkit/postgres.py"
+# Only the binaries are used: each test starts its own server (initdb in a
+# temporary directory, as the postgres user, on a free port) and stops it.
+# Debian's package also makes a "main" cluster; it is not started here (in a
+# container policy-rc.d forbids it), and if the install started it, it is
+# stopped: no system service is left running.
+if ! compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq postgresql >/dev/null
+  if command -v pg_lsclusters >/dev/null 2>&1; then
+    pg_lsclusters --no-header | while read -r ver cluster _port status _rest; do
+      if [ "$status" = online ]; then $SUDO pg_ctlcluster "$ver" "$cluster" stop; fi
+    done
+  fi
+fi
+python3 -c 'from testkit import postgres; print("PostgreSQL", postgres.version(), "in", postgres.bin_dir())'
 
 step "kafkajs (npm)"
 (cd compat_tests/js && npm ci --no-audit --no-fund --loglevel=error)

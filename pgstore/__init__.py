@@ -1,0 +1,19 @@
+"""The PostgreSQL storage engine (issue 22; the plan: docs/cluster-design.md).
+
+A second engine behind the storage seam (``tablets/seam.py``), for several
+stateless gateways sharing one PostgreSQL. It may import ``tablets.seam`` and
+the protocol-free helpers of ``tablets/`` (Kafka's record-batch format,
+validation); never ``kafka_gateway/`` or ``txn/`` (``tests/test_layers.py``).
+
+What exists so far:
+
+- ``schema``: the tables, as versioned migrations;
+- ``migrate``: bring a database's schema to this code's version at start-up,
+  one migrator at a time, refusing a schema newer than the code;
+- ``batch_log``: one partition's record batches over that schema (append a
+  group of batches with their index rows in one transaction, fenced by the
+  leader epoch; read by offset range), a library-level piece, not yet
+  behind the seam.
+
+Nothing here is wired into the gateway yet (no ``--store`` flag).
+"""

@@ -1,0 +1,188 @@
+"""The engine's tables, as numbered migrations (docs/cluster-design.md, "Schema").
+
+Every table lives in one PostgreSQL schema (namespace) of the database, named
+by the gateway's configuration (``DEFAULT_SCHEMA`` unless told), so several
+clusters, or tests, can share a database. Statements name it as ``{schema}``;
+``migrate`` puts the quoted name there.
+
+A migration is applied once, in the transaction that records it in
+``schema_migrations`` (PostgreSQL's DDL is transactional: a migration lands
+whole or not at all). Released migrations are never edited: a change to the
+schema is a new migration at the end of ``MIGRATIONS``.
+
+Version 1 holds what one gateway keeps in RocksDB today (``tablets/keys.py``),
+with the partition's leader epoch; the cluster's own tables (membership,
+leases, coordinator placement, group generations) come with the code that
+uses them.
+
+How RocksDB's keys map (``tablets/keys.py`` kind -> table):
+
+- ``T`` topic record -> ``topics`` (configs: the overrides, as JSON);
+- ``M`` partition meta -> ``partitions``: one row per incarnation of a
+  partition (``log_id``, the seam's ``log_ref``), with its offsets, size,
+  active segment, compaction's clean offset and the leader epoch. Updated
+  by every append: a narrow row, no index on what changes, fillfactor 50,
+  so the updates are HOT (no index writes, pruned in place);
+- ``L`` log entry -> ``batches`` (where the bytes are: ``data_id``) and
+  ``X`` time index -> its ``running_max_timestamp`` column and index;
+- the segment files' bytes -> ``batch_data``: each batch's bytes once, in a
+  ``bytea`` column with ``STORAGE EXTERNAL`` (out of line, never
+  compressed: a compressed batch would only cost pglz's attempt);
+- ``S`` closed segment -> ``segments`` (``F`` segment file: no counterpart);
+- ``P`` producer state -> ``producers``;
+- ``C`` committed offset -> ``consumer_offsets``; ``R`` released ->
+  ``released_offsets`` (topic '' and partition -1: the whole group);
+- ``B`` pending transactional batch -> ``pending_batches`` (its bytes in
+  ``batch_data`` too: a commit moves the small row into ``batches``, never
+  the bytes);
+- ``Y`` transaction state -> ``txn_states``; ``Q`` partition of an open
+  transaction -> ``txn_partitions``; ``N`` counter -> ``counters`` (the
+  cluster id -> ``cluster``);
+- ``U``/``A`` node records (SCRAM credentials, ACLs) -> ``node_records``;
+- ``V`` data directory format -> ``schema_migrations``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_SCHEMA = "kafka_gateway"
+
+
+@dataclass(frozen=True, slots=True)
+class Migration:
+    version: int
+    description: str
+    statements: tuple[str, ...]  # SQL, each naming the schema as {schema}
+
+
+_V1 = (
+    # The cluster id Metadata answers: 22 characters of base64url, as Kafka's.
+    """CREATE TABLE {schema}.cluster (
+        singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+        cluster_id text NOT NULL
+    )""",
+    """INSERT INTO {schema}.cluster (cluster_id) VALUES (
+        translate(rtrim(encode(uuid_send(gen_random_uuid()), 'base64'), '='), '+/', '-_'))""",
+    """CREATE TABLE {schema}.topics (
+        topic_id uuid PRIMARY KEY,
+        name text NOT NULL UNIQUE,
+        configs jsonb NOT NULL DEFAULT '{}'::jsonb,
+        created_ms bigint NOT NULL
+    )""",
+    """CREATE TABLE {schema}.partitions (
+        log_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        topic_id uuid NOT NULL REFERENCES {schema}.topics ON DELETE CASCADE,
+        partition integer NOT NULL CHECK (partition >= 0),
+        log_start_offset bigint NOT NULL DEFAULT 0,
+        log_end_offset bigint NOT NULL DEFAULT 0,
+        size_bytes bigint NOT NULL DEFAULT 0,
+        leader_epoch integer NOT NULL DEFAULT 0,
+        clean_offset bigint NOT NULL DEFAULT 0,
+        active_segment_base bigint NOT NULL DEFAULT 0,
+        active_segment_size bigint NOT NULL DEFAULT 0,
+        active_segment_first_timestamp bigint NOT NULL DEFAULT -1,
+        active_segment_largest_timestamp bigint NOT NULL DEFAULT -1,
+        UNIQUE (topic_id, partition),
+        CHECK (0 <= log_start_offset AND log_start_offset <= log_end_offset)
+    ) WITH (fillfactor = 50)""",
+    """CREATE TABLE {schema}.batch_data (
+        log_id bigint NOT NULL REFERENCES {schema}.partitions ON DELETE CASCADE,
+        data_id bigint GENERATED ALWAYS AS IDENTITY,
+        data bytea NOT NULL,
+        PRIMARY KEY (log_id, data_id)
+    )""",
+    "ALTER TABLE {schema}.batch_data ALTER COLUMN data SET STORAGE EXTERNAL",
+    # shifted: the bytes carry another base offset (a transactional batch,
+    # stored when produced, before its commit gave it offsets): the reader
+    # patches the first 8 bytes with base_offset.
+    """CREATE TABLE {schema}.batches (
+        log_id bigint NOT NULL REFERENCES {schema}.partitions ON DELETE CASCADE,
+        base_offset bigint NOT NULL,
+        last_offset bigint NOT NULL,
+        max_timestamp bigint NOT NULL,
+        running_max_timestamp bigint NOT NULL,
+        size integer NOT NULL,
+        data_id bigint NOT NULL,
+        shifted boolean NOT NULL DEFAULT false,
+        PRIMARY KEY (log_id, base_offset),
+        FOREIGN KEY (log_id, data_id) REFERENCES {schema}.batch_data (log_id, data_id),
+        CHECK (base_offset <= last_offset)
+    )""",
+    """CREATE INDEX batches_by_time ON {schema}.batches
+        (log_id, running_max_timestamp, base_offset)""",
+    """CREATE TABLE {schema}.segments (
+        log_id bigint NOT NULL REFERENCES {schema}.partitions ON DELETE CASCADE,
+        base_offset bigint NOT NULL,
+        size bigint NOT NULL,
+        first_timestamp bigint NOT NULL,
+        largest_timestamp bigint NOT NULL,
+        PRIMARY KEY (log_id, base_offset)
+    )""",
+    """CREATE TABLE {schema}.pending_batches (
+        log_id bigint NOT NULL REFERENCES {schema}.partitions ON DELETE CASCADE,
+        instance bigint NOT NULL,
+        ordinal integer NOT NULL,
+        header bytea NOT NULL,
+        size integer NOT NULL,
+        data_id bigint NOT NULL,
+        PRIMARY KEY (log_id, instance, ordinal),
+        FOREIGN KEY (log_id, data_id) REFERENCES {schema}.batch_data (log_id, data_id)
+    )""",
+    # recent: the producer's last batches, (first seq, last seq, base offset)
+    # each, as tablets/producers.py encodes them.
+    """CREATE TABLE {schema}.producers (
+        log_id bigint NOT NULL REFERENCES {schema}.partitions ON DELETE CASCADE,
+        producer_id bigint NOT NULL,
+        epoch smallint NOT NULL,
+        last_timestamp bigint NOT NULL,
+        recent bytea NOT NULL,
+        PRIMARY KEY (log_id, producer_id)
+    ) WITH (fillfactor = 70)""",
+    """CREATE TABLE {schema}.consumer_offsets (
+        group_id text NOT NULL,
+        topic text NOT NULL,
+        partition integer NOT NULL,
+        committed_offset bigint NOT NULL,
+        leader_epoch integer NOT NULL,
+        metadata text NOT NULL,
+        commit_timestamp bigint NOT NULL,
+        version bigint NOT NULL,
+        committer text NOT NULL DEFAULT '',
+        PRIMARY KEY (group_id, topic, partition)
+    ) WITH (fillfactor = 70)""",
+    """CREATE TABLE {schema}.released_offsets (
+        group_id text NOT NULL,
+        topic text NOT NULL,
+        partition integer NOT NULL,
+        PRIMARY KEY (group_id, topic, partition)
+    )""",
+    """CREATE TABLE {schema}.txn_states (
+        transactional_id text PRIMARY KEY,
+        state bytea NOT NULL
+    )""",
+    """CREATE TABLE {schema}.txn_partitions (
+        transactional_id text NOT NULL,
+        instance bigint NOT NULL,
+        topic_id uuid NOT NULL,
+        partition integer NOT NULL,
+        topic text NOT NULL,
+        PRIMARY KEY (transactional_id, instance, topic_id, partition)
+    )""",
+    """CREATE TABLE {schema}.counters (
+        name text PRIMARY KEY,
+        value bigint NOT NULL
+    )""",
+    """CREATE TABLE {schema}.node_records (
+        kind text NOT NULL,
+        name bytea NOT NULL,
+        value bytea NOT NULL,
+        PRIMARY KEY (kind, name)
+    )""",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "what one gateway keeps in RocksDB, with leader epochs", _V1),
+)
+
+LATEST = MIGRATIONS[-1].version
