@@ -8,7 +8,7 @@ than in a handler."""
 from __future__ import annotations
 
 from .consumer_offsets import ConsumerOffsets
-from .engine import StorageEngine, Topic
+from .engine import StorageEngine
 from .node_records import NodeRecords, OfflineNodeRecords
 from .seam import (
     ChangeWriter,
@@ -21,6 +21,7 @@ from .seam import (
     TransactionStorage,
 )
 from .tablet import PartitionTablet
+from .topic_catalog import Topic
 from .txn_storage import RocksTransactionStorage
 
 
