@@ -93,8 +93,9 @@ class Ops(AtomicChange):
     delete_ranges: list[tuple[bytes, bytes]] = field(default_factory=list)
     # Bytes written to files before the RocksDB write: (file, position, data).
     writes: list[tuple[WritableFile, int, bytes | memoryview]] = field(default_factory=list)
-    # Run once the change is written (by whichever of the loop or the writer
-    # thread wrote it): unlinking dead files, punching out aborted bytes.
+    # Run once the change is written, on the writer thread (a change that has
+    # any is never written on the loop): unlinking dead files, punching out
+    # aborted bytes.
     after: list[Callable[[], None]] = field(default_factory=list)
 
     def write_file(self, file: WritableFile, position: int, data: bytes | memoryview) -> None:
@@ -313,7 +314,12 @@ class GroupCommitWriter:
         if not self._gathered:
             self.loop.call_soon(self._end_pass)
         self._gathered.append((ops, future))
-        if self._gathered_bytes <= self._inline_bytes:  # no sum once the pass is too big
+        if ops.after:
+            # Clean-up after the write (unlinking a segment file, punching out
+            # aborted bytes) may wait on the disk, as freeing a big file's
+            # extents does: such a pass goes to the thread, never the loop.
+            self._gathered_bytes = self._inline_bytes + 1
+        elif self._gathered_bytes <= self._inline_bytes:  # no sum once the pass is too big
             self._gathered_bytes += ops.size()
         return future
 

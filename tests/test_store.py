@@ -176,6 +176,24 @@ def test_a_failed_write_on_the_thread_fails_its_callers_and_every_later_one(tmp_
     run(tmp_path, scenario)
 
 
+def test_a_change_with_clean_up_after_it_is_written_on_the_thread(tmp_path):
+    ran_on: list[str] = []
+
+    async def scenario(store, writer):
+        small = writer.submit(change(b"small"))
+        cleaning = change(b"cleaning")
+        cleaning.after_write(lambda: ran_on.append(threading.current_thread().name))
+        await asyncio.gather(small, writer.submit(cleaning))
+        # Its whole pass goes to the thread, and the clean-up runs there, after the write.
+        assert store.writes == [("rocks-writer", [b"small", b"cleaning"])]
+        assert ran_on == ["rocks-writer"]
+        assert store.stats.loop_writes == 0
+        await writer.submit(change(b"next"))  # a later small pass is on the loop again
+        assert store.writes[-1] == (LOOP_THREAD, [b"next"])
+
+    run(tmp_path, scenario)
+
+
 def test_with_fsync_always_nothing_is_written_on_the_loop(tmp_path):
     async def scenario(store, writer):
         futures = [writer.submit(change(b"k%d" % i)) for i in range(3)]
