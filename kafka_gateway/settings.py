@@ -53,6 +53,9 @@ SETTINGS: tuple[Setting, ...] = (
             "how often retention runs"),
     Setting("message.max.bytes", "message_max_bytes", int,
             "default max.message.bytes of topics (largest batch accepted)"),
+    Setting("fetch.max.bytes", "fetch_max_bytes", int,
+            "most bytes of record batches in one Fetch answer, whatever the client asks "
+            "(its first batch is still sent whole when larger)"),
     Setting("socket.request.max.bytes", "max_frame_bytes", int,
             "largest request frame; a larger one closes the connection"),
     Setting("queued.max.request.bytes", "queued_max_request_bytes", int,
@@ -198,6 +201,7 @@ class GatewayConfig:
     retention_bytes: int = -1
     retention_check_interval_ms: int = 300_000
     message_max_bytes: int = 1_048_588
+    fetch_max_bytes: int = 57_671_680  # Kafka's default: 55 MiB
     max_frame_bytes: int = 104_857_600
     queued_max_request_bytes: int = 134_217_728
     connections_max_idle_ms: int = 600_000
@@ -312,6 +316,8 @@ def validate_limits(config: GatewayConfig) -> None:
         raise ValueError("gateway.ssl.handshake.timeout.ms must be positive")
     if not 0 < config.transactional_id_max_bytes <= 32767:
         raise ValueError("gateway.transactional.id.max.bytes must be in 1..32767")
+    if config.fetch_max_bytes < 1024:  # Kafka's own floor
+        raise ValueError("fetch.max.bytes must be at least 1024")
 
 
 def _parse_value(setting: Setting, raw: str) -> object:

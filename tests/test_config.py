@@ -73,6 +73,10 @@ def test_connection_limits_have_kafkas_names_defaults_and_checks():
         parse("--transactional-id-max-bytes", "32768")
     with pytest.raises(ValueError, match="must be positive"):
         parse("--ssl-handshake-timeout-ms", "0")
+    assert cfg.fetch_max_bytes == 57_671_680  # Kafka's default
+    assert parse("--fetch-max-bytes", "1024").fetch_max_bytes == 1024
+    with pytest.raises(ValueError, match=r"fetch\.max\.bytes must be at least 1024"):
+        parse("--fetch-max-bytes", "1023")
 
 
 @pytest.mark.parametrize(

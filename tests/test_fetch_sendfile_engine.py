@@ -6,7 +6,10 @@ almost nothing, so nearly every batch fetched lies in a file.
   (``kafka_gateway_sendfile_bytes_total``) and none is read into Python;
 - on a TLS listener they are read to be encrypted
   (``kafka_gateway_file_region_read_bytes_total``) and none goes by sendfile;
-- both consumers get every record, in order, byte for byte.
+- both consumers get every record, in order, byte for byte;
+- a Fetch asking for more than the node's ``fetch.max.bytes`` gets at most
+  that (as from Kafka): the index walk a read makes on the event loop is
+  bounded by the node, not by what a client asks.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import asyncio
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from kafka_gateway.client import KafkaClient
+from testkit import kafka_requests as kr
 from testkit.certs import make_pki
 from testkit.inprocess import port_of, running
 
@@ -23,9 +28,10 @@ RECORDS = 3_000
 VALUE = 1_024
 
 
-def _produce(bootstrap: str) -> list[bytes]:
+def _produce(bootstrap: str, batch_size: int = 1_000_000) -> list[bytes]:
     values = [i.to_bytes(4, "big") * (VALUE // 4) for i in range(RECORDS)]
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                         "batch.size": batch_size})
     for value in values:
         producer.produce(TOPIC, value, partition=0)
     assert producer.flush(30) == 0
@@ -75,5 +81,29 @@ def test_consumers_below_the_tail_are_served_from_files(tmp_path):
             assert got == values
             assert metrics.file_region_read_bytes > total * 0.9
             assert metrics.sendfile_bytes == by_sendfile
+
+    asyncio.run(main())
+
+
+def test_a_fetch_gets_at_most_the_nodes_fetch_max_bytes(tmp_path):
+    cap = 64 << 10
+
+    async def main() -> None:
+        async with running(tmp_path, tail_cache_bytes=64 << 10, num_partitions=1,
+                           fetch_max_bytes=cap) as server:
+            bootstrap = f"127.0.0.1:{port_of(server, 'PLAINTEXT')}"
+            # 3 MB in batches of at most 16 KiB: far more than the cap, from files.
+            await asyncio.to_thread(_produce, bootstrap, 16 << 10)
+            client = await KafkaClient.connect("127.0.0.1", port_of(server, "PLAINTEXT"))
+            try:
+                answer = await client.request(
+                    kr.fetch(TOPIC, [(0, 0, 0x7FFFFFFF)], max_bytes=0x7FFFFFFF))
+            finally:
+                await client.close()
+            [partition] = answer.responses[0].partitions
+            assert partition.error_code.value == 0 and partition.high_watermark == RECORDS
+            records = partition.records or b""
+            # Whole batches up to the cap (each at most 16 KiB plus its overhead).
+            assert cap - (20 << 10) < len(records) <= cap, len(records)
 
     asyncio.run(main())

@@ -1,7 +1,8 @@
 """Fetch (key 1), v4-13: read batches from partition tablets, long-polling.
 
 - From the batch that contains the fetch offset (the client skips records
-  below it), whole batches only, within partition_max_bytes and max_bytes;
+  below it), whole batches only, within partition_max_bytes and max_bytes
+  (itself at most the node's ``fetch.max.bytes``, 55 MiB, as in Kafka);
   the first batch of the response is returned even when larger (KIP-74), and
   each partition returns at least one batch while the response has room.
 - Waits up to max_wait for min_bytes, woken when any fetched partition's high
@@ -105,7 +106,11 @@ async def handle(broker: HandlerContext, request: Request[FetchRequest]) -> Resp
         _authorize(broker, request, wanted, by_id)
     deadline = time.monotonic() + body.max_wait.total_seconds()
     min_bytes = max(body.min_bytes, 1)
-    max_bytes = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
+    # As Kafka, at most the node's fetch.max.bytes whatever the client asks: a
+    # read walks its partition's index on the event loop, so its cost must
+    # not grow with what a client may ask for.
+    asked = body.max_bytes if body.max_bytes > 0 else 0x7FFFFFFF
+    max_bytes = min(asked, broker.config.fetch_max_bytes)
     while True:
         parts, total, failed = await _read_all(wanted, max_bytes)
         remaining = deadline - time.monotonic()
