@@ -150,6 +150,8 @@ def test_common_imports_no_layer():
 PGSTORE_FROM_TABLETS = {
     "tablets.seam", "tablets.errors", "tablets.log_entry", "tablets.batch", "tablets.control",
     "tablets.records", "tablets.validate", "tablets.topic_config", "tablets.config_parsing",
+    # Engine-free: the in-memory tail, Kafka's idempotent-producer rules.
+    "tablets.in_memory_batches", "tablets.producer_rules",
 }
 # Imports by which those still reach the RocksDB engine, until tablets/ cuts
 # them (docs/cluster-design.md, "Reused from tablets/"): StorageError lives in
