@@ -21,6 +21,7 @@ from pgstore.writer import OutcomeUnknown, PgWriter, StoreUnavailable
 from tablets import batch as batch_header
 from tablets.errors import (
     InvalidProducerEpoch,
+    InvalidRecord,
     OffsetOutOfRange,
     OutOfOrderSequence,
     PolicyViolation,
@@ -30,7 +31,7 @@ from tablets.errors import (
     UnknownProducerId,
 )
 from testkit import postgres
-from testkit.batches import decode_batches, make_batch
+from testkit.batches import GZIP, decode_batches, make_batch
 from testkit.pg_faults import FlakyConnection, flaky
 from testkit.postgres import PostgresServer
 
@@ -107,6 +108,25 @@ def test_appends_take_offsets_in_order_and_read_back_from_the_tail_and_the_datab
         one = await log.read(0, 10)  # smaller than a batch: the first one whole
         assert len(one.batches) == 1
         assert (await log.append(batch(), now())).base_offset == 15
+        await node.close()
+
+    run(body)
+
+
+def test_a_compressed_batch_checked_off_the_loop_keeps_its_place_in_arrival_order(
+        pg_server: PostgresServer) -> None:
+    async def body() -> None:
+        node = await started(pg_server, schema())
+        await node.create_topic("t", 1, {})
+        log = node.partition("t", 0)
+        squeezed = make_batch([b"z" * 1000] * 50, base_timestamp=now(), codec=GZIP)
+        results = await asyncio.gather(log.append(squeezed, now()), log.append(batch(2), now()))
+        assert [r.base_offset for r in results] == [0, 50]
+        garbage = make_batch([b"v"], base_timestamp=now(), codec=GZIP, records=b"\x07garbage")
+        refused = await asyncio.gather(log.append(garbage, now()), log.append(batch(), now()),
+                                       return_exceptions=True)
+        assert type(refused[0]) is InvalidRecord and refused[1].base_offset == 52  # type: ignore[union-attr]
+        assert log.log_end_offset == 53
         await node.close()
 
     run(body)

@@ -12,7 +12,9 @@ import uuid
 
 import asyncpg
 import pytest
+from kio.schema.errors import ErrorCode
 
+from kafka_gateway.errors import mapped_class
 from pgstore.node import PgNodeSettings, PgNodeStorage
 from pgstore.seam_check import node as as_node
 from tablets.errors import (
@@ -105,8 +107,10 @@ def test_topics_with_kafkas_checks_configs_partitions_and_a_cascading_delete(
         await node.partition("a", 0).append(
             make_batch([b"x"], base_timestamp=now(), producer_id=3, producer_epoch=0,
                        base_sequence=0), now())
-        with pytest.raises(TransactionsUnavailable):
+        with pytest.raises(TransactionsUnavailable) as refused:
             node.transaction_storage()
+        answer = mapped_class(refused.value).code  # what a client hears: not retriable
+        assert answer is ErrorCode.invalid_txn_state and not answer.retriable
         with pytest.raises(StorageError):  # not connected (pgoffsets' store)
             node.consumer_offsets  # noqa: B018
         assert node.write_stats().changes >= 8 and node.store_failure() is None
@@ -167,6 +171,8 @@ def test_a_second_gateway_on_the_same_database_fences_the_first(
         assert await counts(pg_server, schema) == {
             "topics": 1, "partitions": 2, "batches": 2, "batch_data": 2, "producers": 0}
         assert second.partition("t", 1).log_start_offset == 0
+        answer = mapped_class(NotLeader("moved")).code
+        assert answer is ErrorCode.not_leader_or_follower and answer.retriable
         # The second goes on from where the log is.
         assert (await new.append(batch(), now())).base_offset == 2
         await first.close()
