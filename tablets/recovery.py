@@ -28,7 +28,7 @@ from .store import Ops
 if TYPE_CHECKING:
     from array import array
 
-    from .producers import ProducerStates
+    from .producer_rules import ProducerStates
     from .segment_files import PartitionFiles
     from .segments import Segments
     from .store import RocksStore
@@ -48,7 +48,7 @@ class Recovering(Protocol):
     size_bytes: int
     clean_end: int
     segments: Segments
-    producers: ProducerStates
+    producers: ProducerStates[Ops]
     _ts_offsets: array[int]
     _ts_values: array[int]
 
@@ -72,7 +72,7 @@ def load_state(tablet: Recovering, migrate: bool = False) -> None:
     for key, value in store.scan(start, end):
         tablet._ts_offsets.append(keys.offset_of_key(key))
         tablet._ts_values.append(_TIMESTAMP.unpack(value)[0])
-    tablet.producers.load(store)
+    tablet.producers.load()
     recover(tablet, migrate)
 
 

@@ -52,7 +52,7 @@ from .appends import Appends
 from .compacted_log import CompactedLog
 from .in_memory_batches import InMemoryBatches
 from .log_reads import LogReads
-from .producers import ProducerStates
+from .producers import producer_states
 from .recovery import load_state
 from .seam import ReadResult
 from .segment_files import PartitionFiles
@@ -102,7 +102,7 @@ class PartitionTablet:
         self._ts_offsets = array("q")
         self._ts_values = array("q")
         self.reads = LogReads(store, self.files, self, tail_cache_bytes)
-        self.producers = ProducerStates(self.prefix, settings().max_producers)
+        self.producers = producer_states(store, self.prefix, settings().max_producers)
         self.segments = Segments(self.prefix)
         self.clean_end = 0  # where the next compaction's dirty section starts
         # Truncation and compaction swaps change the log below the head one

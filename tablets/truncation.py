@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .in_memory_batches import InMemoryBatches
-    from .producers import ProducerStates
+    from .producer_rules import ProducerStates
     from .segment_files import PartitionFiles
     from .segments import Segments
     from .store import GroupCommitWriter, RocksStore
@@ -48,7 +48,7 @@ class TruncatedTablet(Protocol):
     high_watermark: int
     size_bytes: int
     segments: Segments
-    producers: ProducerStates
+    producers: ProducerStates[Ops]
     log_lock: asyncio.Lock
     _tail: InMemoryBatches
     _ts_offsets: array[int]

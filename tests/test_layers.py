@@ -146,10 +146,12 @@ def test_common_imports_no_layer():
 
 
 # What the PostgreSQL engine may use of tablets/: the seam and the values it
-# names (its errors included), and Kafka's record-batch format and checks.
+# names (its errors included), Kafka's record-batch format and checks, and
+# Kafka's rules kept engine-free behind a persistence port (producers).
 PGSTORE_FROM_TABLETS = {
     "tablets.seam", "tablets.errors", "tablets.log_entry", "tablets.batch", "tablets.control",
     "tablets.records", "tablets.validate", "tablets.topic_config", "tablets.config_parsing",
+    "tablets.producer_rules",
 }
 # Imports by which those still reach the RocksDB engine, until tablets/ cuts
 # them (docs/cluster-design.md, "Reused from tablets/"): StorageError lives in
