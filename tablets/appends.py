@@ -40,11 +40,17 @@ from typing import TYPE_CHECKING, Protocol
 
 from . import batch as batch_header
 from . import keys, log_entry, validate
-from .errors import BatchRefused, TabletError, UnknownPartition, UnsupportedRecordKind
+from .errors import (
+    BatchRefused,
+    StorageError,
+    TabletError,
+    UnknownPartition,
+    UnsupportedRecordKind,
+)
 from .log_entry import LEADER_EPOCH
 from .producer_rules import REFUSED, CachedBatch, next_seq
 from .seam import AppendResult, BlobSink
-from .store import Ops, StorageError
+from .store import Ops
 
 if TYPE_CHECKING:
     from collections.abc import Callable

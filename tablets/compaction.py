@@ -44,7 +44,7 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 
 from . import batch as batch_header
@@ -60,26 +60,6 @@ CHUNK_BATCHES = 8192  # batches looked at per swap (bounds the index rebuilt wit
 # A record longer than this (decompressed) is not copied: its batch stays as it is.
 MAX_RECORD_BYTES = 64 << 20
 _EPOCH = struct.Struct(">i")
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionConfig:
-    """A compacted topic's configs, as compaction reads them."""
-
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = 2**63 - 1
-    delete_retention_ms: int = 86_400_000
-
-    @staticmethod
-    def of(values: Mapping[str, str]) -> CompactionConfig | None:
-        """The config of a topic whose cleanup.policy has "compact", else None."""
-        if "compact" not in [p.strip() for p in values["cleanup.policy"].split(",")]:
-            return None
-        return CompactionConfig(float(values["min.cleanable.dirty.ratio"]),
-                                int(values["min.compaction.lag.ms"]),
-                                int(values["max.compaction.lag.ms"]),
-                                int(values["delete.retention.ms"]))
 
 
 @dataclass(frozen=True, slots=True)
