@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from .log_reads import LogReads
     from .producer_rules import ProducerStates
     from .segment_files import PartitionFiles
-    from .segments import Segments
+    from .segment_rules import Segments
     from .store import GroupCommitWriter
     from .tablet_settings import TabletSettings
 
@@ -80,7 +80,7 @@ class AppendingTablet(Protocol):
     size_bytes: int
     deleted: bool
     producers: ProducerStates[Ops]
-    segments: Segments
+    segments: Segments[Ops]
     reads: LogReads
 
     @property

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .in_memory_batches import InMemoryBatches
     from .producer_rules import ProducerStates
     from .segment_files import PartitionFiles
-    from .segments import Segments
+    from .segment_rules import Segments
     from .store import GroupCommitWriter, RocksStore
     from .tablet_settings import TabletSettings
 
@@ -47,7 +47,7 @@ class TruncatedTablet(Protocol):
     log_start_offset: int
     high_watermark: int
     size_bytes: int
-    segments: Segments
+    segments: Segments[Ops]
     producers: ProducerStates[Ops]
     log_lock: asyncio.Lock
     _tail: InMemoryBatches
