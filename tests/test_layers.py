@@ -148,12 +148,12 @@ def test_common_imports_no_layer():
 # What the PostgreSQL engine may use of tablets/: the seam and the values it
 # names (its errors included), Kafka's record-batch format and checks (with
 # the topic settings they read), and Kafka's rules kept engine-free behind a
-# persistence port (producers, segments).
+# persistence port (producers, segments) or a reader port (compaction's planner).
 PGSTORE_FROM_TABLETS = {
     "tablets.seam", "tablets.errors", "tablets.log_entry", "tablets.batch", "tablets.control",
     "tablets.records", "tablets.validate", "tablets.topic_config", "tablets.config_parsing",
     "tablets.tablet_settings", "tablets.compaction_config", "tablets.producer_rules",
-    "tablets.segment_rules",
+    "tablets.segment_rules", "tablets.compaction", "tablets.encode",
 }
 # Imports by which those reach the RocksDB engine (any module of tablets/ not
 # listed above). None is left (docs/cluster-design.md, "Reused from
