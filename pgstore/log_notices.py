@@ -1,0 +1,127 @@
+"""Commits that cross gateways: a change that moves a partition's log end
+tells every gateway, through PostgreSQL's LISTEN/NOTIFY.
+
+    announce_log_end(change, schema, log_id, new_end)   # in the writing change
+    notices = LogNotices(dsn, schema, on_log_end, on_resync)
+    await notices.start()                                # one connection, LISTEN
+
+docs/cluster-design.md, "Cross-gateway commits": a transaction committed
+through one gateway publishes into partitions that other gateways lead, and
+those leaders must learn of it at once, to move their high watermarks and
+tail caches and wake their waiting long-polls. ``announce_log_end`` adds
+``pg_notify`` to the writing change, so the notice is sent only if that
+PostgreSQL transaction commits, and PostgreSQL delivers notices in commit
+order. Each gateway listens on one dedicated connection (``LogNotices``) and
+hands each notice to ``on_log_end(log_id, end)``.
+
+A notice is a hint, never the truth: LISTEN does not survive a broken
+connection, and notices sent while it was down are lost. So after every
+reconnection (and the first connection) ``on_resync()`` runs, for the
+gateway to reread the log ends of the partitions it leads. Reconnection is
+retried, with a growing pause, until ``close``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+
+from .writer import PgChange
+
+log = logging.getLogger(__name__)
+
+RECONNECT_PAUSE_SECONDS = (0.05, 0.2, 1.0, 2.0)  # then 2 s each time
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+def channel(schema: str) -> str:
+    """The channel of one schema's gateways (several clusters may share a
+    database, each in its own schema)."""
+    return f"{schema}_log"
+
+
+def announce_log_end(change: PgChange, schema: str, log_id: int, end: int) -> None:
+    """Tell every gateway, once ``change`` commits, that the log ``log_id``
+    now ends at ``end``."""
+    change.execute("SELECT pg_notify($1, $2)", channel(schema), f"{log_id}:{end}")
+
+
+class LogNotices:
+    """One connection listening for log ends; delivers them on the event loop."""
+
+    def __init__(self, dsn: str, schema: str, on_log_end: Callable[[int, int], None],
+                 on_resync: Callable[[], Awaitable[None]], *,
+                 connect: Callable[..., Any] = asyncpg.connect) -> None:
+        self.dsn = dsn
+        self.channel = channel(schema)
+        self._on_log_end = on_log_end
+        self._on_resync = on_resync
+        self._connect = connect
+        self._conn: asyncpg.Connection | None = None
+        self._lost = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._closing = False
+        self.connects = 0
+        self.notices = 0
+        self.malformed = 0
+
+    async def start(self) -> None:
+        """Listen (a wrong URL fails here, loudly), resync, and keep listening."""
+        await self._listen()
+        self._task = asyncio.get_running_loop().create_task(self._keep(), name="pg-log-notices")
+
+    async def close(self) -> None:
+        self._closing = True
+        self._lost.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await self._conn.close(timeout=5)
+            self._conn = None
+
+    async def _listen(self) -> None:
+        conn: asyncpg.Connection = await asyncio.wait_for(
+            self._connect(self.dsn), CONNECT_TIMEOUT_SECONDS)
+        self._lost.clear()
+        conn.add_termination_listener(lambda _: self._lost.set())
+        await conn.add_listener(self.channel, self._notice)
+        self._conn = conn
+        self.connects += 1
+        # Whatever was announced before LISTEN took effect is read, not heard.
+        await self._on_resync()
+
+    async def _keep(self) -> None:
+        while not self._closing:
+            await self._lost.wait()
+            if self._closing:
+                return
+            log.warning("PostgreSQL log notices: connection lost; reconnecting")
+            attempt = 0
+            while not self._closing:
+                pause = RECONNECT_PAUSE_SECONDS[min(attempt, len(RECONNECT_PAUSE_SECONDS) - 1)]
+                await asyncio.sleep(pause)
+                attempt += 1
+                try:
+                    await self._listen()
+                    break
+                except (TimeoutError, OSError, asyncpg.PostgresError,
+                        asyncpg.InterfaceError) as exc:
+                    log.warning("PostgreSQL log notices: reconnect failed: %s", exc)
+
+    def _notice(self, _conn: Any, _pid: int, _channel: str, payload: object, /) -> None:
+        try:
+            log_id, end = (int(part) for part in str(payload).split(":"))
+        except ValueError:
+            self.malformed += 1
+            log.warning("PostgreSQL log notices: malformed payload %r ignored", payload)
+            return
+        self.notices += 1
+        self._on_log_end(log_id, end)
