@@ -34,7 +34,7 @@ import asyncio
 import logging
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tablets import batch as batch_header
 from tablets import validate
@@ -52,8 +52,9 @@ from .log_sql import load_row
 from .producer_rows import PgProducerRows
 
 if TYPE_CHECKING:
+    from tablets.tablet_settings import TabletSettings
+
     from .log_state import LogState
-    from .topic_settings import PgTopicSettings
     from .writer import PgChange
 
 logger = logging.getLogger(__name__)
@@ -73,7 +74,7 @@ class _Item:
     appended: asyncio.Future[AppendResult]
     view: memoryview
     header: batch_header.BatchHeader
-    settings: PgTopicSettings
+    settings: TabletSettings
     now_ms: int
 
 
@@ -100,8 +101,7 @@ class PgAppends:
                 "transactions are not yet available on the PostgreSQL store")
         view = memoryview(records)
         settings = log.settings()
-        checks: Any = settings  # tablets.validate reads the fields PgTopicSettings has
-        header = validate.check_header(view, checks)
+        header = validate.check_header(view, settings)
         if header.is_transactional:
             raise TransactionsUnavailable(
                 "transactional batches: transactions are not yet available on the PostgreSQL "
@@ -110,10 +110,10 @@ class PgAppends:
         checked: asyncio.Future[int]
         if validate.runs_inline(header):
             checked = loop.create_future()
-            checked.set_result(validate.check_records(view, header, checks, now_ms, log.name))
+            checked.set_result(validate.check_records(view, header, settings, now_ms, log.name))
         else:
             checked = asyncio.wrap_future(log.validators.submit(
-                validate.check_records, view, header, checks, now_ms, log.name), loop=loop)
+                validate.check_records, view, header, settings, now_ms, log.name), loop=loop)
             checked.add_done_callback(lambda _: self._drain())
         appended: asyncio.Future[AppendResult] = loop.create_future()
         self._queue.append(_Item(checked, appended, view, header, settings, now_ms))

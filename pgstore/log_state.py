@@ -14,10 +14,10 @@ if TYPE_CHECKING:
 
     from tablets.in_memory_batches import InMemoryBatches
     from tablets.producer_rules import ProducerStates
+    from tablets.tablet_settings import TabletSettings
 
     from .log_sql import LogRow, LogSql
     from .producer_rows import PgProducerRows
-    from .topic_settings import PgTopicSettings
     from .writer import PgChange, PgWriter
 
 
@@ -36,7 +36,7 @@ class LogState(Protocol):
     writer: PgWriter
     sql: LogSql
     validators: Executor
-    settings: Callable[[], PgTopicSettings]
+    settings: Callable[[], TabletSettings]
     log_id: int
     leader_epoch: int
     log_start_offset: int

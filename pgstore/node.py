@@ -24,8 +24,10 @@ What it keeps, and what is not on this store yet:
 - statistics: the writer's ``WriteStats``; ``store_failure`` is always None
   (a failed write fails alone, and the writer reconnects: it never stays
   failed);
-- not yet: transactions (``transaction_storage`` raises
-  ``TransactionsUnavailable``, answered INVALID_TXN_STATE), compacted topics
+- the transaction coordinator's storage (``txn_storage``): producer ids
+  only; whatever a transactional id needs raises ``TransactionsUnavailable``,
+  answered INVALID_TXN_STATE (not retried by clients);
+- not yet: transactions, compacted topics
   (refused at create and alter with INVALID_CONFIG), important consumer
   groups (none reported), the cluster (membership, leadership, routing).
 """
@@ -36,12 +38,12 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, NoReturn, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import asyncpg
 
 from common.clock import now_ms
-from tablets.errors import StorageError, TransactionsUnavailable
+from tablets.errors import StorageError
 from tablets.seam import (
     CleanerStats,
     ConsumerOffsetStore,
@@ -60,6 +62,7 @@ from .migrate import Connection, migrate, quoted
 from .partition_log import PgPartitionLog
 from .schema import DEFAULT_SCHEMA
 from .topics import PgTopic, PgTopicCatalog
+from .txn_storage import PgTransactionStorage
 from .writer import PgWriter
 
 if TYPE_CHECKING:
@@ -115,6 +118,9 @@ class PgNodeStorage:
         self._records: dict[str, LoadedRecords] = {}
         self._pool: asyncpg.Pool | None = None
         self._catalog: PgTopicCatalog | None = None
+        self._txn_storage = PgTransactionStorage(self.writer, self.settings.schema,
+                                                 lambda: self.consumer_offsets, self.partition,
+                                                 self.has_partition)
         self._cleaner_stats = CleanerStats()  # no compaction on this store: stays zero
         self.cluster_id = ""
 
@@ -132,6 +138,7 @@ class PgNodeStorage:
             context = LogContext(self.writer, self._pool, LogSql(schema), self.validators)
             self._catalog = PgTopicCatalog(context, self.settings)
             await self._catalog.load(conn)
+            await self._txn_storage.load(conn)
             if self._offsets_factory is not None:
                 self._offsets = self._offsets_factory(self.writer, schema)
                 await self._offsets.load(conn)
@@ -249,6 +256,6 @@ class PgNodeStorage:
                                "store")
         return found
 
-    def transaction_storage(self) -> NoReturn:
-        raise TransactionsUnavailable("transactions are not yet available on the PostgreSQL "
-                                      "store")
+    def transaction_storage(self) -> PgTransactionStorage:
+        """Producer ids; nothing transactional yet (``txn_storage``)."""
+        return self._txn_storage

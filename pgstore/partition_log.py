@@ -46,14 +46,15 @@ from .producer_rows import PgProducerRows
 from .truncation import Truncation
 
 if TYPE_CHECKING:
+    from tablets.tablet_settings import TabletSettings
+
     from .log_sql import LogRow
-    from .topic_settings import PgTopicSettings
     from .writer import PgChange
 
 
 class PgPartitionLog:
     def __init__(self, context: LogContext, topic_id: UUID, partition: int, topic_name: str,
-                 row: LogRow, settings: Callable[[], PgTopicSettings],
+                 row: LogRow, settings: Callable[[], TabletSettings],
                  producers: PgProducerRows, tail_budget: int) -> None:
         self.context = context
         self.writer = context.writer

@@ -1,10 +1,9 @@
 """What a topic's configs mean to the PostgreSQL store, and Kafka's checks of a
 new topic's name.
 
-``PgTopicSettings`` holds the effective configs an append, a read and
-retention enforce: the fields ``tablets.validate`` reads of the RocksDB
-engine's ``TabletSettings`` (whose module this engine may not import:
-``tests/test_layers.py``), plus retention's. ``check_topic_name`` and
+``topic_settings`` makes the ``TabletSettings`` (engine-free, shared with
+the RocksDB engine) an append, ``tablets.validate`` and retention read from
+a topic's effective configs. ``check_topic_name`` and
 ``collision_key`` mirror ``tablets.topic_catalog``'s (Kafka's Topic.validate
 and Topic.hasCollision), which lives in the RocksDB engine's catalog.
 
@@ -16,48 +15,33 @@ alter, so nothing relies on a cleaner that does not run.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from tablets.config_parsing import parse_list
 from tablets.errors import InvalidConfig, InvalidTopicName
+from tablets.tablet_settings import TabletSettings
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
 MAX_PARTITIONS = 10_000
 
 
-@dataclass(frozen=True, slots=True)
-class PgTopicSettings:
-    """The effective configs of one topic, as its partitions enforce them."""
-
-    topic: str
-    max_message_bytes: int
-    log_append_time: bool
-    timestamp_difference_max_ms: int
-    segment_bytes: int
-    retention_ms: int  # -1: none (or cleanup.policy without "delete")
-    retention_bytes: int
-    deletes: bool  # cleanup.policy has "delete" (DeleteRecords is allowed)
-    max_producers: int
-    # Read by tablets.validate (keys required in compacted topics): never
-    # compacted here (refuse_compaction).
-    compaction: None = None
-
-    @classmethod
-    def of(cls, topic: str, values: dict[str, str], max_producers: int) -> PgTopicSettings:
-        """From a topic's effective configs (``tablets.topic_config.effective``)."""
-        deletes = "delete" in policies(values)
-        return cls(
-            topic=topic,
-            max_message_bytes=int(values["max.message.bytes"]),
-            log_append_time=values["message.timestamp.type"] == "LogAppendTime",
-            timestamp_difference_max_ms=int(values["message.timestamp.difference.max.ms"]),
-            segment_bytes=int(values["segment.bytes"]),
-            retention_ms=int(values["retention.ms"]) if deletes else -1,
-            retention_bytes=int(values["retention.bytes"]) if deletes else -1,
-            deletes=deletes,
-            max_producers=max_producers,
-        )
+def topic_settings(topic: str, values: dict[str, str], max_producers: int) -> TabletSettings:
+    """What a topic's effective configs (``tablets.topic_config.effective``)
+    mean to its partitions: the fields ``tablets.validate`` and retention read."""
+    deletes = "delete" in policies(values)
+    return TabletSettings(
+        topic=topic,
+        max_message_bytes=int(values["max.message.bytes"]),
+        log_append_time=values["message.timestamp.type"] == "LogAppendTime",
+        timestamp_difference_max_ms=int(values["message.timestamp.difference.max.ms"]),
+        segment_bytes=int(values["segment.bytes"]),
+        segment_ms=int(values["segment.ms"]),
+        retention_ms=int(values["retention.ms"]) if deletes else -1,
+        retention_bytes=int(values["retention.bytes"]) if deletes else -1,
+        deletes=deletes,
+        max_producers=max_producers,
+        compaction=None,  # never compacted here (refuse_compaction)
+    )
 
 
 def policies(values: dict[str, str]) -> list[str]:

@@ -35,6 +35,7 @@ from tablets.errors import (
     UnknownTopic,
 )
 from tablets.producer_rules import ProducerEntry
+from tablets.tablet_settings import TabletSettings
 from tablets.topic_config import effective, validate_all
 
 from .log_sql import LogRow
@@ -43,10 +44,10 @@ from .partition_log import PgPartitionLog
 from .producer_rows import PgProducerRows
 from .topic_settings import (
     MAX_PARTITIONS,
-    PgTopicSettings,
     check_topic_name,
     collision_key,
     refuse_compaction,
+    topic_settings,
 )
 
 if TYPE_CHECKING:
@@ -75,7 +76,7 @@ class PgTopic:
     topic_id: UUID
     configs: dict[str, str]  # overrides only
     partitions: list[PgPartitionLog] = field(default_factory=list)
-    settings: PgTopicSettings | None = None  # derived from the configs, cached
+    settings: TabletSettings | None = None  # derived from the configs, cached
 
 
 class PgTopicCatalog:
@@ -155,9 +156,9 @@ class PgTopicCatalog:
     def topic_configs(self, topic: TopicView) -> dict[str, str]:
         return effective(topic.configs, self.settings.topic_defaults)
 
-    def topic_settings(self, topic: PgTopic) -> PgTopicSettings:
+    def settings_of(self, topic: PgTopic) -> TabletSettings:
         if topic.settings is None:
-            topic.settings = PgTopicSettings.of(
+            topic.settings = topic_settings(
                 topic.name, self.topic_configs(topic), self.settings.max_producers_per_partition)
         return topic.settings
 
@@ -246,8 +247,8 @@ class PgTopicCatalog:
     # ------------------------------------------------------------ internals
     def _log(self, topic: PgTopic, index: int, row: LogRow,
              producers: list[tuple[int, ProducerEntry]]) -> PgPartitionLog:
-        def settings() -> PgTopicSettings:
-            return self.topic_settings(topic)
+        def settings() -> TabletSettings:
+            return self.settings_of(topic)
 
         sql = self.context.sql
         return PgPartitionLog(self.context, topic.topic_id, index, topic.name, row, settings,

@@ -15,8 +15,8 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.errors import mapped_class
+from pgstore.engine_seam_check import node as as_node
 from pgstore.node import PgNodeSettings, PgNodeStorage
-from pgstore.seam_check import node as as_node
 from tablets.errors import (
     InvalidConfig,
     InvalidPartitions,
@@ -32,6 +32,7 @@ from tablets.errors import (
 from testkit import postgres
 from testkit.batches import make_batch
 from testkit.postgres import PostgresServer
+from txn.producer_ids import ProducerIds
 
 pg_server = postgres.server_fixture("module")
 TIMEOUT = 60
@@ -107,10 +108,6 @@ def test_topics_with_kafkas_checks_configs_partitions_and_a_cascading_delete(
         await node.partition("a", 0).append(
             make_batch([b"x"], base_timestamp=now(), producer_id=3, producer_epoch=0,
                        base_sequence=0), now())
-        with pytest.raises(TransactionsUnavailable) as refused:
-            node.transaction_storage()
-        answer = mapped_class(refused.value).code  # what a client hears: not retriable
-        assert answer is ErrorCode.invalid_txn_state and not answer.retriable
         with pytest.raises(StorageError):  # not connected (pgoffsets' store)
             node.consumer_offsets  # noqa: B018
         assert node.write_stats().changes >= 8 and node.store_failure() is None
@@ -177,5 +174,38 @@ def test_a_second_gateway_on_the_same_database_fences_the_first(
         assert (await new.append(batch(), now())).base_offset == 2
         await first.close()
         await second.close()
+
+    run(body)
+
+
+def test_the_coordinators_storage_hands_out_producer_ids_but_refuses_transactions(
+        pg_server: PostgresServer) -> None:
+    schema = f"node_{uuid.uuid4().hex[:10]}"
+
+    async def body() -> None:
+        node = PgNodeStorage(pg_server.dsn, PgNodeSettings(schema=schema))
+        await node.start()
+        await node.create_topic("t", 1, {})
+        storage = node.transaction_storage()
+        assert list(storage.txn_states()) == []
+        ids = ProducerIds(storage)  # the coordinator's allocator
+        for expected in (0, 1):
+            change = storage.begin()
+            assert ids.allocate(change) == expected
+            await storage.commit(change)
+        change = storage.begin()
+        with pytest.raises(TransactionsUnavailable) as refused:
+            storage.put_txn_state(change, "tx", b"state")
+        answer = mapped_class(refused.value).code  # what a client hears: not retried
+        assert answer is ErrorCode.invalid_txn_state and not answer.retriable
+        with pytest.raises(TransactionsUnavailable):
+            storage.log_ref(node.partition("t", 0))
+        await node.close()
+
+        node = PgNodeStorage(pg_server.dsn, PgNodeSettings(schema=schema))
+        await node.start()  # the counter is persisted: no id is handed out twice
+        change = node.transaction_storage().begin()
+        assert ProducerIds(node.transaction_storage()).allocate(change) == 2
+        await node.close()
 
     run(body)

@@ -6,11 +6,12 @@ check here rather than in a handler."""
 
 from __future__ import annotations
 
-from tablets.seam import NodeStorage, PartitionLog, TopicView
+from tablets.seam import ChangeWriter, NodeStorage, PartitionLog, TopicView, TransactionStorage
 
 from .node import PgNodeStorage
 from .partition_log import PgPartitionLog
 from .topics import PgTopic
+from .txn_storage import PgTransactionStorage
 
 
 def node(storage: PgNodeStorage) -> NodeStorage:
@@ -23,3 +24,11 @@ def partition_log(log: PgPartitionLog) -> PartitionLog:
 
 def topic(found: PgTopic) -> TopicView:
     return found
+
+
+def transaction_storage(storage: PgTransactionStorage) -> TransactionStorage:
+    return storage
+
+
+def change_writer(storage: PgTransactionStorage) -> ChangeWriter:
+    return storage
