@@ -7,13 +7,16 @@ validation); never ``kafka_gateway/`` or ``txn/`` (``tests/test_layers.py``).
 
 What exists so far:
 
-- ``schema``: the tables, as versioned migrations;
-- ``migrate``: bring a database's schema to this code's version at start-up,
-  one migrator at a time, refusing a schema newer than the code;
-- ``batch_log``: one partition's record batches over that schema (append a
-  group of batches with their index rows in one transaction, fenced by the
-  leader epoch; read by offset range), a library-level piece, not yet
-  behind the seam.
+- ``schema``/``migrate``: the tables, as versioned migrations, applied at
+  start-up one migrator at a time;
+- ``writer``: group commit, one PostgreSQL transaction per group of changes;
+- ``batch_log``: one partition's batches at library level (its read query
+  is the engine's);
+- the engine behind the seam: ``node`` (``NodeStorage``), ``topics``
+  (``TopicView``s, Kafka's checks, the claim of every partition at start),
+  ``partition_log`` (``PartitionLog``) with ``appends``, ``truncation`` and
+  ``producer_rows``; ``txn_storage`` (producer ids; no transactions yet);
+  ``engine_seam_check`` holds them to the Protocols under mypy.
 
-Nothing here is wired into the gateway yet (no ``--store`` flag).
+``kafka-gateway serve --store postgresql://...`` runs on it (docs/cluster.md).
 """

@@ -58,12 +58,12 @@ from tablets.seam import (
 
 from .log_sql import LogSql
 from .log_state import LogContext
-from .migrate import Connection, migrate, quoted
+from .migrate import migrate, quoted
 from .partition_log import PgPartitionLog
 from .schema import DEFAULT_SCHEMA
 from .topics import PgTopic, PgTopicCatalog
 from .txn_storage import PgTransactionStorage
-from .writer import PgWriter
+from .writer import PgChange, PgWriter
 
 if TYPE_CHECKING:
     from uuid import UUID
@@ -88,13 +88,17 @@ class PgNodeSettings:
 class LoadedOffsets(ConsumerOffsetStore, Protocol):
     """Consumer offsets on PostgreSQL, loaded at start (``pgstore.consumer_offsets``)."""
 
-    async def load(self, conn: Connection) -> None: ...
+    async def load(self, conn: asyncpg.Connection) -> None: ...
+
+    def drop_topic(self, topic: str, change: PgChange) -> None:
+        """Add the deletion of a deleted topic's offsets to ``change``."""
+        ...
 
 
 class LoadedRecords(NodeRecordStore, Protocol):
     """Node records of one kind on PostgreSQL, loaded at start (``pgstore.node_records``)."""
 
-    async def load(self, conn: Connection) -> None: ...
+    async def load(self, conn: asyncpg.Connection) -> None: ...
 
 
 # How the node makes them: (writer, schema) and (writer, schema, kind).
@@ -136,7 +140,7 @@ class PgNodeStorage:
                 self.dsn, min_size=1, max_size=self.settings.read_connections)
             await self.writer.start()
             context = LogContext(self.writer, self._pool, LogSql(schema), self.validators)
-            self._catalog = PgTopicCatalog(context, self.settings)
+            self._catalog = PgTopicCatalog(context, self.settings, lambda: self._offsets)
             await self._catalog.load(conn)
             await self._txn_storage.load(conn)
             if self._offsets_factory is not None:

@@ -21,6 +21,7 @@ import json
 import logging
 import uuid
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from tablets.seam import TopicView
 
     from .migrate import Connection
+    from .writer import PgChange
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,12 @@ class CatalogSettings(Protocol):
     def max_producers_per_partition(self) -> int: ...
 
 
+class TopicOffsets(Protocol):
+    """The committed offsets a deleted topic's deletion drops (same change)."""
+
+    def drop_topic(self, topic: str, change: PgChange) -> None: ...
+
+
 @dataclass(slots=True, eq=False)
 class PgTopic:
     name: str
@@ -80,8 +88,10 @@ class PgTopic:
 
 
 class PgTopicCatalog:
-    def __init__(self, context: LogContext, settings: CatalogSettings) -> None:
+    def __init__(self, context: LogContext, settings: CatalogSettings,
+                 offsets: Callable[[], TopicOffsets | None] = lambda: None) -> None:
         self.context = context
+        self._offsets = offsets  # a deleted topic's committed offsets go with it
         self.settings = settings
         self.topics: dict[str, PgTopic] = {}
         self.by_id: dict[UUID, PgTopic] = {}
@@ -209,6 +219,9 @@ class PgTopicCatalog:
             partition.release()
         change = self.context.writer.begin()
         change.execute(self._sql_delete, topic.topic_id)  # cascades to every row of it
+        offsets = self._offsets()
+        if offsets is not None:
+            offsets.drop_topic(name, change)
         await self.context.writer.commit(change)
         self._share_tail_budget()
         log.info("deleted topic %s", name)
