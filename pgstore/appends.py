@@ -44,6 +44,7 @@ from tablets.errors import (
     StorageError,
     TabletError,
     TransactionsUnavailable,
+    UnknownPartition,
 )
 from tablets.producer_rules import CachedBatch, next_seq
 from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink
@@ -260,8 +261,11 @@ class PgAppends:
             log.producer_states.load()
         self._doubt = False
         self._rereading = None
-        if log.fenced:
-            error: StorageError | NotLeader = NotLeader(
+        error: TabletError | StorageError
+        if log.deleted:
+            error = UnknownPartition(f"partition {log.name} was deleted")
+        elif log.fenced:
+            error = NotLeader(
                 f"{log.name}: not written: another gateway claimed the partition (leader "
                 f"epoch {row.leader_epoch if row else '?'}; this gateway's was "
                 f"{log.leader_epoch})")

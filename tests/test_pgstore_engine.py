@@ -28,6 +28,7 @@ from tablets.errors import (
     RecordTooLarge,
     StorageError,
     TransactionsUnavailable,
+    UnknownPartition,
     UnknownProducerId,
 )
 from testkit import postgres
@@ -304,3 +305,53 @@ def test_a_write_whose_outcome_is_unknown_is_reread_before_offsets_are_assigned(
 def test_a_store_error_is_retriable(pg_server: PostgresServer) -> None:
     # The premise of answering a lost write with KAFKA_STORAGE_ERROR.
     assert issubclass(OutcomeUnknown, StorageError) and issubclass(StoreUnavailable, StorageError)
+
+
+def test_reads_below_a_small_tail_come_from_the_database_in_offset_order(
+        pg_server: PostgresServer) -> None:
+    async def body() -> None:
+        # A tail of 1 KiB: the newest batch or two stay in memory.
+        node = await started(pg_server, schema(), tail_cache_bytes=1024)
+        await node.create_topic("t", 1, {})
+        log = node.partition("t", 0)
+        for _ in range(20):
+            await log.append(make_batch([b"x" * 200] * 2, base_timestamp=now()), now())
+        assert 0 < len(log.tail) < 20 and log.tail.nbytes <= 1024
+        tail_start = log.tail.first_offset(default=-1)
+        offsets: list[int] = []
+        at = 0
+        while at < log.high_watermark:  # a consumer reading 1 KiB at a time
+            result = await log.read(at, 1024)
+            assert result.batches, f"nothing read at {at}"
+            for data in result.batches:
+                [decoded] = decode_batches(bytes(data))  # type: ignore[arg-type]
+                offsets.append(decoded["base_offset"])
+                at = decoded["base_offset"] + 2
+        assert offsets == list(range(0, 40, 2))
+        assert tail_start > 0  # the premise: some reads went below the tail
+        await node.close()
+
+    run(body)
+
+
+def test_an_append_to_a_partition_deleted_elsewhere_answers_unknown_partition(
+        pg_server: PostgresServer) -> None:
+    name = schema()
+
+    async def body() -> None:
+        node = await started(pg_server, name)
+        await node.create_topic("t", 1, {})
+        log = node.partition("t", 0)
+        await log.append(batch(), now())
+        waiter = log.waiter()
+        # Deleted behind this gateway's back (another gateway, an operator):
+        # the fence finds no row, the reread finds none either.
+        await db(pg_server, f"DELETE FROM {name}.topics WHERE name = 't' RETURNING 1")
+        with pytest.raises(UnknownPartition):
+            await log.append(batch(), now())
+        assert log.deleted and waiter.done()  # its fetchers wake
+        with pytest.raises(UnknownPartition):
+            log.append(batch(), now())
+        await node.close()
+
+    run(body)
