@@ -174,10 +174,9 @@ class PgAppends:
         running = max(log.running_max_timestamp, max_timestamp)
         sql = log.sql
         change = log.writer.begin()
-        change.fence(sql.append_fence, log.log_id, log.leader_epoch, base, end, len(data),
+        change.fence(sql.append, log.log_id, log.leader_epoch, base, end, len(data), data,
+                     end - 1, max_timestamp, running,
                      refused=lambda: _FenceMiss(f"{log.name}: the partition row moved"))
-        change.execute(sql.insert_batch, log.log_id, data, base, end - 1, max_timestamp,
-                       running, len(data))
         if cached is not None:
             log.producer_states.stage(header.producer_id, header.producer_epoch, cached,
                                       item.now_ms, change)

@@ -30,20 +30,26 @@ class LogRow:
 class LogSql:
     def __init__(self, schema: str) -> None:
         s = self.schema = quoted(schema)
-        # The append's fence: the row moves only where the epoch and the log
-        # end are the ones this leader assigned offsets from.
-        self.append_fence = f"""
-            UPDATE {s}.partitions
-               SET log_end_offset = $4, size_bytes = size_bytes + $5
-             WHERE log_id = $1 AND leader_epoch = $2 AND log_end_offset = $3
-         RETURNING log_id"""
-        # The bytes once, then their index row naming them.
-        self.insert_batch = f"""
-            WITH data AS (
-                INSERT INTO {s}.batch_data (log_id, data) VALUES ($1, $2) RETURNING data_id)
+        # The append, in one statement (one round trip inside the group's
+        # transaction), and its fence: the partition row moves only where the
+        # epoch and the log end are the ones this leader assigned offsets
+        # from; the bytes and their index row are written only if it moved.
+        # No row back: nothing written. $1 log id, $2 epoch, $3 base offset,
+        # $4 new log end, $5 size, $6 bytes, $7 last offset, $8 max
+        # timestamp, $9 running max timestamp.
+        self.append = f"""
+            WITH moved AS (
+                UPDATE {s}.partitions
+                   SET log_end_offset = $4, size_bytes = size_bytes + $5
+                 WHERE log_id = $1 AND leader_epoch = $2 AND log_end_offset = $3
+             RETURNING log_id
+            ), data AS (
+                INSERT INTO {s}.batch_data (log_id, data)
+                SELECT log_id, $6 FROM moved RETURNING data_id)
             INSERT INTO {s}.batches (log_id, base_offset, last_offset, max_timestamp,
                                      running_max_timestamp, size, data_id)
-            SELECT $1, $3, $4, $5, $6, $7, data_id FROM data"""
+            SELECT $1, $3, $7, $8, $9, $5, data_id FROM data
+         RETURNING base_offset"""
         # An idempotent retry is answered once its original is durable: the
         # log end never moves back, so reaching past it means it landed.
         self.landed = (f"SELECT 1 FROM {s}.partitions "

@@ -25,11 +25,26 @@ class FlakyConnection:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.conn, name)
 
-    async def execute(self, *args: Any) -> str:
+    def _statement(self) -> None:
         if self.fail_statement is not None:
             error, self.fail_statement = self.fail_statement, None
             raise error
+
+    async def execute(self, *args: Any) -> str:
+        self._statement()
         return await self.conn.execute(*args)
+
+    async def executemany(self, *args: Any) -> None:
+        self._statement()
+        await self.conn.executemany(*args)
+
+    async def fetch(self, *args: Any) -> list[asyncpg.Record]:
+        self._statement()
+        return await self.conn.fetch(*args)
+
+    async def fetchrow(self, *args: Any) -> asyncpg.Record | None:
+        self._statement()
+        return await self.conn.fetchrow(*args)
 
     def transaction(self) -> Any:
         outer = self
