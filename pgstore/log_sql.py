@@ -96,6 +96,12 @@ class LogSql:
                      WHERE log_id = $1 AND last_offset < $2) gone
              WHERE p.log_id = $1 AND p.log_start_offset < $2
          RETURNING gone.freed"""
+        # Where a step of a truncation stops: the base offset of the batch $3
+        # batches after the one holding $2 (none: the step reaches the target).
+        self.step_end = f"""
+            SELECT base_offset FROM {s}.batches
+             WHERE log_id = $1 AND last_offset >= $2
+             ORDER BY base_offset OFFSET $3 LIMIT 1"""
         self.delete_below = f"""
             WITH gone AS (
                 DELETE FROM {s}.batches WHERE log_id = $1 AND last_offset < $2

@@ -16,6 +16,7 @@ from typing import TypeVar
 import asyncpg
 import pytest
 
+from pgstore import truncation
 from pgstore.node import PgNodeSettings, PgNodeStorage
 from pgstore.writer import OutcomeUnknown, PgWriter, StoreUnavailable
 from tablets import batch as batch_header
@@ -214,8 +215,11 @@ def test_offsets_by_time(pg_server: PostgresServer) -> None:
     run(body)
 
 
+@pytest.mark.parametrize("step", [256, 1])
 def test_delete_records_and_retention_delete_whole_batches_and_their_bytes(
-        pg_server: PostgresServer) -> None:
+        pg_server: PostgresServer, monkeypatch: pytest.MonkeyPatch, step: int) -> None:
+    # Truncation moves the log start in steps of STEP_BATCHES (one change each).
+    monkeypatch.setattr(truncation, "STEP_BATCHES", step)
     name = schema()
 
     async def body() -> None:
@@ -241,8 +245,11 @@ def test_delete_records_and_retention_delete_whole_batches_and_their_bytes(
         # retention.bytes: the oldest go while what remains is at least it.
         await node.set_topic_configs("t", {"retention.bytes": str(3 * (size // 6)),
                                            "retention.ms": "-1"})
+        changes = node.write_stats().changes
         await node.enforce_retention()
         assert log.log_start_offset == 6
+        # Two batches went: in one change, or one change each.
+        assert node.write_stats().changes - changes == (2 if step == 1 else 1)
         assert await db(pg_server, f"SELECT count(*) FROM {name}.batch_data") == 3
         # retention.ms: batches stamped ten days ago are past a day.
         await log.append(batch(1), now())
