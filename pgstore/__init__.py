@@ -17,7 +17,8 @@ What exists so far:
 - ``writer``: the group-commit writer (one PostgreSQL transaction per group
   of changes);
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
-  and ``NodeRecordStore`` (held to the Protocols by ``seam_check``).
+  and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
+- ``important``: important consumer groups' hold on a retention pass.
 
 Nothing here is wired into the gateway yet (no ``--store`` flag).
 """
