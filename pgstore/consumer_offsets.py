@@ -28,7 +28,11 @@ order). Across gateways each has its own counter; a gateway taking over a
 group's coordination reads that group again (``load_group``), which lifts
 its counter above the group's versions. How a transaction's *begin* version
 is settled across gateways is the transaction work's (docs/cluster-design.md,
-"Offsets written by a commit that crosses gateways").
+"Offsets written by a commit that crosses gateways"). What it needs from here
+is ``stage`` with ``refused``: a compare-and-set that lands the offsets only
+if each row is, under its row lock, at the version this gateway's memory
+says, so a conflict check run on that memory holds inside the transaction;
+of two gateways committing one partition from one view, exactly one wins.
 
 Important consumers (``tablets/important.py``) read ``committed`` and
 ``is_released``, as with the embedded engine.
@@ -43,6 +47,7 @@ import asyncpg
 from tablets.seam import CommittedOffset, OffsetCommit, TopicPartition
 
 from .migrate import quoted
+from .offset_statements import OffsetStatements
 from .schema import DEFAULT_SCHEMA
 from .writer import PgChange, PgWriter
 
@@ -58,30 +63,7 @@ class PgConsumerOffsets:
     def __init__(self, writer: PgWriter, schema: str = DEFAULT_SCHEMA) -> None:
         self.writer = writer
         self.schema = schema
-        s = quoted(schema)
-        self._sql_upsert = (
-            f"INSERT INTO {s}.consumer_offsets (group_id, topic, partition, committed_offset, "
-            "leader_epoch, metadata, commit_timestamp, version, committer) "
-            "SELECT $1, * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::int[], "
-            "$6::text[], $7::bigint[], $8::bigint[], $9::text[]) "
-            "ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
-            "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
-            "metadata = excluded.metadata, commit_timestamp = excluded.commit_timestamp, "
-            "version = excluded.version, committer = excluded.committer")
-        self._sql_unrelease = (
-            f"DELETE FROM {s}.released_offsets WHERE group_id = $1 AND (topic, partition) IN "
-            "(SELECT * FROM unnest($2::text[], $3::int[]))")
-        self._sql_release = (
-            f"INSERT INTO {s}.released_offsets (group_id, topic, partition) "
-            "SELECT $1, * FROM unnest($2::text[], $3::int[]) ON CONFLICT DO NOTHING")
-        self._sql_delete_group = (
-            f"DELETE FROM {s}.consumer_offsets WHERE group_id = $1 AND version <= $2")
-        self._sql_delete_some = (
-            f"DELETE FROM {s}.consumer_offsets WHERE group_id = $1 AND version <= $2 "
-            "AND (topic, partition) IN (SELECT * FROM unnest($3::text[], $4::int[]))")
-        self._sql_counter = (
-            f"INSERT INTO {s}.counters AS c (name, value) VALUES ($1, $2) ON CONFLICT (name) "
-            "DO UPDATE SET value = greatest(c.value, excluded.value)")
+        self._sql = OffsetStatements(quoted(schema))
         # Visible (durable) offsets: group -> (topic, partition) -> offset.
         self._groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._last_version = 0
@@ -171,6 +153,10 @@ class PgConsumerOffsets:
         in_flight = self._in_flight.get((group, (topic, partition)))
         return in_flight or self.committed(group, topic, partition)
 
+    def _latest_version(self, group: str, tp: TopicPartition) -> int:
+        latest = self.latest(group, *tp)
+        return 0 if latest is None else latest.version
+
     @property
     def last_version(self) -> int:
         """The newest version any commit took: versions after it are newer commits."""
@@ -186,6 +172,7 @@ class PgConsumerOffsets:
         self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int,
         change: PgChange, committer: str = "",
         members: Mapping[TopicPartition, str] | None = None,
+        refused: Callable[[], BaseException] | None = None,
     ) -> dict[TopicPartition, CommittedOffset]:
         """Add a commit to ``change`` (which may carry other statements, e.g. a
         transaction's, whose id is the ``committer``); call ``publish`` with the
@@ -193,8 +180,19 @@ class PgConsumerOffsets:
 
         Versions are taken now, in call order, so two commits staged one after
         the other get increasing versions whatever order they land in.
+
+        With ``refused``, the commit is a compare-and-set: it lands only if each
+        partition's row is, under its row lock, at the version ``latest`` gives
+        now (absent: 0), so a conflict check run on this gateway's memory holds
+        inside the transaction: of two gateways committing the same partition
+        from the same view, exactly one wins; the other's change fails with
+        ``refused()`` and writes nothing.
         """
         staged: dict[TopicPartition, CommittedOffset] = {}
+        expected = [self._latest_version(group, tp) for tp in commits]
+        if refused is not None and commits:
+            change.fence(self._sql.expect, group, [t for t, _ in commits],
+                         [p for _, p in commits], expected, refused=refused)
         unreleased: list[tuple[str, int]] = []
         # A commit makes a deleted group whole again: it holds retention anew.
         if group in self._released_groups or (group, None, 0) in self._releasing:
@@ -214,15 +212,19 @@ class PgConsumerOffsets:
             staged[(topic, partition)] = record
             self._in_flight[(group, (topic, partition))] = record
         if unreleased:
-            change.execute(self._sql_unrelease, group, [t for t, _ in unreleased],
+            change.execute(self._sql.unrelease, group, [t for t, _ in unreleased],
                            [p for _, p in unreleased])
         if staged:
             records = list(staged.values())
-            change.execute(self._sql_upsert, group, [t for t, _ in staged],
-                           [p for _, p in staged], [r.offset for r in records],
-                           [r.leader_epoch for r in records], [r.metadata for r in records],
-                           [r.commit_timestamp for r in records], [r.version for r in records],
-                           [r.committer for r in records])
+            columns = (group, [t for t, _ in staged], [p for _, p in staged],
+                       [r.offset for r in records], [r.leader_epoch for r in records],
+                       [r.metadata for r in records], [r.commit_timestamp for r in records],
+                       [r.version for r in records], [r.committer for r in records])
+            if refused is None:
+                change.execute(self._sql.upsert, *columns)
+            else:
+                change.fence(self._sql.upsert_expected, *columns, expected, len(records),
+                             refused=refused)
         return staged
 
     def publish(self, group: str, staged: Mapping[TopicPartition, CommittedOffset]) -> None:
@@ -284,20 +286,20 @@ class PgConsumerOffsets:
             return 0  # (a whole group without offsets may still hold: released below)
         newest_deleted = self._last_version
         change = self.writer.begin()
-        change.execute(self._sql_counter, VERSION_COUNTER, newest_deleted)
+        change.execute(self._sql.counter, VERSION_COUNTER, newest_deleted)
         releases: list[_Release] = []
         if partitions is None:
-            change.execute(self._sql_delete_group, group, newest_deleted)
+            change.execute(self._sql.delete_group, group, newest_deleted)
             if release:
                 releases = [(group, None, 0)]
         else:
-            change.execute(self._sql_delete_some, group, newest_deleted,
+            change.execute(self._sql.delete_some, group, newest_deleted,
                            [t for t, _ in doomed], [p for _, p in doomed])
             if release:
                 releases = [(group, *tp) for tp in doomed if self.is_important(group, tp[0])]
         if releases:
             where = [WHOLE_GROUP if topic is None else (topic, p) for _, topic, p in releases]
-            change.execute(self._sql_release, group, [t for t, _ in where],
+            change.execute(self._sql.release, group, [t for t, _ in where],
                            [p for _, p in where])
         self._releasing.update(releases)
 
@@ -331,7 +333,7 @@ class PgConsumerOffsets:
         ``change`` (a topic re-created under the same name starts without them,
         as in Kafka); they leave memory now, as with the embedded engine."""
         s = quoted(self.schema)
-        change.execute(self._sql_counter, VERSION_COUNTER, self._last_version)
+        change.execute(self._sql.counter, VERSION_COUNTER, self._last_version)
         change.execute(f"DELETE FROM {s}.consumer_offsets WHERE topic = $1", topic)
         change.execute(f"DELETE FROM {s}.released_offsets WHERE topic = $1", topic)
         for group, offsets in list(self._groups.items()):
@@ -345,9 +347,12 @@ class PgConsumerOffsets:
 def stage_offsets(offsets: PgConsumerOffsets, change: PgChange, group: str,
                   commits: Mapping[TopicPartition, OffsetCommit], now_ms: int,
                   committer: str, members: Mapping[TopicPartition, str] | None,
+                  refused: Callable[[], BaseException] | None = None,
                   ) -> dict[TopicPartition, CommittedOffset]:
     """``TransactionStorage.stage_offsets`` on PostgreSQL: add a transaction's
     offset commit to ``change`` (the transaction's commit, one PostgreSQL
     transaction with its markers and state); publish the result
-    (``offsets.publish``) once it is durable, ``offsets.forget`` it if not."""
-    return offsets.stage(group, commits, now_ms, change, committer, members)
+    (``offsets.publish``) once it is durable, ``offsets.forget`` it if not.
+    With ``refused``: a compare-and-set against this gateway's view (``stage``),
+    what the offset-range conflict check needs across gateways."""
+    return offsets.stage(group, commits, now_ms, change, committer, members, refused)

@@ -386,3 +386,73 @@ def test_load_group_reads_another_gateways_commits(pg_server: PostgresServer) ->
         assert other.version("g", "t", 0) > offsets.version("g", "t", 0)
 
     run(pg_server, schema, body)
+
+
+class Conflict(Exception):
+    pass
+
+
+def test_two_gateways_racing_on_one_partition_exactly_one_wins(
+        pg_server: PostgresServer) -> None:
+    schema = new_schema(pg_server)
+
+    async def body(a: PgConsumerOffsets, writer_a: PgWriter, admin: asyncpg.Connection) -> None:
+        writer_b = PgWriter(pg_server.dsn)
+        await writer_b.start()
+        try:
+            b = PgConsumerOffsets(writer_b, schema)  # the other gateway, same view
+            await b.load(admin)
+
+            async def fenced(offsets: PgConsumerOffsets, writer: PgWriter, offset: int,
+                             hold: float = 0.0) -> None:
+                change = writer.begin()
+                staged = stage_offsets(offsets, change, "g", {("t", 0): OffsetCommit(offset)},
+                                       0, f"tid-{offset}", None,
+                                       refused=lambda: Conflict(f"offset {offset} lost"))
+                if hold:  # the rest of a transaction's commit, while the row is held
+                    change.execute("SELECT pg_sleep($1)", hold)
+                change.on_durable(lambda: offsets.publish("g", staged))
+                try:
+                    await writer.commit(change)
+                except Exception:
+                    offsets.forget("g", staged)
+                    raise
+
+            # 1. No row yet, both views say so: a inserts and holds its
+            # transaction open; b's insert waits on a's row, then finds it.
+            first = asyncio.ensure_future(fenced(a, writer_a, 10, hold=1.0))
+            for _ in range(200):  # until a sleeps inside its transaction (at most 20 s)
+                if await admin.fetchval("SELECT count(*) FROM pg_stat_activity "
+                                        "WHERE wait_event = 'PgSleep'"):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("a's commit never reached its sleep")
+            second = asyncio.ensure_future(fenced(b, writer_b, 20))
+            results = await asyncio.gather(first, second, return_exceptions=True)
+            assert results[0] is None
+            assert isinstance(results[1], Conflict), results
+            assert [(r[3], r[8]) for r in await rows(admin, schema, "consumer_offsets")] == [
+                (10, "tid-10")]
+            assert b.latest("g", "t", 0) is None  # the loser published nothing
+            # 2. A row both views know: a moves it, then b (stale) is refused at
+            # its first step, without a rollback of anything else.
+            await b.load_group(admin, "g")
+            await fenced(a, writer_a, 30)
+            with pytest.raises(Conflict):
+                await fenced(b, writer_b, 40)
+            assert [r[3] for r in await rows(admin, schema, "consumer_offsets")] == [30]
+            # 3. Simultaneous, from one view: exactly one of them lands.
+            await b.load_group(admin, "g")
+            outcomes = await asyncio.gather(fenced(a, writer_a, 50), fenced(b, writer_b, 60),
+                                            return_exceptions=True)
+            assert sorted(type(o).__name__ for o in outcomes) == ["Conflict", "NoneType"]
+            winner = 50 if outcomes[0] is None else 60
+            assert [r[3] for r in await rows(admin, schema, "consumer_offsets")] == [winner]
+            # The winner's own next commit, from its view, lands.
+            await fenced(a if winner == 50 else b, writer_a if winner == 50 else writer_b, 70)
+            assert [r[3] for r in await rows(admin, schema, "consumer_offsets")] == [70]
+        finally:
+            await writer_b.close()
+
+    run(pg_server, schema, body)
