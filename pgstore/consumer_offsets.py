@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 import asyncpg
 
+from tablets.offset_state import OffsetState
 from tablets.seam import CommittedOffset, OffsetCommit, TopicPartition
 
 from .migrate import quoted
@@ -55,30 +56,14 @@ VERSION_COUNTER = "consumer.offsets.version"
 # released_offsets' row for a whole group.
 WHOLE_GROUP = ("", -1)
 
-# (group, topic or None for the whole group, partition): a release in memory.
-_Release = tuple[str, str | None, int]
 
 
-class PgConsumerOffsets:
+class PgConsumerOffsets(OffsetState):
     def __init__(self, writer: PgWriter, schema: str = DEFAULT_SCHEMA) -> None:
+        super().__init__()
         self.writer = writer
         self.schema = schema
         self._sql = OffsetStatements(quoted(schema))
-        # Visible (durable) offsets: group -> (topic, partition) -> offset.
-        self._groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-        self._last_version = 0
-        # Commits staged but not yet durable: the newest wins in ``latest``.
-        self._in_flight: dict[tuple[str, TopicPartition], CommittedOffset] = {}
-        # Groups (and partitions of groups) whose offsets were deleted: they
-        # hold no retention until they commit again.
-        self._released_groups: set[str] = set()
-        self._released_partitions: set[tuple[str, str, int]] = set()
-        # Releases written but not yet durable; a commit staged meanwhile
-        # cancels its own (it lands after the release, so it wins).
-        self._releasing: set[_Release] = set()
-        # Whether a group is an important consumer of a topic (None: of any;
-        # set by the engine from the topics' configs).
-        self.is_important: Callable[[str, str | None], bool] = lambda group, topic: False
 
     # ------------------------------------------------------------ loading
     async def load(self, conn: asyncpg.Connection) -> None:
@@ -90,10 +75,8 @@ class PgConsumerOffsets:
             rows = await conn.fetch(f"SELECT * FROM {s}.consumer_offsets")
             released = await conn.fetch(
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets")
-        self._groups.clear()
-        self._released_groups.clear()
-        self._released_partitions.clear()
-        self._last_version = max(self._last_version, int(counter or 0))
+        self.clear()
+        self.versions_from(int(counter or 0))
         self._take_rows(rows, released)
 
     async def load_group(self, conn: asyncpg.Connection, group: str) -> None:
@@ -107,9 +90,7 @@ class PgConsumerOffsets:
             released = await conn.fetch(
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets "
                 "WHERE group_id = $1", group)
-        self._groups.pop(group, None)
-        self._released_groups.discard(group)
-        self._released_partitions -= {r for r in self._released_partitions if r[0] == group}
+        self.forget_group(group)
         self._take_rows(rows, released)
 
     def _take_rows(self, rows: list[asyncpg.Record],
@@ -118,54 +99,14 @@ class PgConsumerOffsets:
             record = CommittedOffset(row["committed_offset"], row["leader_epoch"],
                                      row["metadata"], row["commit_timestamp"], row["version"],
                                      row["committer"])
-            self._groups.setdefault(row["group_id"], {})[(row["topic"], row["partition"])] = record
-            self._last_version = max(self._last_version, record.version)
+            self.loaded(row["group_id"], (row["topic"], row["partition"]), record)
         for row in released:
-            if (row["topic"], row["partition"]) == WHOLE_GROUP:
-                self._released_groups.add(row["group_id"])
-            else:
-                self._released_partitions.add((row["group_id"], row["topic"], row["partition"]))
-
-    # ------------------------------------------------------------ reading
-    def groups(self) -> list[str]:
-        """Groups with at least one committed offset."""
-        return list(self._groups)
-
-    def has_offsets(self, group: str) -> bool:
-        return bool(self._groups.get(group))
-
-    def committed(self, group: str, topic: str, partition: int) -> CommittedOffset | None:
-        return self._groups.get(group, {}).get((topic, partition))
-
-    def group_offsets(self, group: str) -> dict[TopicPartition, CommittedOffset]:
-        """A copy of every committed offset of a group."""
-        return dict(self._groups.get(group, {}))
-
-    def is_released(self, group: str, topic: str, partition: int) -> bool:
-        """The group's offsets (all, or this partition's) were deleted and it has
-        not committed this partition since: it holds no retention there."""
-        return (group in self._released_groups
-                or (group, topic, partition) in self._released_partitions)
-
-    def latest(self, group: str, topic: str, partition: int) -> CommittedOffset | None:
-        """The newest commit of a partition, counting one staged but not yet
-        durable: what a conflict check must compare with."""
-        in_flight = self._in_flight.get((group, (topic, partition)))
-        return in_flight or self.committed(group, topic, partition)
+            tp = (row["topic"], row["partition"])
+            self.loaded_release(row["group_id"], None if tp == WHOLE_GROUP else tp)
 
     def _latest_version(self, group: str, tp: TopicPartition) -> int:
         latest = self.latest(group, *tp)
         return 0 if latest is None else latest.version
-
-    @property
-    def last_version(self) -> int:
-        """The newest version any commit took: versions after it are newer commits."""
-        return self._last_version
-
-    def version(self, group: str, topic: str, partition: int) -> int:
-        """The version of a partition's committed offset; 0 when there is none."""
-        committed = self.committed(group, topic, partition)
-        return committed.version if committed else 0
 
     # ------------------------------------------------------------ writing
     def stage(
@@ -188,32 +129,16 @@ class PgConsumerOffsets:
         from the same view, exactly one wins; the other's change fails with
         ``refused()`` and writes nothing.
         """
-        staged: dict[TopicPartition, CommittedOffset] = {}
         expected = [self._latest_version(group, tp) for tp in commits]
         if refused is not None and commits:
             change.fence(self._sql.expect, group, [t for t, _ in commits],
                          [p for _, p in commits], expected, refused=refused)
-        unreleased: list[tuple[str, int]] = []
-        # A commit makes a deleted group whole again: it holds retention anew.
-        if group in self._released_groups or (group, None, 0) in self._releasing:
-            self._released_groups.discard(group)
-            self._releasing.discard((group, None, 0))
-            unreleased.append(WHOLE_GROUP)
-        for (topic, partition), commit in commits.items():
-            if ((group, topic, partition) in self._released_partitions
-                    or (group, topic, partition) in self._releasing):
-                self._released_partitions.discard((group, topic, partition))
-                self._releasing.discard((group, topic, partition))
-                unreleased.append((topic, partition))
-            self._last_version += 1
-            record = CommittedOffset(commit.offset, commit.leader_epoch, commit.metadata, now_ms,
-                                     self._last_version, committer,
-                                     (members or {}).get((topic, partition), ""))
-            staged[(topic, partition)] = record
-            self._in_flight[(group, (topic, partition))] = record
+        taken = self.take(group, commits, now_ms, committer, members)
+        unreleased = ([WHOLE_GROUP] if taken.unrelease_group else []) + taken.unrelease
         if unreleased:
             change.execute(self._sql.unrelease, group, [t for t, _ in unreleased],
                            [p for _, p in unreleased])
+        staged = taken.offsets
         if staged:
             records = list(staged.values())
             columns = (group, [t for t, _ in staged], [p for _, p in staged],
@@ -226,28 +151,6 @@ class PgConsumerOffsets:
                 change.fence(self._sql.upsert_expected, *columns, expected, len(records),
                              refused=refused)
         return staged
-
-    def publish(self, group: str, staged: Mapping[TopicPartition, CommittedOffset]) -> None:
-        """Make durable commits visible. A staged record older than what is
-        visible (a later commit landed first) is dropped, so the newest wins."""
-        offsets = self._groups.setdefault(group, {})
-        for tp, record in staged.items():
-            if self._in_flight.get((group, tp)) is record:
-                del self._in_flight[(group, tp)]
-            current = offsets.get(tp)
-            if current is None or current.version < record.version:
-                offsets[tp] = record
-        if not offsets:
-            del self._groups[group]
-
-    def forget(self, group: str, staged: Mapping[TopicPartition, CommittedOffset]) -> None:
-        """A staged commit that failed: ``latest`` stops counting it. (A release
-        it cleared stays cleared in memory: the group then holds from its log
-        start or its other offsets until a restart reads the marker again,
-        which retains more, never less.)"""
-        for tp, record in staged.items():
-            if self._in_flight.get((group, tp)) is record:
-                del self._in_flight[(group, tp)]
 
     async def commit(
         self, group: str, commits: Mapping[TopicPartition, OffsetCommit], now_ms: int,
@@ -277,71 +180,38 @@ class PgConsumerOffsets:
         (and then removed) first, and one staged after it survives it: the
         rows deleted are those at or below the newest version taken now.
         """
-        offsets = self._groups.get(group, {})
-        doomed = list(offsets) if partitions is None else [tp for tp in partitions
-                                                            if tp in offsets]
-        # Only an important consumer leaves a marker (other groups hold nothing).
-        release = release and self.is_important(group, None)
-        if not doomed and not (partitions is None and release):
-            return 0  # (a whole group without offsets may still hold: released below)
-        newest_deleted = self._last_version
+        deletion = self.plan_delete(group, partitions, release)
+        if deletion is None:
+            return 0
         change = self.writer.begin()
-        change.execute(self._sql.counter, VERSION_COUNTER, newest_deleted)
-        releases: list[_Release] = []
-        if partitions is None:
-            change.execute(self._sql.delete_group, group, newest_deleted)
-            if release:
-                releases = [(group, None, 0)]
+        change.execute(self._sql.counter, VERSION_COUNTER, deletion.newest_deleted)
+        if deletion.whole_group:
+            change.execute(self._sql.delete_group, group, deletion.newest_deleted)
         else:
-            change.execute(self._sql.delete_some, group, newest_deleted,
-                           [t for t, _ in doomed], [p for _, p in doomed])
-            if release:
-                releases = [(group, *tp) for tp in doomed if self.is_important(group, tp[0])]
-        if releases:
-            where = [WHOLE_GROUP if topic is None else (topic, p) for _, topic, p in releases]
+            change.execute(self._sql.delete_some, group, deletion.newest_deleted,
+                           [t for t, _ in deletion.doomed], [p for _, p in deletion.doomed])
+        if deletion.releases:
+            where = [WHOLE_GROUP if topic is None else (topic, p)
+                     for _, topic, p in deletion.releases]
             change.execute(self._sql.release, group, [t for t, _ in where],
                            [p for _, p in where])
-        self._releasing.update(releases)
-
-        def durable() -> None:
-            for item in releases:
-                if item in self._releasing:  # no commit was staged since
-                    self._releasing.discard(item)
-                    if item[1] is None:
-                        self._released_groups.add(group)
-                    else:
-                        self._released_partitions.add((group, item[1], item[2]))
-            remaining = self._groups.get(group, {})
-            gone = list(remaining) if partitions is None else doomed
-            for tp in gone:
-                record = remaining.get(tp)
-                if record is not None and record.version <= newest_deleted:
-                    del remaining[tp]
-            if not remaining:
-                self._groups.pop(group, None)
-
-        change.on_durable(durable)
+        change.on_durable(lambda: self.deleted(deletion))
         try:
             await self.writer.commit(change)
         except Exception:
-            self._releasing.difference_update(releases)
+            self.not_deleted(deletion)
             raise
-        return len(doomed)
+        return len(deletion.doomed)
 
     def drop_topic(self, topic: str, change: PgChange) -> None:
         """Add the deletion of every group's offsets of a deleted topic to
         ``change`` (a topic re-created under the same name starts without them,
         as in Kafka); they leave memory now, as with the embedded engine."""
         s = quoted(self.schema)
-        change.execute(self._sql.counter, VERSION_COUNTER, self._last_version)
+        change.execute(self._sql.counter, VERSION_COUNTER, self.last_version)
         change.execute(f"DELETE FROM {s}.consumer_offsets WHERE topic = $1", topic)
         change.execute(f"DELETE FROM {s}.released_offsets WHERE topic = $1", topic)
-        for group, offsets in list(self._groups.items()):
-            for tp in [tp for tp in offsets if tp[0] == topic]:
-                del offsets[tp]
-            if not offsets:
-                del self._groups[group]
-        self._released_partitions -= {r for r in self._released_partitions if r[1] == topic}
+        self.drop_topic_offsets(topic)
 
 
 def stage_offsets(offsets: PgConsumerOffsets, change: PgChange, group: str,
