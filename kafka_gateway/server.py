@@ -9,7 +9,9 @@ import ipaddress
 import logging
 import signal
 
+from pgstore.consumer_offsets import PgConsumerOffsets
 from pgstore.node import PgNodeSettings, PgNodeStorage
+from pgstore.node_records import PgNodeRecords
 from tablets import CleanerSettings, EngineSettings, StorageEngine
 from txn import TransactionCoordinator, TxnSettings
 
@@ -54,10 +56,7 @@ def open_engine(config: GatewayConfig) -> StorageEngine | PgNodeStorage:
                            topic_defaults=config.topic_defaults(),
                            producer_id_expiration_ms=config.producer_id_expiration_ms,
                            max_producers_per_partition=config.max_producers_per_partition),
-            # MERGE(pgoffsets): offsets=PgConsumerOffsets, records=PgNodeRecords
-            # (pgstore/consumer_offsets.py, pgstore/node_records.py, imported
-            # above): until connected, a gateway on PostgreSQL stops at start-up
-            # ("consumer offsets are not connected").
+            offsets=PgConsumerOffsets, records=PgNodeRecords,
         )
     return StorageEngine(
         config.data_dir,

@@ -17,6 +17,9 @@ What exists so far:
   ``partition_log`` (``PartitionLog``) with ``appends``, ``truncation`` and
   ``producer_rows``; ``txn_storage`` (producer ids; no transactions yet);
   ``engine_seam_check`` holds them to the Protocols under mypy.
+- ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
+  and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
+- ``important``: important consumer groups' hold on a retention pass.
 
 ``kafka-gateway serve --store postgresql://...`` runs on it (docs/cluster.md).
 """

@@ -114,8 +114,8 @@ class PgNodeStorage:
         self.settings = settings or PgNodeSettings()
         self.writer = PgWriter(dsn)
         self.validators = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pg-validate")
-        # MERGE(pgoffsets): the server passes PgConsumerOffsets / PgNodeRecords
-        # here (pgstore/consumer_offsets.py, pgstore/node_records.py).
+        # The server passes PgConsumerOffsets and PgNodeRecords
+        # (pgstore/consumer_offsets.py, pgstore/node_records.py).
         self._offsets_factory = offsets
         self._records_factory = records
         self._offsets: LoadedOffsets | None = None

@@ -128,3 +128,45 @@ def test_deleting_a_topic_drops_its_offsets_in_every_group(tmp_path):
         assert offsets.committed("a", "doomed", 0) is None
 
     run(reread, tmp_path)
+
+
+def test_a_commit_whose_caller_is_cancelled_is_still_published(tmp_path):
+    """The writer writes a submitted change whatever becomes of its caller, so
+    the offset must become visible when it lands, not only if the caller
+    lived to see it (a connection closed mid-OffsetCommit)."""
+    async def body(engine, offsets: ConsumerOffsets):
+        task = asyncio.ensure_future(offsets.commit("g", {("t", 0): OffsetCommit(42)}, now_ms=1))
+        await asyncio.sleep(0)  # submitted, not yet written
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("the commit was not cancelled: the premise failed")
+        for _ in range(100):
+            if offsets.committed("g", "t", 0) is not None:
+                break
+            await asyncio.sleep(0.01)
+        committed = offsets.committed("g", "t", 0)
+        assert committed is not None and committed.offset == 42
+        assert offsets.latest("g", "t", 0) is committed
+
+    run(body, tmp_path)
+
+
+def test_deleting_a_group_removes_a_commit_published_meanwhile(tmp_path):
+    """A commit staged before a whole-group deletion lands first and is deleted
+    by it (the same range): memory must not keep it."""
+    async def body(engine, offsets: ConsumerOffsets):
+        await offsets.commit("g", {("t", 0): OffsetCommit(1)}, now_ms=1)
+        racing = asyncio.ensure_future(offsets.commit("g", {("t", 1): OffsetCommit(2)},
+                                                      now_ms=2))
+        await asyncio.sleep(0)  # staged (version taken) before the deletion
+        assert offsets.latest("g", "t", 1) is not None
+        await offsets.delete("g")
+        await racing
+        assert offsets.group_offsets("g") == {}
+        assert not offsets.has_offsets("g")
+
+    run(body, tmp_path)
