@@ -29,11 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
-import asyncpg
-
 from tablets.seam import CommittedOffset, ImportantGroup
 
-from .migrate import quoted
+from .migrate import Connection, quoted
 from .schema import DEFAULT_SCHEMA
 
 log = logging.getLogger(__name__)
@@ -112,7 +110,7 @@ class PgImportantConsumers:
                 out[group] = part.log_start_offset
         return out
 
-    async def hold_back(self, conn: asyncpg.Connection, part: RetentionView, due: int,
+    async def hold_back(self, conn: Connection, part: RetentionView, due: int,
                         now_ms: int) -> int:
         """One retention pass of one partition: the log start offset it may
         move to (``due`` when nothing holds it), and what each group holds."""
@@ -135,7 +133,7 @@ class PgImportantConsumers:
                 self._passed(part, group, offset, new_start, ceiling)
         return new_start
 
-    async def _record(self, conn: asyncpg.Connection, part: RetentionView,
+    async def _record(self, conn: Connection, part: RetentionView,
                       holds: dict[str, int], due: int, new_start: int, now_ms: int) -> None:
         """Remember what each group holds back: batches that stay (last offset
         at or past ``new_start``) though retention is due for them (last offset

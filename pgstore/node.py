@@ -28,8 +28,7 @@ What it keeps, and what is not on this store yet:
   only; whatever a transactional id needs raises ``TransactionsUnavailable``,
   answered INVALID_TXN_STATE (not retried by clients);
 - not yet: transactions, compacted topics
-  (refused at create and alter with INVALID_CONFIG), important consumer
-  groups (none reported), the cluster (membership, leadership, routing).
+  (refused at create and alter with INVALID_CONFIG), the cluster (membership, leadership, routing).
 """
 
 from __future__ import annotations
@@ -56,10 +55,12 @@ from tablets.seam import (
     WriteStats,
 )
 
+from .important import PgImportantConsumers
 from .log_sql import LogSql
 from .log_state import LogContext
 from .migrate import migrate, quoted
 from .partition_log import PgPartitionLog
+from .retention import NodeRetention
 from .schema import DEFAULT_SCHEMA
 from .topics import PgTopic, PgTopicCatalog
 from .txn_storage import PgTransactionStorage
@@ -89,6 +90,8 @@ class LoadedOffsets(ConsumerOffsetStore, Protocol):
     """Consumer offsets on PostgreSQL, loaded at start (``pgstore.consumer_offsets``)."""
 
     async def load(self, conn: asyncpg.Connection) -> None: ...
+
+    def is_released(self, group: str, topic: str, partition: int) -> bool: ...
 
     def drop_topic(self, topic: str, change: PgChange) -> None:
         """Add the deletion of a deleted topic's offsets to ``change``."""
@@ -125,6 +128,7 @@ class PgNodeStorage:
         self._txn_storage = PgTransactionStorage(self.writer, self.settings.schema,
                                                  lambda: self.consumer_offsets, self.partition,
                                                  self.has_partition)
+        self.retention = NodeRetention(None, self.settings.producer_id_expiration_ms)
         self._cleaner_stats = CleanerStats()  # no compaction on this store: stays zero
         self.cluster_id = ""
 
@@ -144,8 +148,10 @@ class PgNodeStorage:
             await self._catalog.load(conn)
             await self._txn_storage.load(conn)
             if self._offsets_factory is not None:
-                self._offsets = self._offsets_factory(self.writer, schema)
-                await self._offsets.load(conn)
+                offsets = self._offsets = self._offsets_factory(self.writer, schema)
+                await offsets.load(conn)
+                offsets.is_important = self._catalog.is_important_consumer
+                self.retention.important = PgImportantConsumers(offsets, schema)
             if self._records_factory is not None:
                 for kind in NODE_RECORD_KINDS:
                     records = self._records_factory(self.writer, schema, kind)
@@ -199,7 +205,9 @@ class PgNodeStorage:
         return await self.catalog.create_topic(name, partitions, configs)
 
     async def delete_topic(self, name: str) -> PgTopic:
-        return await self.catalog.delete_topic(name)
+        topic = await self.catalog.delete_topic(name)
+        self.retention.forget(name)
+        return topic
 
     def check_new_partitions(self, name: str, count: int) -> PgTopic:
         return self.catalog.check_new_partitions(name, count)
@@ -212,14 +220,9 @@ class PgNodeStorage:
 
     # ---------------------------------------------- retention and compaction
     async def enforce_retention(self) -> None:
-        """Retention of every partition, and expiry of idle producers."""
-        now = now_ms()
-        for partition in self.catalog.logs():
-            if partition.deleted or partition.fenced:
-                continue
-            await partition.truncation.enforce_retention(now)
-            await partition.truncation.expire_producers(
-                now, self.settings.producer_id_expiration_ms)
+        """Retention of every partition (held back for important consumer
+        groups), and expiry of idle producers."""
+        await self.retention.run(self.catalog.logs(), now_ms())
 
     async def compact(self, name: str, index: int) -> RunStats | None:
         self.partition(name, index)  # UnknownTopic / UnknownPartition
@@ -244,7 +247,12 @@ class PgNodeStorage:
                 sum(p.producer_states.evictions for p in logs))
 
     def important_groups(self, topic: str | None = None) -> list[ImportantGroup]:
-        return []
+        """What the important consumer groups hold back from retention, of one
+        topic (None: every topic)."""
+        if topic is None:
+            return self.retention.report(self.catalog.logs())
+        found = self.catalog.topics.get(topic)
+        return [] if found is None else self.retention.report(found.partitions)
 
     # --------------------------------------------- offsets and node records
     @property

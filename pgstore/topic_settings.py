@@ -19,6 +19,7 @@ import re
 from tablets.config_parsing import parse_list
 from tablets.errors import InvalidConfig, InvalidTopicName
 from tablets.tablet_settings import TabletSettings
+from tablets.topic_config import IMPORTANT_GROUPS, IMPORTANT_MAX_BYTES
 
 _LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
 MAX_TOPIC_NAME = 249
@@ -41,6 +42,8 @@ def topic_settings(topic: str, values: dict[str, str], max_producers: int) -> Ta
         deletes=deletes,
         max_producers=max_producers,
         compaction=None,  # never compacted here (refuse_compaction)
+        important_groups=tuple(parse_list(values[IMPORTANT_GROUPS])),
+        important_max_bytes=int(values[IMPORTANT_MAX_BYTES]),
     )
 
 

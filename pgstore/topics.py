@@ -172,6 +172,15 @@ class PgTopicCatalog:
                 topic.name, self.topic_configs(topic), self.settings.max_producers_per_partition)
         return topic.settings
 
+    def is_important_consumer(self, group: str, topic: str | None) -> bool:
+        """The topic (None: any topic) names the group in
+        gateway.important.consumer.groups."""
+        if topic is None:
+            return any(group in self.settings_of(t).important_groups
+                       for t in self.topics.values())
+        found = self.topics.get(topic)
+        return found is not None and group in self.settings_of(found).important_groups
+
     # ------------------------------------------------ creating and deleting
     def check_new_topic(self, name: str, partitions: int, replication_factor: int,
                         configs: dict[str, str | None]) -> dict[str, str]:

@@ -15,8 +15,10 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.errors import mapped_class
+from pgstore.consumer_offsets import PgConsumerOffsets
 from pgstore.engine_seam_check import node as as_node
 from pgstore.node import PgNodeSettings, PgNodeStorage
+from pgstore.node_records import PgNodeRecords
 from tablets.errors import (
     InvalidConfig,
     InvalidPartitions,
@@ -29,6 +31,7 @@ from tablets.errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from tablets.seam import OffsetCommit
 from testkit import postgres
 from testkit.batches import make_batch
 from testkit.postgres import PostgresServer
@@ -206,6 +209,49 @@ def test_the_coordinators_storage_hands_out_producer_ids_but_refuses_transaction
         await node.start()  # the counter is persisted: no id is handed out twice
         change = node.transaction_storage().begin()
         assert ProducerIds(node.transaction_storage()).allocate(change) == 2
+        await node.close()
+
+    run(body)
+
+
+def test_consumer_offsets_and_important_groups_on_the_node(pg_server: PostgresServer) -> None:
+    schema = f"node_{uuid.uuid4().hex[:10]}"
+
+    def started() -> PgNodeStorage:
+        return PgNodeStorage(pg_server.dsn, PgNodeSettings(schema=schema),
+                             offsets=PgConsumerOffsets, records=PgNodeRecords)
+
+    async def body() -> None:
+        node = started()
+        await node.start()
+        await node.create_topic("t", 1, {"retention.ms": "1000",
+                                          "gateway.important.consumer.groups": "keep"})
+        log = node.partition("t", 0)
+        old = now() - 60_000
+        for _ in range(4):
+            await log.append(make_batch([b"a", b"b"], base_timestamp=old), now())
+        offsets = node.consumer_offsets
+        assert offsets.is_important("keep", "t") and not offsets.is_important("other", "t")
+        await offsets.commit("keep", {("t", 0): OffsetCommit(4)}, now())
+        await node.node_records("acl").change({b"name": b"value"})
+        # Retention is due for every batch; the group holds it at offset 4.
+        await node.enforce_retention()
+        assert log.log_start_offset == 4
+        [report] = node.important_groups("t")
+        assert (report.group, report.committed, report.lag) == ("keep", 4, 4)
+        assert report.held_bytes == log.size_bytes > 0
+        await node.close()
+
+        node = started()  # the offsets, the records and the log as stored
+        await node.start()
+        assert node.consumer_offsets.committed("keep", "t", 0).offset == 4  # type: ignore[union-attr]
+        assert node.node_records("acl").get(b"name") == b"value"
+        await node.consumer_offsets.commit("keep", {("t", 0): OffsetCommit(8)}, now())
+        await node.enforce_retention()
+        assert node.partition("t", 0).log_start_offset == 8
+        await node.delete_topic("t")  # its committed offsets go with it
+        assert node.consumer_offsets.committed("keep", "t", 0) is None
+        assert node.important_groups() == []
         await node.close()
 
     run(body)
