@@ -233,6 +233,10 @@ def test_consumer_offsets_and_important_groups_on_the_node(pg_server: PostgresSe
         offsets = node.consumer_offsets
         assert offsets.is_important("keep", "t") and not offsets.is_important("other", "t")
         await offsets.commit("keep", {("t", 0): OffsetCommit(4)}, now())
+        # librdkafka sends metadata with its C terminator: PostgreSQL's text
+        # holds no NUL, so it is stored escaped, and read back as sent.
+        tricky = "manual\x00 and \\0 and \\"
+        await offsets.commit("other", {("t", 0): OffsetCommit(1, metadata=tricky)}, now())
         await node.node_records("acl").change({b"name": b"value"})
         # Retention is due for every batch; the group holds it at offset 4.
         await node.enforce_retention()
@@ -246,6 +250,7 @@ def test_consumer_offsets_and_important_groups_on_the_node(pg_server: PostgresSe
         await node.start()
         assert node.consumer_offsets.committed("keep", "t", 0).offset == 4  # type: ignore[union-attr]
         assert node.node_records("acl").get(b"name") == b"value"
+        assert node.consumer_offsets.committed("other", "t", 0).metadata == tricky  # type: ignore[union-attr]
         await node.consumer_offsets.commit("keep", {("t", 0): OffsetCommit(8)}, now())
         await node.enforce_retention()
         assert node.partition("t", 0).log_start_offset == 8
