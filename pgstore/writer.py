@@ -86,6 +86,9 @@ _CONNECTION_ERRORS: tuple[type[BaseException], ...] = (
     OSError,
     asyncio.TimeoutError,
     asyncpg.InterfaceError,  # among them ConnectionDoesNotExistError
+    # A connection whose backend was terminated between two statements may
+    # report the protocol's state clash instead of the lost connection.
+    asyncpg.InternalClientError,
     asyncpg.PostgresConnectionError,  # SQLSTATE class 08
     asyncpg.exceptions.OperatorInterventionError,  # class 57: shutdown, restart
     asyncpg.exceptions.ReadOnlySQLTransactionError,  # a standby: reconnect finds the primary
@@ -261,13 +264,12 @@ class PgWriter:
             except _CONNECTION_ERRORS as exc:
                 log.warning("PostgreSQL connection lost (%s): %d changes %s", exc, len(pending),
                             "in doubt" if committing else "not written")
-                if self._conn is not None:
-                    self._conn.terminate()
-                    self._conn = None
+                self._drop_connection()
                 kind = OutcomeUnknown if committing else StoreUnavailable
                 self._fail(pending, failed, kind(f"PostgreSQL: {exc}"))
             except Exception as exc:  # at COMMIT (a deferred constraint), or a bug
                 log.exception("PostgreSQL group of %d changes failed", len(pending))
+                self._drop_connection()  # its state is unknown: the next group opens another
                 self._fail(pending, failed, StorageError(f"PostgreSQL: {exc}"))
             else:
                 self._written(written, started)
@@ -276,6 +278,11 @@ class PgWriter:
         for future, error in failed.items():
             if not future.done():
                 future.set_exception(error)
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.terminate()
+            self._conn = None
 
     @staticmethod
     def _fail(pending: list[_Pending], failed: dict[asyncio.Future[None], BaseException],

@@ -15,9 +15,9 @@ to the partition's segment files; RocksDB holds where it lies
 (``log_entry.file_entry``), with the time index, the virtual segments and
 the meta record, in one write. Writes complete in submission order; once in
 the WAL the append resolves and the high watermark moves (``log_reads``).
-Idempotent producers' sequences are checked and kept by ``producers``, in
-the same write as the batches they describe; a retry of a stored batch is
-answered with the original and stores nothing.
+Idempotent producers' sequences are checked by ``producer_rules`` and kept
+(``producers``) in the same write as the batches they describe; a retry of a
+stored batch is answered with the original and stores nothing.
 
 Transactional batches do not enter the log when produced: they go to the
 segment files too, indexed as pending blobs of their transaction (a
@@ -40,20 +40,26 @@ from typing import TYPE_CHECKING, Protocol
 
 from . import batch as batch_header
 from . import keys, log_entry, validate
-from .errors import BatchRefused, TabletError, UnknownPartition, UnsupportedRecordKind
+from .errors import (
+    BatchRefused,
+    StorageError,
+    TabletError,
+    UnknownPartition,
+    UnsupportedRecordKind,
+)
 from .log_entry import LEADER_EPOCH
-from .producers import REFUSED, CachedBatch, next_seq
+from .producer_rules import REFUSED, CachedBatch, next_seq
 from .seam import AppendResult, BlobSink
-from .store import Ops, StorageError
+from .store import Ops
 
 if TYPE_CHECKING:
     from collections.abc import Callable
     from concurrent.futures import Executor
 
     from .log_reads import LogReads
-    from .producers import ProducerStates
+    from .producer_rules import ProducerStates
     from .segment_files import PartitionFiles
-    from .segments import Segments
+    from .segment_rules import Segments
     from .store import GroupCommitWriter
     from .tablet_settings import TabletSettings
 
@@ -73,8 +79,8 @@ class AppendingTablet(Protocol):
     log_end_offset: int
     size_bytes: int
     deleted: bool
-    producers: ProducerStates
-    segments: Segments
+    producers: ProducerStates[Ops]
+    segments: Segments[Ops]
     reads: LogReads
 
     @property
@@ -317,7 +323,7 @@ class Appends:
                 now_ms: int) -> asyncio.Future[AppendResult]:
         """Fail ``appended`` with ``error``, the batch's transaction refusing it
         (a limit; abort-only): nothing of the batch is stored, but its sequence
-        numbers are kept (``producers.REFUSED``), so the producer's next batch
+        numbers are kept (``producer_rules.REFUSED``), so the producer's next batch
         may follow them or use them again; a retry of it is never answered as
         a stored duplicate."""
         if cached is None:

@@ -36,6 +36,7 @@ from . import compaction
 from .compaction import Aborted, Throttle
 from .seam import CleanerStats, RunStats
 from .store import RocksStore
+from .stored_batches import StoredBatches
 
 if TYPE_CHECKING:
     from .tablet import PartitionTablet
@@ -101,9 +102,10 @@ class Cleaner:
             if plan is None or self._stop.is_set():
                 return None
             stats = RunStats()
-            run = compaction.run(self.store, tablet.prefix, plan, os.urandom(16), self.max_keys,
+            run = compaction.run(StoredBatches(self.store, tablet.prefix, tablet.read_entry),
+                                 plan, os.urandom(16), self.max_keys,
                                  Throttle(self.settings.io_max_bytes_per_second, self._stop),
-                                 stats, tablet.read_entry, self.settings.io_buffer_bytes)
+                                 stats, self.settings.io_buffer_bytes)
             loop = asyncio.get_running_loop()
             started = time.monotonic()
             self.stats.running = True

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Protocol
 from . import keys, log_entry
 from .compaction import Chunk, Plan
 from .seam import CompactionStatus
-from .segments import Cleanable
+from .segment_rules import Cleanable
 from .store import Ops
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from .in_memory_batches import InMemoryBatches
     from .segment_files import PartitionFiles, SegmentFile
-    from .segments import Segments
+    from .segment_rules import Segments
     from .store import GroupCommitWriter
     from .tablet_settings import TabletSettings
 
@@ -61,7 +61,7 @@ class CompactedTablet(Protocol):
     size_bytes: int
     deleted: bool
     clean_end: int
-    segments: Segments
+    segments: Segments[Ops]
     files: PartitionFiles
     writer: GroupCommitWriter
     settings: Callable[[], TabletSettings]

@@ -1,7 +1,10 @@
 """Compaction of one partition's log: the newest record of each key, as Kafka's
 log cleaner keeps it.
 
-A run, on the cleaner's thread (``run``), in two passes over the store:
+A run, on the cleaner's thread (``run``), in two passes over the log, read
+through a port each storage engine implements (``BatchesInOrder``: the
+stored batches of an offset range, in order; RocksDB's is
+``stored_batches.StoredBatches``), so the planner is engine-free:
 
 1. The *offset map*: from the first dirty offset (where the last run
    stopped) to the first uncleanable one (the active segment, the high
@@ -44,15 +47,14 @@ import sys
 import threading
 import time
 from array import array
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from . import batch as batch_header
-from . import keys, log_entry
 from .encode import encoder
 from .records import RecordError, RecordWalker, decompressed
 from .seam import RunStats
-from .store import RocksStore
 
 ENTRY_COST = 140  # bytes one key of the offset map takes (a dict entry, measured)
 CHUNK_BYTES = 512 << 10  # new bytes handed to the tablet per swap (log.cleaner.io.buffer.size)
@@ -60,26 +62,6 @@ CHUNK_BATCHES = 8192  # batches looked at per swap (bounds the index rebuilt wit
 # A record longer than this (decompressed) is not copied: its batch stays as it is.
 MAX_RECORD_BYTES = 64 << 20
 _EPOCH = struct.Struct(">i")
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionConfig:
-    """A compacted topic's configs, as compaction reads them."""
-
-    min_cleanable_dirty_ratio: float = 0.5
-    min_compaction_lag_ms: int = 0
-    max_compaction_lag_ms: int = 2**63 - 1
-    delete_retention_ms: int = 86_400_000
-
-    @staticmethod
-    def of(values: Mapping[str, str]) -> CompactionConfig | None:
-        """The config of a topic whose cleanup.policy has "compact", else None."""
-        if "compact" not in [p.strip() for p in values["cleanup.policy"].split(",")]:
-            return None
-        return CompactionConfig(float(values["min.cleanable.dirty.ratio"]),
-                                int(values["min.compaction.lag.ms"]),
-                                int(values["max.compaction.lag.ms"]),
-                                int(values["delete.retention.ms"]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +78,8 @@ class Plan:
 @dataclass(slots=True)
 class Change:
     offset: int  # the batch's base offset (its key)
-    old_size: int  # the size of the batch it replaces (log_entry.size)
-    entry: bytes  # the log entry it replaces (its bytes are no longer live)
+    old_size: int  # the stored size of the batch it replaces (``BatchesInOrder``)
+    entry: bytes  # the engine's entry of the batch it replaces (its bytes are no longer live)
     data: bytes | None  # the new batch, or None: the batch goes
 
 
@@ -146,34 +128,26 @@ KeyedRecord = tuple[int, int, bytes | None, bool, int, int]
 Keep = Callable[[int, bytes | None, bool], bool]
 
 
-Read = Callable[[bytes], bytes]  # a log entry -> its batch (``PartitionTablet.read_entry``)
+class BatchesInOrder(Protocol):
+    """One partition's stored batches, as a run reads them: an engine's port."""
+
+    def batches(self, start: int, end: int) -> Iterator[tuple[bytes, int, bytes]]:
+        """(entry, stored size, batch) for each batch from the one holding
+        ``start`` to the last one below ``end``, in offset order, read on the
+        caller's thread. ``entry`` is the engine's own bytes for the stored
+        batch (handed back to it in a ``Change``), the size what the
+        partition's size counts for it. Raises ``Aborted`` when the log
+        changed under the run (a batch's bytes went)."""
+        ...
 
 
-def run(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_keys: int,
-        throttle: Throttle, stats: RunStats, read: Read, chunk_bytes: int = CHUNK_BYTES
-        ) -> Generator[Chunk, None, None]:
+def run(log: BatchesInOrder, plan: Plan, seed: bytes, max_keys: int, throttle: Throttle,
+        stats: RunStats, chunk_bytes: int = CHUNK_BYTES) -> Generator[Chunk, None, None]:
     """One run, as a generator: each ``next`` reads on until the next chunk
     (about ``chunk_bytes`` of new batches)."""
-    latest, map_end = _offset_map(store, prefix, plan, seed, max_keys, throttle, stats, read)
+    latest, map_end = _offset_map(log, plan, seed, max_keys, throttle, stats)
     stats.keys, stats.map_end = len(latest), map_end
-    yield from _rewrite(store, prefix, plan, seed, latest, map_end, throttle, stats,
-                        chunk_bytes, read)
-
-
-def _entries(store: RocksStore, prefix: bytes, start: int, end: int, read: Read
-             ) -> Iterator[tuple[bytes, bytes]]:
-    """(log entry, the batch it stands for) from the batch holding ``start``
-    to the last one below ``end``."""
-    floor = keys.LOG + prefix
-    for _key, entry in store.scan_from_containing(keys.offset_key(keys.LOG, prefix, start),
-                                                  floor, keys.offset_key(keys.LOG, prefix, end)):
-        if batch_header.last_offset_of(entry) < start:
-            continue
-        try:
-            batch = read(entry)
-        except log_entry.MissingBlob:  # retention deleted it: this run is stale
-            raise Aborted("a segment file went while compacting") from None
-        yield entry, batch
+    yield from _rewrite(log, plan, seed, latest, map_end, throttle, stats, chunk_bytes)
 
 
 def _walk(batch: bytes, header: batch_header.BatchHeader, seed: bytes
@@ -194,16 +168,15 @@ def _walk(batch: bytes, header: batch_header.BatchHeader, seed: bytes
             f"stored batch at offset {header.base_offset} is corrupt: {exc}") from None
 
 
-def _offset_map(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_keys: int,
-                throttle: Throttle, stats: RunStats, read: Read
-                ) -> tuple[dict[bytes, int], int]:
+def _offset_map(log: BatchesInOrder, plan: Plan, seed: bytes, max_keys: int,
+                throttle: Throttle, stats: RunStats) -> tuple[dict[bytes, int], int]:
     """The newest offset of each key in [first dirty, first uncleanable), and
     where the map ends (before the first record that did not fit)."""
     latest: dict[bytes, int] = {}
     start, end = plan.first_dirty, plan.first_uncleanable
     if start >= end:
         return latest, start
-    for _entry, batch in _entries(store, prefix, start, end, read):
+    for _entry, _size, batch in log.batches(start, end):
         header = batch_header.parse_batches(batch, verify_crc=False)[0]
         throttle(header.size)
         stats.bytes_read += header.size
@@ -221,14 +194,14 @@ def _offset_map(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes, max_k
     return latest, end
 
 
-def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
-             latest: dict[bytes, int], map_end: int, throttle: Throttle,
-             stats: RunStats, chunk_bytes: int, read: Read) -> Iterator[Chunk]:
+def _rewrite(log: BatchesInOrder, plan: Plan, seed: bytes, latest: dict[bytes, int],
+             map_end: int, throttle: Throttle, stats: RunStats, chunk_bytes: int
+             ) -> Iterator[Chunk]:
     now, new_horizon = plan.now_ms, plan.now_ms + plan.delete_retention_ms
     chunk = Chunk()
     horizons: list[int] = []
     open_txns: set[int] = set()  # producers with a kept batch not yet followed by a marker
-    for entry, batch in _entries(store, prefix, 0, map_end, read):
+    for entry, size, batch in log.batches(0, map_end):
         header = batch_header.parse_batches(batch, verify_crc=False)[0]
         throttle(header.size)
         stats.bytes_read += header.size
@@ -264,7 +237,6 @@ def _rewrite(store: RocksStore, prefix: bytes, plan: Plan, seed: bytes,
             if header.is_transactional and data is not None:
                 open_txns.add(header.producer_id)
         if data is not batch:
-            size = log_entry.size(entry)
             chunk.changes.append(Change(header.base_offset, size, entry, data))
             new_size = 0 if data is None else len(data)
             chunk.new_bytes += new_size

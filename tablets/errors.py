@@ -9,8 +9,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .batch import InvalidRecordBatch, UnsupportedMagic
-from .store import StorageError
 from .topic_config import InvalidConfig
+
+
+class StorageError(RuntimeError):
+    """A write to the store failed: nothing of that change is acknowledged."""
 
 
 class TabletError(Exception):

@@ -1,198 +1,52 @@
-"""Idempotent producer state of one partition: epochs and recent sequences.
+"""The RocksDB engine's keeping of idempotent producers' state.
 
-Per producer id, the partition keeps the producer's epoch and the sequence
-ranges and offsets of its last ``CACHED_BATCHES`` batches, in the store under
-``keys.PRODUCER`` and written in the same WriteBatch as the data they describe
-(YDB keeps its source-id table with the data; so do we). A retried batch is
-therefore recognised after a restart of the gateway too, not only within one
-producer session as in Kafka.
-
-The checks, as Kafka 3.4's ProducerStateManager makes them, except where noted:
-
-- a batch whose sequence range equals a cached one is a duplicate: it is not
-  stored again, and the produce answers with the original offset;
-- an older epoch is fenced (INVALID_PRODUCER_EPOCH);
-- a newer epoch must start at sequence 0;
-- otherwise the batch must continue the last sequence (wrapping at 2^31-1);
-- an unknown producer id must start at sequence 0, else UNKNOWN_PRODUCER_ID:
-  its state expired (``producer.id.expiration.ms``) or was evicted, and the
-  client recovers by bumping its epoch (KIP-360). Kafka 3.4 accepts any
-  sequence here instead, and so cannot tell a retry from a gap.
-
-State is bounded: idle producers expire, and past ``max_producers`` the least
-recently used one is evicted.
+The rules (Kafka's ProducerStateManager checks, the cached batches, expiry,
+eviction) are engine-free in ``producer_rules``; this module is their
+persistence port on RocksDB: one partition's entries live under
+``keys.PRODUCER`` + the partition prefix + the producer id (int64), each
+value ``ProducerEntry.encode()``, put and deleted in the same ``Ops`` (one
+WriteBatch) as the data they describe.
 """
 
 from __future__ import annotations
 
 import struct
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 
 from . import keys
-from .errors import InvalidProducerEpoch, OutOfOrderSequence, UnknownProducerId
+from .producer_rules import ProducerEntry, ProducerStates
 from .store import Ops, RocksStore
 
-CACHED_BATCHES = 5
-INT32_MAX = 0x7FFFFFFF
-
-_HEAD = struct.Struct(">hqB")  # epoch, last write timestamp, batch count
-_BATCH = struct.Struct(">iiq")  # first sequence, last sequence, base offset
 _PID = struct.Struct(">q")
 
 
-@dataclass(frozen=True, slots=True)
-class CachedBatch:
-    first_seq: int
-    last_seq: int
-    # A transactional batch has no offset until its commit: this is a lower
-    # bound of it (the partition's end plus the transaction's records before
-    # it there), or -1 if stored by a gateway that did not keep the bound.
-    base_offset: int
+def producer_key(prefix: bytes, producer_id: int) -> bytes:
+    """The key of a producer's entry in the partition ``prefix`` names."""
+    return keys.PRODUCER + prefix + _PID.pack(producer_id)
 
 
-# The base offset kept for a transactional batch its transaction refused (a
-# limit): nothing of it is stored. Producers disagree on whether it used its
-# sequence numbers: librdkafka numbers its next batch after it, kafkajs sends
-# the same numbers again. Either is taken, so both go on.
-REFUSED = -2
+class StoredProducers:
+    """``ProducerPersistence`` over RocksDB keys, with ``Ops`` as the change."""
 
-
-@dataclass(slots=True)
-class ProducerEntry:
-    epoch: int
-    last_timestamp: int  # ms of its last write, for expiry
-    batches: deque[CachedBatch] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
-
-    @property
-    def last_seq(self) -> int:
-        return self.batches[-1].last_seq if self.batches else -1
-
-    def encode(self) -> bytes:
-        return _HEAD.pack(self.epoch, self.last_timestamp, len(self.batches)) + b"".join(
-            _BATCH.pack(b.first_seq, b.last_seq, b.base_offset) for b in self.batches)
-
-    @classmethod
-    def decode(cls, value: bytes) -> ProducerEntry:
-        epoch, timestamp, count = _HEAD.unpack_from(value)
-        entry = cls(epoch, timestamp)
-        for at in range(_HEAD.size, _HEAD.size + count * _BATCH.size, _BATCH.size):
-            entry.batches.append(CachedBatch(*_BATCH.unpack_from(value, at)))
-        return entry
-
-
-def next_seq(seq: int, count: int = 1) -> int:
-    """The sequence ``count`` after ``seq``: sequences wrap at 2^31-1 to 0."""
-    return (seq + count) % (INT32_MAX + 1)
-
-
-class ProducerStates:
-    """The producers of one partition (``prefix`` names it in keys)."""
-
-    def __init__(self, prefix: bytes, max_producers: int) -> None:
+    def __init__(self, store: RocksStore, prefix: bytes) -> None:
+        self.store = store
         self.prefix = prefix
-        self.max_producers = max_producers
-        self.evictions = 0
-        # Least recently written first: eviction takes from the front.
-        self._entries: OrderedDict[int, ProducerEntry] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
 
     def key(self, producer_id: int) -> bytes:
-        return keys.PRODUCER + self.prefix + _PID.pack(producer_id)
+        return producer_key(self.prefix, producer_id)
 
-    def load(self, store: RocksStore) -> None:
+    def load(self) -> Iterator[tuple[int, ProducerEntry]]:
         start = keys.PRODUCER + self.prefix
-        loaded = []
-        for key, value in store.scan(start, start + b"\xff" * 8):
-            loaded.append((_PID.unpack_from(key, len(start))[0], ProducerEntry.decode(value)))
-        loaded.sort(key=lambda item: item[1].last_timestamp)
-        self._entries = OrderedDict(loaded)
+        for key, value in self.store.scan(start, start + b"\xff" * 8):
+            yield _PID.unpack_from(key, len(start))[0], ProducerEntry.decode(value)
 
-    def get(self, producer_id: int) -> ProducerEntry | None:
-        return self._entries.get(producer_id)
+    def stage_entry(self, change: Ops, producer_id: int, entry: ProducerEntry) -> None:
+        change.put(self.key(producer_id), entry.encode())
 
-    def items(self) -> list[tuple[int, ProducerEntry]]:
-        return list(self._entries.items())
+    def stage_removal(self, change: Ops, producer_id: int) -> None:
+        change.delete(self.key(producer_id))
 
-    # ------------------------------------------------------------ checking
-    def check(self, producer_id: int, epoch: int, first_seq: int,
-              last_seq: int) -> CachedBatch | None:
-        """The cached batch a retry duplicates, or None for a new batch.
 
-        Raises InvalidProducerEpoch, OutOfOrderSequence or UnknownProducerId.
-        """
-        entry = self._entries.get(producer_id)
-        if entry is None:
-            if first_seq != 0:
-                raise UnknownProducerId(
-                    f"producer {producer_id} is unknown here (expired or evicted) and its "
-                    f"batch starts at sequence {first_seq}, not 0")
-            return None
-        if epoch < entry.epoch:
-            raise InvalidProducerEpoch(
-                f"producer {producer_id} epoch {epoch} is older than the current {entry.epoch}")
-        if epoch > entry.epoch:
-            if first_seq != 0:
-                raise OutOfOrderSequence(
-                    f"producer {producer_id}: a new epoch {epoch} must start at sequence 0, "
-                    f"not {first_seq}")
-            return None
-        newest = entry.batches[-1] if entry.batches else None
-        if newest is not None and newest.base_offset == REFUSED and \
-                first_seq == newest.first_seq:
-            return None  # sent again after its refusal: a new batch (``stage`` replaces it)
-        for cached in entry.batches:
-            if cached.first_seq == first_seq and cached.last_seq == last_seq:
-                return cached
-        if first_seq != next_seq(entry.last_seq):
-            raise OutOfOrderSequence(
-                f"producer {producer_id} epoch {epoch}: expected sequence "
-                f"{next_seq(entry.last_seq)}, got {first_seq}")
-        return None
-
-    # ------------------------------------------------------------ writing
-    def stage(self, producer_id: int, epoch: int, batch: CachedBatch, now_ms: int,
-              ops: Ops) -> None:
-        """Record a new batch (already checked) and add its state to ``ops``.
-
-        Applied in memory at once, so a batch pipelined behind this one is
-        checked against it; the state is durable with the data it describes.
-        """
-        entry = self._entries.pop(producer_id, None)
-        if entry is None or entry.epoch != epoch:
-            entry = ProducerEntry(epoch, now_ms)
-        entry.last_timestamp = now_ms
-        if entry.batches and entry.batches[-1].base_offset == REFUSED and \
-                entry.batches[-1].first_seq == batch.first_seq:
-            entry.batches.pop()  # a refused batch's numbers, sent again
-        entry.batches.append(batch)
-        self._entries[producer_id] = entry
-        ops.put(self.key(producer_id), entry.encode())
-        while len(self._entries) > self.max_producers:
-            evicted, _ = self._entries.popitem(last=False)
-            ops.delete(self.key(evicted))
-            self.evictions += 1
-
-    def expire(self, now_ms: int, expiration_ms: int, ops: Ops) -> int:
-        """Forget producers idle for ``expiration_ms``; returns how many."""
-        doomed = [pid for pid, entry in self._entries.items()
-                  if now_ms - entry.last_timestamp >= expiration_ms]
-        for pid in doomed:
-            del self._entries[pid]
-            ops.delete(self.key(pid))
-        return len(doomed)
-
-    def forget_from(self, offset: int, ops: Ops) -> int:
-        """Forget producers whose cached batches reach ``offset`` (recovery cut
-        the log there, so their sequences name batches that are gone)."""
-        doomed = [pid for pid, entry in self._entries.items()
-                  if any(b.base_offset >= offset for b in entry.batches)]
-        for pid in doomed:
-            del self._entries[pid]
-            ops.delete(self.key(pid))
-        return len(doomed)
-
-    def clear(self) -> None:
-        self._entries.clear()
+def producer_states(store: RocksStore, prefix: bytes, max_producers: int) -> ProducerStates[Ops]:
+    """The producers of the partition ``prefix`` names, kept in ``store``."""
+    return ProducerStates(StoredProducers(store, prefix), max_producers)

@@ -22,15 +22,14 @@ from typing import TYPE_CHECKING, Protocol
 
 from . import keys, log_entry
 from .format import migrate_partition
-from .segments import NO_TIMESTAMP, Segment
 from .store import Ops
 
 if TYPE_CHECKING:
     from array import array
 
-    from .producers import ProducerStates
+    from .producer_rules import ProducerStates
     from .segment_files import PartitionFiles
-    from .segments import Segments
+    from .segment_rules import Segments
     from .store import RocksStore
 
 
@@ -47,8 +46,8 @@ class Recovering(Protocol):
     high_watermark: int
     size_bytes: int
     clean_end: int
-    segments: Segments
-    producers: ProducerStates
+    segments: Segments[Ops]
+    producers: ProducerStates[Ops]
     _ts_offsets: array[int]
     _ts_values: array[int]
 
@@ -72,7 +71,7 @@ def load_state(tablet: Recovering, migrate: bool = False) -> None:
     for key, value in store.scan(start, end):
         tablet._ts_offsets.append(keys.offset_of_key(key))
         tablet._ts_values.append(_TIMESTAMP.unpack(value)[0])
-    tablet.producers.load(store)
+    tablet.producers.load()
     recover(tablet, migrate)
 
 
@@ -138,21 +137,7 @@ def cut_log(tablet: Recovering, cut: int, why: str) -> None:
     tablet.log_start_offset = min(tablet.log_start_offset, cut)
     tablet.clean_end = min(tablet.clean_end, cut)
     tablet.size_bytes = max(0, tablet.size_bytes - freed)
-    segments = tablet.segments
-    while segments.closed and segments.closed[-1].base >= cut:
-        ops.delete(keys.offset_key(keys.SEGMENT, tablet.prefix, segments.closed.pop().base))
-    if segments.active.base >= cut:
-        segments.active = Segment(cut, 0, NO_TIMESTAMP, NO_TIMESTAMP)
-    # The sizes go down by what was cut, from the newest segment back.
-    excess = sum(seg.size for seg in segments.closed) + segments.active.size - tablet.size_bytes
-    for segment in [segments.active, *reversed(segments.closed)]:
-        if excess <= 0:
-            break
-        taken = min(excess, segment.size)
-        segment.size -= taken
-        excess -= taken
-        if segment is not segments.active:
-            segments.put(segment, ops)
+    tablet.segments.cut(cut, tablet.size_bytes, ops)
     forgotten = tablet.producers.forget_from(cut, ops)
     ops.put(tablet.meta_key, tablet.meta())
     tablet.store.write_now(ops)

@@ -66,6 +66,7 @@ from rocksdict import (
     WriteOptions,
 )
 
+from .errors import StorageError
 from .seam import AtomicChange, WriteStats
 
 log = logging.getLogger(__name__)
@@ -120,10 +121,6 @@ class Ops(AtomicChange):
                 + sum([len(data) for _file, _position, data in self.writes]))
 
 WriterStats = WriteStats  # the seam's name for the same counters
-
-
-class StorageError(RuntimeError):
-    """A write to the store failed: nothing of that change is acknowledged."""
 
 
 class RocksStore:

@@ -52,11 +52,12 @@ from .appends import Appends
 from .compacted_log import CompactedLog
 from .in_memory_batches import InMemoryBatches
 from .log_reads import LogReads
-from .producers import ProducerStates
+from .producers import producer_states
 from .recovery import load_state
 from .seam import ReadResult
 from .segment_files import PartitionFiles
-from .segments import Segment, Segments
+from .segment_rules import Segment
+from .segments import stored_segments
 from .store import GroupCommitWriter, Ops, RocksStore
 from .tablet_settings import TabletSettings
 from .truncation import TruncatedLog
@@ -102,8 +103,8 @@ class PartitionTablet:
         self._ts_offsets = array("q")
         self._ts_values = array("q")
         self.reads = LogReads(store, self.files, self, tail_cache_bytes)
-        self.producers = ProducerStates(self.prefix, settings().max_producers)
-        self.segments = Segments(self.prefix)
+        self.producers = producer_states(store, self.prefix, settings().max_producers)
+        self.segments = stored_segments(store, self.prefix)
         self.clean_end = 0  # where the next compaction's dirty section starts
         # Truncation and compaction swaps change the log below the head one
         # at a time.
@@ -125,7 +126,7 @@ class PartitionTablet:
         if raw is not None:
             (self.log_start_offset, self.log_end_offset, self.size_bytes, self.clean_end,
              *active) = _META.unpack(raw)
-            self.segments.load(self.store, Segment(*active))
+            self.segments.load(Segment(*active))
         else:
             self.segments.active.base = self.log_end_offset
         self.high_watermark = self.log_end_offset

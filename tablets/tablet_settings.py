@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .compaction import CompactionConfig
+from .compaction_config import CompactionConfig
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Protocol
 from uuid import UUID
 
 from . import keys
-from .compaction import CompactionConfig
+from .compaction_config import CompactionConfig
 from .config_parsing import parse_list
 from .errors import (
     InvalidPartitions,

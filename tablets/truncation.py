@@ -28,9 +28,9 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .in_memory_batches import InMemoryBatches
-    from .producers import ProducerStates
+    from .producer_rules import ProducerStates
     from .segment_files import PartitionFiles
-    from .segments import Segments
+    from .segment_rules import Segments
     from .store import GroupCommitWriter, RocksStore
     from .tablet_settings import TabletSettings
 
@@ -47,8 +47,8 @@ class TruncatedTablet(Protocol):
     log_start_offset: int
     high_watermark: int
     size_bytes: int
-    segments: Segments
-    producers: ProducerStates
+    segments: Segments[Ops]
+    producers: ProducerStates[Ops]
     log_lock: asyncio.Lock
     _tail: InMemoryBatches
     _ts_offsets: array[int]

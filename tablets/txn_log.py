@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .segment_files import PartitionFiles
-    from .segments import Segments
+    from .segment_rules import Segments
     from .store import RocksStore
     from .tablet_settings import TabletSettings
 
@@ -46,7 +46,7 @@ class TransactionalTablet(Protocol):
     meta_key: bytes
     log_end_offset: int
     size_bytes: int
-    segments: Segments
+    segments: Segments[Ops]
     _tail: InMemoryBatches
 
     def meta(self) -> bytes: ...

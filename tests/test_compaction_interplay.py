@@ -22,6 +22,7 @@ from tablets import compaction, keys, log_entry, segment_files
 from tablets.compaction import Throttle
 from tablets.errors import PolicyViolation
 from tablets.seam import RunStats
+from tablets.stored_batches import StoredBatches
 from testkit.batches import LZ4, ZSTD
 from testkit.compaction import (
     EAGER,
@@ -41,9 +42,9 @@ from txn import TransactionCoordinator, TxnSettings
 def chunks_of(engine, tablet, max_keys=1 << 20):
     """A forced run's plan and its chunks, to be swapped in one by one."""
     plan = tablet.compaction.plan(now_ms(), force=True)
-    chunks = compaction.run(engine.store, tablet.prefix, plan, os.urandom(16), max_keys,
-                            Throttle(float("inf"), threading.Event()), RunStats(),
-                            tablet.read_entry)
+    chunks = compaction.run(StoredBatches(engine.store, tablet.prefix, tablet.read_entry), plan,
+                            os.urandom(16), max_keys, Throttle(float("inf"), threading.Event()),
+                            RunStats())
     return plan, chunks
 
 

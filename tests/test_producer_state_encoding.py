@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tablets.producers import CACHED_BATCHES, CachedBatch, ProducerEntry
+from tablets.producer_rules import CACHED_BATCHES, CachedBatch, ProducerEntry
 
 
 def test_every_cached_batch_round_trips():

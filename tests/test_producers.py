@@ -1,6 +1,8 @@
-"""Idempotent producer state (tablets.producers), alone and through a tablet:
-sequence checks, duplicates, epochs, wrap-around, expiry, eviction, encoding,
-and a retried batch recognised after a restart of the storage engine."""
+"""Idempotent producer state: the engine-free rules (tablets.producer_rules)
+alone, over a persistence port that records what they stage; the RocksDB
+engine's port (tablets.producers); and through a tablet: sequence checks,
+duplicates, epochs, wrap-around, expiry, eviction, encoding, and a retried
+batch recognised after a restart of the storage engine."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 
 from tablets import EngineSettings, StorageEngine
 from tablets.errors import InvalidProducerEpoch, OutOfOrderSequence, UnknownProducerId
-from tablets.producers import (
+from tablets.producer_rules import (
     CACHED_BATCHES,
     INT32_MAX,
     REFUSED,
@@ -19,6 +21,7 @@ from tablets.producers import (
     ProducerStates,
     next_seq,
 )
+from tablets.producers import StoredProducers, producer_key, producer_states
 from tablets.records import record_timestamps
 from tablets.store import Ops
 from testkit.batches import make_batch
@@ -27,18 +30,43 @@ from testkit.compaction import as_batches
 PID = 7
 
 
-def states(max_producers: int = 100) -> ProducerStates:
-    return ProducerStates(b"p" * 20, max_producers)
+Staged = list[tuple[str, int, bytes]]  # ("put" | "delete", producer id, encoded entry)
 
 
-def write(s: ProducerStates, pid: int, epoch: int, first: int, count: int, offset: int,
-          now: int = 0) -> Ops:
+class Recorded:
+    """A persistence port whose atomic change is a list of what was staged:
+    the rules with no engine under them."""
+
+    def __init__(self, entries: list[tuple[int, ProducerEntry]] | None = None) -> None:
+        self.entries = entries or []
+
+    def load(self) -> list[tuple[int, ProducerEntry]]:
+        return list(self.entries)
+
+    def stage_entry(self, change: Staged, producer_id: int, entry: ProducerEntry) -> None:
+        change.append(("put", producer_id, entry.encode()))
+
+    def stage_removal(self, change: Staged, producer_id: int) -> None:
+        change.append(("delete", producer_id, b""))
+
+
+def states(max_producers: int = 100) -> ProducerStates[Staged]:
+    return ProducerStates(Recorded(), max_producers)
+
+
+def removed(change: Staged) -> list[int]:
+    return [pid for what, pid, _ in change if what == "delete"]
+
+
+def write(s: ProducerStates[Staged], pid: int, epoch: int, first: int, count: int,
+          offset: int, now: int = 0) -> Staged:
     """Check a batch of ``count`` records and, when new, record it at ``offset``."""
     last = next_seq(first, count - 1)
     assert s.check(pid, epoch, first, last) is None
-    ops = Ops()
-    s.stage(pid, epoch, CachedBatch(first, last, offset), now, ops)
-    return ops
+    change: Staged = []
+    s.stage(pid, epoch, CachedBatch(first, last, offset), now, change)
+    assert change[0] == ("put", pid, s.get(pid).encode())
+    return change
 
 
 def test_a_new_producer_must_start_at_sequence_zero():
@@ -131,10 +159,10 @@ def test_idle_producers_expire():
     s = states()
     write(s, 1, 0, 0, 1, 0, now=1_000)
     write(s, 2, 0, 0, 1, 1, now=5_000)
-    ops = Ops()
-    assert s.expire(now_ms=6_000, expiration_ms=5_000, ops=ops) == 1
+    change: Staged = []
+    assert s.expire(now_ms=6_000, expiration_ms=5_000, change=change) == 1
     assert s.get(1) is None and s.get(2) is not None
-    assert ops.deletes == [s.key(1)]
+    assert removed(change) == [1]
     with pytest.raises(UnknownProducerId):  # forgotten mid-sequence
         s.check(1, 0, 1, 1)
 
@@ -147,7 +175,7 @@ def test_least_recently_written_producer_is_evicted_past_the_cap():
     ops = write(s, 4, 0, 0, 1, 11)
     assert len(s) == 3 and s.evictions == 1
     assert s.get(2) is None and {pid for pid, _ in s.items()} == {3, 1, 4}
-    assert ops.deletes == [s.key(2)]
+    assert removed(ops) == [2]
     with pytest.raises(UnknownProducerId):
         s.check(2, 0, 1, 1)
 
@@ -161,18 +189,43 @@ def test_entry_encoding_round_trips():
     assert decoded == entry
     assert list(decoded.batches) == list(entry.batches)
     assert decoded.batches.maxlen == CACHED_BATCHES
+    # The cached batches alone, for an engine keeping epoch and time in columns.
+    columns = ProducerEntry.from_columns(12, 1_700_000_000_123, entry.encode_batches())
+    assert columns == entry and columns.batches.maxlen == CACHED_BATCHES
+    assert entry.encode() == entry.encode()[:11] + entry.encode_batches()
+
+
+def test_recovery_forgets_producers_whose_batches_it_cut():
+    s = states()
+    write(s, 1, 0, 0, 1, 5)
+    write(s, 2, 0, 0, 1, 10)
+    write(s, 2, 0, 1, 1, 20)
+    change: Staged = []
+    assert s.forget_from(15, change) == 1
+    assert removed(change) == [2] and s.get(2) is None and s.get(1) is not None
+
+
+def test_states_restore_in_write_order_from_the_port():
+    entries = [(pid, ProducerEntry(0, now)) for pid, now in ((5, 300), (6, 100), (7, 200))]
+    s = ProducerStates(Recorded(entries), 100)
+    s.load()
+    assert [pid for pid, _ in s.items()] == [6, 7, 5]
 
 
 def test_states_load_from_the_store_in_write_order(tmp_path):
     async def scenario(engine: StorageEngine) -> None:
-        s = ProducerStates(b"q" * 20, 100)
+        s = producer_states(engine.store, b"q" * 20, 100)
         ops = Ops()
         for pid, now in ((5, 300), (6, 100), (7, 200)):
             for n in range(3):
                 s.stage(pid, 1, CachedBatch(n, n, 10 * pid + n), now, ops)
+        # The RocksDB port: one put per staged entry, under the partition's key.
+        assert [key for key, _ in ops.puts] == [
+            producer_key(b"q" * 20, pid) for pid in (5, 5, 5, 6, 6, 6, 7, 7, 7)]
+        assert ops.puts[-1][1] == s.get(7).encode()
         await engine.writer.submit(ops)
-        loaded = ProducerStates(b"q" * 20, 100)
-        loaded.load(engine.store)
+        loaded = ProducerStates(StoredProducers(engine.store, b"q" * 20), 100)
+        loaded.load()
         assert [pid for pid, _ in loaded.items()] == [6, 7, 5]  # least recent first
         assert dict(loaded.items()) == dict(s.items())
 

@@ -12,7 +12,8 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tablets.store import INLINE_BYTES, GroupCommitWriter, Ops, RocksStore, StorageError
+from tablets.errors import StorageError
+from tablets.store import INLINE_BYTES, GroupCommitWriter, Ops, RocksStore
 
 LOOP_THREAD = "loop"
 

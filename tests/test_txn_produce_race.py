@@ -19,6 +19,7 @@ import pytest
 from tablets import batch as batch_header
 from tablets.consumer_offsets import OffsetCommit
 from tablets.errors import InvalidRecordBatch
+from tablets.producers import producer_key
 from testkit.batches import GZIP, make_batch
 from testkit.txn import GROUP, TID, TIMEOUT_MS, Clock, Env, HeldChecks, HeldWrites, run
 from txn import TxnState
@@ -61,7 +62,7 @@ def assert_no_sequence(env: Env, pid: int, tp: tuple[str, int] = A0) -> None:
     """No sequence of ``pid`` staged in ``tp``, in memory or in the store."""
     tablet = env.engine.partition(*tp)
     assert tablet.producers.get(pid) is None
-    assert env.engine.store.get(tablet.producers.key(pid)) is None
+    assert env.engine.store.get(producer_key(tablet.prefix, pid)) is None
 
 
 @pytest.mark.parametrize("end", ["abort", "timeout", "fence"])

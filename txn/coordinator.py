@@ -38,7 +38,7 @@ Fences, in the order they are checked:
   transaction of the same producer (the connection it waited on existed
   before the later transaction began, which the client could begin only
   after the retry was answered). A delayed Produce cannot either: its
-  sequence number repeats or precedes the producer's (``tablets.producers``).
+  sequence number repeats or precedes the producer's (``tablets.producer_rules``).
 
 The coordinator is the front of parts that each own one concern:
 
