@@ -325,9 +325,12 @@ class Leadership:
                     return
                 try:
                     await self.run_pass()
-                except (asyncpg.PostgresError, asyncpg.InterfaceError,
-                        OSError) as exc:  # TimeoutError is an OSError
-                    log.warning("node %d: leadership pass failed (%s); next in %.2f s",
+                except Exception as exc:
+                    # The loop must outlive a failed pass (a lost connection,
+                    # asyncpg's state clash after a terminated backend): what
+                    # the gateway leads is only ever what the database says,
+                    # and the next pass reads it again.
+                    log.warning("node %d: leadership pass failed (%r); next in %.2f s",
                                 self.node_id, exc, self.membership.renew_interval)
         finally:
             lost.cancel()

@@ -289,10 +289,13 @@ class Membership:
                 await self.renew()
             except MembershipLost:
                 return
-            except (asyncpg.PostgresError, asyncpg.InterfaceError,
-                    OSError) as exc:  # TimeoutError is an OSError
-                # The next period tries again; the lease covers about three.
-                log.warning("node %d: lease renewal failed (%s); retrying in %.2f s",
+            except Exception as exc:
+                # Whatever failed (a lost connection, asyncpg's state clash
+                # after a terminated backend), the task must not die silently
+                # while the node believes it renews: the next period tries
+                # again (the lease covers about three), and the database
+                # decides whether the lease is still this incarnation's.
+                log.warning("node %d: lease renewal failed (%r); retrying in %.2f s",
                             self.node_id, exc, self.renew_interval)
 
     # ------------------------------------------------------------ the cluster

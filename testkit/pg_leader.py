@@ -85,7 +85,8 @@ async def _append(pool: asyncpg.Pool, schema: str, leadership: Leadership, log_i
         except Fenced as fenced:
             say(f"fenced {fenced.leader_epoch}")
             return 0
-        except (asyncpg.PostgresError, asyncpg.InterfaceError, OSError) as exc:
+        except (asyncpg.PostgresError, asyncpg.InterfaceError, asyncpg.InternalClientError,
+                OSError) as exc:
             say(f"error {type(exc).__name__}")
         else:
             say(f"appended {n} {base} {epoch}")

@@ -97,8 +97,9 @@ def test_a_paused_leader_past_its_lease_writes_nothing_when_it_wakes(
             while proc_state(proc.pid) != "T":
                 assert time.monotonic() < deadline, f"state {proc_state(proc.pid)}, not T"
                 await asyncio.sleep(0.01)
+            await asyncio.sleep(0.3)  # what it wrote before the stop is read by now
             appended_before = sum(1 for line in out.lines if line.startswith("appended"))
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.5)
             assert sum(1 for line in out.lines if line.startswith("appended")) == \
                 appended_before, "it still appends while stopped"
 
@@ -141,7 +142,9 @@ def test_a_paused_leader_past_its_lease_writes_nothing_when_it_wakes(
             await out.closed()
             fenced = [line for line in out.lines if line.startswith("fenced")]
             assert fenced == [f"fenced {new_epoch}"], out.lines[-10:]
-            assert out.lines[-1] == fenced[0]
+            # Nothing appended after that (a "lost" line from its renewal may come in any order).
+            after_fence = out.lines[out.lines.index(fenced[0]):]
+            assert not [line for line in after_fence if line.startswith(("appended", "error"))]
             # Whatever it says it appended landed before the takeover.
             bases = [int(line.split()[2]) for line in out.lines if line.startswith("appended")]
             assert bases and max(bases) < takeover, (max(bases), takeover)
