@@ -13,7 +13,12 @@ What exists so far:
 - ``batch_log``: one partition's record batches over that schema (append a
   group of batches with their index rows in one transaction, fenced by the
   leader epoch; read by offset range), a library-level piece, not yet
-  behind the seam.
+  behind the seam;
+- ``writer``: the group-commit writer (one PostgreSQL transaction per group
+  of changes);
+- ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
+  and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
+- ``important``: important consumer groups' hold on a retention pass.
 
 Nothing here is wired into the gateway yet (no ``--store`` flag).
 """

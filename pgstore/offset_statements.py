@@ -1,0 +1,59 @@
+"""The SQL of ``pgstore.consumer_offsets``, prepared once per schema."""
+
+from __future__ import annotations
+
+
+class OffsetStatements:
+    def __init__(self, s: str) -> None:
+        """``s``: the schema's quoted name."""
+        self.upsert = (
+            f"INSERT INTO {s}.consumer_offsets (group_id, topic, partition, committed_offset, "
+            "leader_epoch, metadata, commit_timestamp, version, committer) "
+            "SELECT $1, * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::int[], "
+            "$6::text[], $7::bigint[], $8::bigint[], $9::text[]) "
+            "ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+            "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
+            "metadata = excluded.metadata, commit_timestamp = excluded.commit_timestamp, "
+            "version = excluded.version, committer = excluded.committer")
+        # The compare-and-set form (``stage`` with ``refused``): first a read of
+        # the rows as this gateway expects them, locked; then the upsert, which
+        # updates a row only at its expected version and must write every row
+        # (a row another gateway inserted meanwhile fails it). Only the second
+        # writes, and it is never a change's first step, so a refusal there
+        # rolls back (pgstore.writer).
+        self.expect = (
+            "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM unnest($2::text[], $3::int[], "
+            "$4::bigint[]) AS e(topic, partition, expected) LEFT JOIN LATERAL "
+            f"(SELECT version FROM {s}.consumer_offsets c WHERE c.group_id = $1 "
+            "AND c.topic = e.topic AND c.partition = e.partition FOR UPDATE) c ON true "
+            "WHERE coalesce(c.version, 0) <> e.expected)")
+        self.upsert_expected = (
+            "WITH e AS (SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::int[], "
+            "$6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[]) AS e(topic, "
+            "partition, committed_offset, leader_epoch, metadata, commit_timestamp, version, "
+            "committer, expected)), "
+            f"up AS (INSERT INTO {s}.consumer_offsets AS c (group_id, topic, partition, "
+            "committed_offset, leader_epoch, metadata, commit_timestamp, version, committer) "
+            "SELECT $1, topic, partition, committed_offset, leader_epoch, metadata, "
+            "commit_timestamp, version, committer FROM e "
+            "ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
+            "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
+            "metadata = excluded.metadata, commit_timestamp = excluded.commit_timestamp, "
+            "version = excluded.version, committer = excluded.committer "
+            "WHERE c.version = (SELECT expected FROM e WHERE e.topic = excluded.topic "
+            "AND e.partition = excluded.partition) RETURNING 1) "
+            "SELECT 1 WHERE (SELECT count(*) FROM up) = $11")
+        self.unrelease = (
+            f"DELETE FROM {s}.released_offsets WHERE group_id = $1 AND (topic, partition) IN "
+            "(SELECT * FROM unnest($2::text[], $3::int[]))")
+        self.release = (
+            f"INSERT INTO {s}.released_offsets (group_id, topic, partition) "
+            "SELECT $1, * FROM unnest($2::text[], $3::int[]) ON CONFLICT DO NOTHING")
+        self.delete_group = (
+            f"DELETE FROM {s}.consumer_offsets WHERE group_id = $1 AND version <= $2")
+        self.delete_some = (
+            f"DELETE FROM {s}.consumer_offsets WHERE group_id = $1 AND version <= $2 "
+            "AND (topic, partition) IN (SELECT * FROM unnest($3::text[], $4::int[]))")
+        self.counter = (
+            f"INSERT INTO {s}.counters AS c (name, value) VALUES ($1, $2) ON CONFLICT (name) "
+            "DO UPDATE SET value = greatest(c.value, excluded.value)")
