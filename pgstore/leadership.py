@@ -65,7 +65,7 @@ from typing import Literal
 
 import asyncpg
 
-from .membership import Membership
+from .membership import LiveNode, Membership
 from .migrate import Connection, quoted
 from .schema import COORDINATOR_SLOTS
 
@@ -114,8 +114,8 @@ def plan(live: Sequence[int], leaders: Mapping[int, int | None]) -> list[Move]:
     Each node's quota is len(keys) // len(live), plus one for the
     len(keys) % len(live) nodes that hold the most now (ties: lower node id),
     so the fewest keys move. Nodes over quota give up their highest keys;
-    nodes under it, in node id order, get the orphans (lowest key first),
-    then the keys given up."""
+    nodes under it get the orphans (lowest key first), then the keys given
+    up, one at a time in node id order, round after round."""
     nodes = sorted(set(live))
     if not nodes:
         return []
@@ -135,12 +135,19 @@ def plan(live: Sequence[int], leaders: Mapping[int, int | None]) -> list[Move]:
         excess = len(held[n]) - quota[n]
         if excess > 0:
             supply += [(key, n) for key in held[n][-excess:]]
+    # One key per node under quota in turn (not each node's whole deficit at
+    # once), so that a newcomer does not get every partition of a topic
+    # created at the same time.
+    deficit = {n: quota[n] - len(held[n]) for n in nodes if quota[n] > len(held[n])}
     moves: list[Move] = []
     given = iter(supply)
-    for n in nodes:
-        for _ in range(quota[n] - len(held[n])):
+    while deficit:
+        for n in list(deficit):
             key, source = next(given)
             moves.append(Move(key, source, n))
+            deficit[n] -= 1
+            if not deficit[n]:
+                del deficit[n]
     return moves
 
 
@@ -240,10 +247,10 @@ class Leadership:
         self.lock_timeout = membership.renew_interval if lock_timeout is None else lock_timeout
         self._partitions = _Rows(membership.schema, "partitions", "log_id", "bigint")
         self._slots = _Rows(membership.schema, "coordinator_slots", "slot", "integer")
-        s = quoted(membership.schema)
-        self._live_sql = (f"SELECT node_id FROM {s}.nodes WHERE lease_expires_at > now() "
-                          f"ORDER BY node_id")
-        self.live: tuple[int, ...] = ()  # as of the last pass
+        # As of the last pass: the live nodes (with their listeners, for
+        # Metadata and FindCoordinator) and their ids.
+        self.nodes: tuple[LiveNode, ...] = ()
+        self.live: tuple[int, ...] = ()
         self._led_partitions: dict[int, int] = {}
         self._led_slots: dict[int, int] = {}
         self._task: asyncio.Task[None] | None = None
@@ -357,7 +364,8 @@ class Leadership:
                 return {}
             won = await self._cas(conn, rows, rows.take_sql, self.node_id,
                                   self.membership.incarnation, keys, [seen[k] for k in keys])
-            self.live = tuple(int(r["node_id"]) for r in await conn.fetch(self._live_sql))
+            self.nodes = tuple(await self.membership.live_nodes(conn))
+            self.live = tuple(n.node_id for n in self.nodes)
             self._learn()
         return {int(r["key"]): int(r["leader_epoch"]) for r in won}
 
@@ -371,10 +379,11 @@ class Leadership:
             me, inc = self.node_id, self.membership.incarnation
             async with self.pool.acquire() as conn:
                 async with conn.transaction(isolation="repeatable_read", readonly=True):
-                    live = tuple(int(r["node_id"]) for r in await conn.fetch(self._live_sql))
+                    nodes = tuple(await self.membership.live_nodes(conn))
                     for rows in (self._partitions, self._slots):
                         rows.load(await conn.fetch(rows.read_sql))
-                self.live = live
+                live = tuple(n.node_id for n in nodes)
+                self.nodes, self.live = nodes, live
                 if me in live:  # else this gateway's own lease is over: it moves nothing
                     for rows in (self._partitions, self._slots):
                         await self._carry_out(conn, rows, live, me, inc)

@@ -56,7 +56,7 @@ from typing import Any
 
 import asyncpg
 
-from .migrate import quoted
+from .migrate import Connection, quoted
 
 DEFAULT_LEASE_SECONDS = 10.0
 log = logging.getLogger(__name__)
@@ -299,9 +299,13 @@ class Membership:
                             self.node_id, exc, self.renew_interval)
 
     # ------------------------------------------------------------ the cluster
-    async def live_nodes(self) -> list[LiveNode]:
-        """The nodes whose lease is alive by the database's clock, by node id."""
-        async with self.pool.acquire() as conn:
+    async def live_nodes(self, conn: Connection | None = None) -> list[LiveNode]:
+        """The nodes whose lease is alive by the database's clock, by node id
+        (on ``conn`` when given: inside the caller's snapshot)."""
+        if conn is None:
+            async with self.pool.acquire() as own:
+                rows = await own.fetch(self._live_sql)
+        else:
             rows = await conn.fetch(self._live_sql)
         return [LiveNode(int(r["node_id"]), int(r["incarnation"]),
                          _listeners_of(r["listeners"]), r["lease_expires_at"]) for r in rows]

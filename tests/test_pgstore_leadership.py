@@ -119,6 +119,13 @@ def test_a_death_moves_only_the_dead_nodes_keys_and_a_join_takes_a_share() -> No
     joined, between = apply(after, [1, 2, 4])  # node 4 joins: it gets 2 from each
     assert between == 4 and Counter(joined.values()) == {1: 4, 2: 4, 4: 4}
     assert apply({k: 1 for k in range(7)}, [1])[1] == 0
+    # Two nodes join as a topic of 4 partitions is created: the newcomers
+    # take the new partitions in turn, two each, not three and one.
+    before: dict[int, int | None] = {k: 1 + k % 2 for k in range(8)}
+    before.update({k: None for k in range(100, 104)})
+    after, between = apply(before, [1, 2, 3, 4])
+    assert between == 2 and Counter(after.values()) == {1: 3, 2: 3, 3: 3, 4: 3}
+    assert Counter(after[k] for k in range(100, 104)) == {3: 2, 4: 2}
 
 
 # ---------------------------------------------------------------- gateways in one process
@@ -285,6 +292,9 @@ def test_three_gateways_share_fail_over_and_rebalance(pg_server: PostgresServer)
                 for key in change.partitions_lost:
                     led.pop(key, None)
             assert led == node.leadership.led_partitions
+        # Every gateway knows the live nodes and their listeners.
+        assert [(n.node_id, n.listeners[0].port) for n in nodes[1].leadership.nodes] == [
+            (1, 9001), (2, 9002), (3, 9003)]
         # Where a key's coordinator is.
         slot, lead = nodes[0].leadership.coordinator("my-group")
         assert slot == coordinator_slot("my-group") and lead == slots[slot]
