@@ -18,7 +18,12 @@ What exists so far:
   of changes);
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
   and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
-- ``important``: important consumer groups' hold on a retention pass.
+- ``important``: important consumer groups' hold on a retention pass;
+- ``membership``, ``leadership``: the cluster at library level: each
+  gateway's lease-held registration, and the partitions and coordinator
+  slots balanced over the live gateways by compare-and-set on their epochs;
+- ``group_counters``: a group's persisted generation and its offset version
+  counter, moved inside the caller's transaction.
 
 Nothing here is wired into the gateway yet (no ``--store`` flag).
 """
