@@ -24,14 +24,17 @@ commit landed with. Commits themselves do not write the counter row, so
 gateways committing offsets of different groups never wait on one row lock.
 
 Versions follow commit order within one gateway (submission order is commit
-order). Across gateways each has its own counter; a gateway taking over a
-group's coordination reads that group again (``load_group``), which lifts
-its counter above the group's versions. How a transaction's *begin* version
-is settled across gateways is the transaction work's (docs/cluster-design.md,
-"Offsets written by a commit that crosses gateways"). What it needs from here
-is ``stage`` with ``refused``: a compare-and-set that lands the offsets only
-if each row is, under its row lock, at the version this gateway's memory
-says, so a conflict check run on that memory holds inside the transaction;
+order). Across gateways each has its own counter, so a version in memory is
+this gateway's: a row another gateway committed, read again by
+``load_group`` (a coordinator move, or a compare-and-set refused), takes the
+next version of this gateway's counter, as if committed when seen, and its
+database version is kept apart for the compare-and-set. A transaction's
+*begin* version (this gateway's ``last_version`` when it began, as in the
+embedded engine) is then comparable with every version in memory
+(docs/cluster-design.md, "Offsets written by a commit that crosses
+gateways"). ``stage`` with ``refused`` is that compare-and-set: the offsets
+land only if each row is, under its row lock, at the version this gateway
+knows, so a conflict check run on this memory holds inside the transaction;
 of two gateways committing one partition from one view, exactly one wins.
 
 Important consumers (``tablets/important.py``) read ``committed`` and
@@ -67,6 +70,12 @@ class PgConsumerOffsets:
         # Visible (durable) offsets: group -> (topic, partition) -> offset.
         self._groups: dict[str, dict[TopicPartition, CommittedOffset]] = {}
         self._last_version = 0
+        # The version a row has in the database, where memory holds another:
+        # a row another gateway committed, read by ``load_group``, gets a
+        # version of this gateway's counter (the order it was seen in), so
+        # that a commit that landed after a transaction began here looks
+        # newer than its begin version; the compare-and-set expects this one.
+        self._db_versions: dict[tuple[str, TopicPartition], int] = {}
         # Commits staged but not yet durable: the newest wins in ``latest``.
         self._in_flight: dict[tuple[str, TopicPartition], CommittedOffset] = {}
         # Groups (and partitions of groups) whose offsets were deleted: they
@@ -91,15 +100,24 @@ class PgConsumerOffsets:
             released = await conn.fetch(
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets")
         self._groups.clear()
+        self._db_versions.clear()
         self._released_groups.clear()
         self._released_partitions.clear()
         self._last_version = max(self._last_version, int(counter or 0))
-        self._take_rows(rows, released)
+        self._take_rows(rows, released, None)
 
     async def load_group(self, conn: asyncpg.Connection, group: str) -> None:
         """Read one group again (a gateway taking over its coordination: another
         may have committed since ``load``); its counter rises above the group's
-        versions. Commits of the group this gateway has in flight stay in flight."""
+        versions. Commits of the group this gateway has in flight stay in flight.
+
+        A row that changed since this gateway last knew it (another gateway
+        committed it) takes the next version of this gateway's counter, as if
+        committed now: versions in memory follow the order this gateway saw
+        commits in, so a transaction that began here before that commit
+        landed finds the partition moved (``txn/conflicts.py``'s rule 1),
+        whatever version the other gateway's counter gave it. The row's own
+        version is kept for the compare-and-set."""
         s = quoted(self.schema)
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             rows = await conn.fetch(
@@ -107,19 +125,41 @@ class PgConsumerOffsets:
             released = await conn.fetch(
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets "
                 "WHERE group_id = $1", group)
-        self._groups.pop(group, None)
+        known = {tp: (self._db_versions.get((group, tp), record.version), record)
+                 for tp, record in self._groups.pop(group, {}).items()}
+        self._db_versions = {key: v for key, v in self._db_versions.items() if key[0] != group}
         self._released_groups.discard(group)
         self._released_partitions -= {r for r in self._released_partitions if r[0] == group}
-        self._take_rows(rows, released)
+        self._take_rows(rows, released, known)
 
-    def _take_rows(self, rows: list[asyncpg.Record],
-                   released: list[asyncpg.Record]) -> None:
+    def _take_rows(self, rows: list[asyncpg.Record], released: list[asyncpg.Record],
+                   known: dict[TopicPartition, tuple[int, CommittedOffset]] | None) -> None:
+        """Take rows read; ``known``: with ``load_group``, the group's rows as
+        memory had them (their database version and record): a row changed
+        since takes a version of this gateway's."""
+        self._last_version = max([self._last_version, *(row["version"] for row in rows)])
         for row in rows:
+            tp = (row["topic"], row["partition"])
+            version = int(row["version"])
+            seen = None if known is None else known.get(tp)
+            if seen is not None and seen[0] == version:
+                self._groups.setdefault(row["group_id"], {})[tp] = seen[1]
+                if seen[1].version != version:
+                    self._db_versions[(row["group_id"], tp)] = version
+                continue
+            mine = self._in_flight.get((row["group_id"], tp))
+            if known is not None and mine is not None and mine.version == version:
+                # This gateway's own commit, landed and about to be published.
+                self._groups.setdefault(row["group_id"], {})[tp] = mine
+                continue
+            if known is not None:  # (load_group) committed elsewhere since
+                self._last_version += 1
+                self._db_versions[(row["group_id"], tp)] = version
+                version = self._last_version
             record = CommittedOffset(row["committed_offset"], row["leader_epoch"],
-                                     row["metadata"], row["commit_timestamp"], row["version"],
+                                     row["metadata"], row["commit_timestamp"], version,
                                      row["committer"])
-            self._groups.setdefault(row["group_id"], {})[(row["topic"], row["partition"])] = record
-            self._last_version = max(self._last_version, record.version)
+            self._groups.setdefault(row["group_id"], {})[tp] = record
         for row in released:
             if (row["topic"], row["partition"]) == WHOLE_GROUP:
                 self._released_groups.add(row["group_id"])
@@ -153,9 +193,16 @@ class PgConsumerOffsets:
         in_flight = self._in_flight.get((group, (topic, partition)))
         return in_flight or self.committed(group, topic, partition)
 
-    def _latest_version(self, group: str, tp: TopicPartition) -> int:
-        latest = self.latest(group, *tp)
-        return 0 if latest is None else latest.version
+    def _expected_version(self, group: str, tp: TopicPartition) -> int:
+        """The version the partition's row has in the database once what this
+        gateway staged lands (absent: 0): what the compare-and-set expects."""
+        in_flight = self._in_flight.get((group, tp))
+        if in_flight is not None:
+            return in_flight.version
+        committed = self.committed(group, *tp)
+        if committed is None:
+            return 0
+        return self._db_versions.get((group, tp), committed.version)
 
     @property
     def last_version(self) -> int:
@@ -189,7 +236,7 @@ class PgConsumerOffsets:
         ``refused()`` and writes nothing.
         """
         staged: dict[TopicPartition, CommittedOffset] = {}
-        expected = [self._latest_version(group, tp) for tp in commits]
+        expected = [self._expected_version(group, tp) for tp in commits]
         if refused is not None and commits:
             change.fence(self._sql.expect, group, [t for t, _ in commits],
                          [p for _, p in commits], expected, refused=refused)
@@ -235,8 +282,11 @@ class PgConsumerOffsets:
             if self._in_flight.get((group, tp)) is record:
                 del self._in_flight[(group, tp)]
             current = offsets.get(tp)
-            if current is None or current.version < record.version:
+            # (A row seen committed elsewhere was overwritten by this one.)
+            if (current is None or current.version < record.version
+                    or (group, tp) in self._db_versions):
                 offsets[tp] = record
+                self._db_versions.pop((group, tp), None)  # the row has this one's version
         if not offsets:
             del self._groups[group]
 
@@ -317,6 +367,7 @@ class PgConsumerOffsets:
                 record = remaining.get(tp)
                 if record is not None and record.version <= newest_deleted:
                     del remaining[tp]
+                    self._db_versions.pop((group, tp), None)
             if not remaining:
                 self._groups.pop(group, None)
 
@@ -339,6 +390,7 @@ class PgConsumerOffsets:
         for group, offsets in list(self._groups.items()):
             for tp in [tp for tp in offsets if tp[0] == topic]:
                 del offsets[tp]
+                self._db_versions.pop((group, tp), None)
             if not offsets:
                 del self._groups[group]
         self._released_partitions -= {r for r in self._released_partitions if r[1] == topic}

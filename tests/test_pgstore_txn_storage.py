@@ -582,3 +582,50 @@ def test_two_gateways_taking_one_counter_block_exactly_one_wins(
             await two.writer.close()
 
     run(pg_server, body)
+
+
+def test_a_commit_another_gateway_made_after_a_transaction_began_is_seen_as_moved(
+        pg_server: PostgresServer) -> None:
+    """The begin version across gateways (docs/cluster-design.md, "Offsets
+    written by a commit that crosses gateways"): the coordinator's gateway
+    takes it from its own counter when the transaction begins; a commit by a
+    gateway whose counter is behind is refused by the compare-and-set until
+    this gateway reads the group again, and then it is seen as committed now,
+    so the conflict check finds the partition moved."""
+    from txn.conflicts import offset_conflict
+
+    async def body(pool: asyncpg.Pool, admin: asyncpg.Connection, schema: str) -> None:
+        coordinator = await open_gateway(pg_server, schema, admin)
+        other = await open_gateway(pg_server, schema, admin)
+        try:
+            for offset in range(20):  # the coordinator's counter runs ahead
+                await coordinator.offsets.commit("busy", {("t", 9): OffsetCommit(offset)}, 0)
+            await coordinator.offsets.commit("g", {("t", 0): OffsetCommit(100)}, 0)
+            begin_version = coordinator.offsets.last_version  # the transaction begins
+            # The hung worker's successor commits through the other gateway
+            # (a plain OffsetCommit), whose counter is far behind.
+            await other.offsets.commit("g", {("t", 0): OffsetCommit(120)}, 0)
+            landed = other.offsets.version("g", "t", 0)
+            assert landed < begin_version  # the other counter's version says "older"
+            commits = {("t", 0): OffsetCommit(150)}
+            # From its stale view the check passes, but the commit is refused.
+            assert offset_conflict(coordinator.offsets, "g", commits, begin_version,
+                                   "tx") is None
+            change, publish = coordinator.stage_transaction("tx", [], {("t", 0): 150})
+            with pytest.raises(OffsetsMoved):
+                await durable(coordinator, change, publish)
+            # Read again, the commit is seen as made after the begin: a conflict.
+            await coordinator.offsets.load_group(admin, "g")
+            seen = coordinator.offsets.committed("g", "t", 0)
+            assert seen is not None and seen.offset == 120 and seen.version > begin_version
+            reason = offset_conflict(coordinator.offsets, "g", commits, begin_version, "tx")
+            assert reason is not None and "after this transaction began" in reason
+            # A transaction begun now commits, as a compare-and-set against that row.
+            change, publish = coordinator.stage_transaction("tx2", [], {("t", 0): 160})
+            await durable(coordinator, change, publish)
+            assert (await snapshot(admin, schema))["offsets"][1] == ("g", "t", 0, 160, "tx2")
+        finally:
+            await coordinator.writer.close()
+            await other.writer.close()
+
+    run(pg_server, body)
