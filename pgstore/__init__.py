@@ -19,6 +19,10 @@ What exists so far:
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
   and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
 - ``important``: important consumer groups' hold on a retention pass.
+- ``txn_storage`` (with ``txn_publication``, ``txn_statements``): the seam's
+  ``TransactionStorage``: the coordinator's state, pending batches, a
+  commit's publication across partitions in one transaction; what it needs
+  of a partition log is ``txn_publication.TxnPartition``.
 
 Nothing here is wired into the gateway yet (no ``--store`` flag).
 """
