@@ -168,10 +168,20 @@ class PgTransactionStorage:
 
     def set_counter(self, change: AtomicChange, name: str, value: int) -> None:
         expected = self._counters.get(name)
-        as_txn_change(change).fence(self._sql.counter, name, value, expected, refused=lambda: (
+        pg = as_txn_change(change)
+        pg.fence(self._sql.counter, name, value, expected, refused=lambda: (
             CounterMoved(f"counter {name}: not at {expected} any more (another gateway "
                          f"set it); {value} not written")))
         self._counters[name] = value
+
+        def failed() -> None:  # not written (in doubt: the next set is refused)
+            if self._counters.get(name) == value:
+                if expected is None:
+                    self._counters.pop(name, None)
+                else:
+                    self._counters[name] = expected
+
+        pg.on_failure(failed)
 
     def txn_states(self) -> Iterator[tuple[str, bytes]]:
         yield from list(self._states.items())
