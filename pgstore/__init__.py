@@ -23,7 +23,13 @@ What exists so far:
   gateway's lease-held registration, and the partitions and coordinator
   slots balanced over the live gateways by compare-and-set on their epochs;
 - ``group_counters``: a group's persisted generation and its offset version
-  counter, moved inside the caller's transaction.
+  counter, moved inside the caller's transaction;
+- ``txn_storage`` (with ``txn_publication``, ``txn_statements``): the seam's
+  ``TransactionStorage``: the coordinator's state, pending batches, a
+  commit's publication across partitions in one transaction; what it needs
+  of a partition log is ``txn_publication.TxnPartition``;
+- ``writer``'s companions: ``log_notices`` (log ends told to every gateway
+  by LISTEN/NOTIFY).
 
 Nothing here is wired into the gateway yet (no ``--store`` flag).
 """
