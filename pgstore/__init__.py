@@ -15,11 +15,23 @@ What exists so far:
 - the engine behind the seam: ``node`` (``NodeStorage``), ``topics``
   (``TopicView``s, Kafka's checks, the claim of every partition at start),
   ``partition_log`` (``PartitionLog``) with ``appends``, ``truncation`` and
-  ``producer_rows``; ``txn_storage`` (producer ids; no transactions yet);
+  ``producer_rows``; ``producer_id_storage`` (what the engine hands the
+  coordinator today: producer ids, no transactions);
   ``engine_seam_check`` holds them to the Protocols under mypy.
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
   and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
-- ``important``: important consumer groups' hold on a retention pass.
+- ``important``: important consumer groups' hold on a retention pass;
+- ``membership``, ``leadership``: the cluster at library level: each
+  gateway's lease-held registration, and the partitions and coordinator
+  slots balanced over the live gateways by compare-and-set on their epochs;
+- ``group_counters``: a group's persisted generation and its offset version
+  counter, moved inside the caller's transaction;
+- ``txn_storage`` (with ``txn_publication``, ``txn_statements``): the seam's
+  ``TransactionStorage``: the coordinator's state, pending batches, a
+  commit's publication across partitions in one transaction; what it needs
+  of a partition log is ``txn_publication.TxnPartition``;
+- ``writer``'s companions: ``log_notices`` (log ends told to every gateway
+  by LISTEN/NOTIFY).
 
 ``kafka-gateway serve --store postgresql://...`` runs on it (docs/cluster.md).
 """

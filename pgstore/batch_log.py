@@ -182,7 +182,11 @@ class BatchLog:
                                 zip(bases, lasts, max_timestamps, running_maxes, sizes,
                                     strict=True), ids, strict=True)])
             except (asyncpg.PostgresError, OSError, asyncio.CancelledError,
-                    asyncpg.InterfaceError):
+                    asyncpg.InterfaceError,
+                    # a backend terminated between two statements (its session
+                    # idle in the transaction too long) may surface as a
+                    # protocol state clash rather than a lost connection
+                    asyncpg.InternalClientError):
                 # Landed or not (a lost answer to COMMIT): the next append
                 # rereads the partition first.
                 self._in_doubt = True

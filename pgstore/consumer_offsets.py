@@ -24,14 +24,17 @@ commit landed with. Commits themselves do not write the counter row, so
 gateways committing offsets of different groups never wait on one row lock.
 
 Versions follow commit order within one gateway (submission order is commit
-order). Across gateways each has its own counter; a gateway taking over a
-group's coordination reads that group again (``load_group``), which lifts
-its counter above the group's versions. How a transaction's *begin* version
-is settled across gateways is the transaction work's (docs/cluster-design.md,
-"Offsets written by a commit that crosses gateways"). What it needs from here
-is ``stage`` with ``refused``: a compare-and-set that lands the offsets only
-if each row is, under its row lock, at the version this gateway's memory
-says, so a conflict check run on that memory holds inside the transaction;
+order). Across gateways each has its own counter, so a version in memory is
+this gateway's: a row another gateway committed, read again by
+``load_group`` (a coordinator move, or a compare-and-set refused), takes the
+next version of this gateway's counter, as if committed when seen, and its
+database version is kept apart for the compare-and-set. A transaction's
+*begin* version (this gateway's ``last_version`` when it began, as in the
+embedded engine) is then comparable with every version in memory
+(docs/cluster-design.md, "Offsets written by a commit that crosses
+gateways"). ``stage`` with ``refused`` is that compare-and-set: the offsets
+land only if each row is, under its row lock, at the version this gateway
+knows, so a conflict check run on this memory holds inside the transaction;
 of two gateways committing one partition from one view, exactly one wins.
 
 Important consumers (``tablets/important.py``) read ``committed`` and
@@ -41,11 +44,11 @@ Important consumers (``tablets/important.py``) read ``committed`` and
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 
 import asyncpg
 
-from tablets.offset_state import OffsetState
+from tablets.offset_state import Deletion, OffsetState
 from tablets.seam import CommittedOffset, OffsetCommit, TopicPartition
 
 from .migrate import quoted
@@ -81,6 +84,12 @@ class PgConsumerOffsets(OffsetState):
         self.writer = writer
         self.schema = schema
         self._sql = OffsetStatements(quoted(schema))
+        # The version a row has in the database, where memory holds another:
+        # a row another gateway committed, read by ``load_group``, gets a
+        # version of this gateway's counter (the order it was seen in), so
+        # that a commit that landed after a transaction began here looks
+        # newer than its begin version; the compare-and-set expects this one.
+        self._db_versions: dict[tuple[str, TopicPartition], int] = {}
 
     # ------------------------------------------------------------ loading
     async def load(self, conn: asyncpg.Connection) -> None:
@@ -93,13 +102,22 @@ class PgConsumerOffsets(OffsetState):
             released = await conn.fetch(
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets")
         self.clear()
+        self._db_versions.clear()
         self.versions_from(int(counter or 0))
-        self._take_rows(rows, released)
+        self._take_rows(rows, released, None)
 
     async def load_group(self, conn: asyncpg.Connection, group: str) -> None:
         """Read one group again (a gateway taking over its coordination: another
         may have committed since ``load``); its counter rises above the group's
-        versions. Commits of the group this gateway has in flight stay in flight."""
+        versions. Commits of the group this gateway has in flight stay in flight.
+
+        A row that changed since this gateway last knew it (another gateway
+        committed it) takes the next version of this gateway's counter, as if
+        committed now: versions in memory follow the order this gateway saw
+        commits in, so a transaction that began here before that commit
+        landed finds the partition moved (``txn/conflicts.py``'s rule 1),
+        whatever version the other gateway's counter gave it. The row's own
+        version is kept for the compare-and-set."""
         s = quoted(self.schema)
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             rows = await conn.fetch(
@@ -107,24 +125,64 @@ class PgConsumerOffsets(OffsetState):
             released = await conn.fetch(
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets "
                 "WHERE group_id = $1", group)
+        known = {tp: (self._db_versions.get((group, tp), record.version), record)
+                 for tp, record in self.group_offsets(group).items()}
+        self._db_versions = {key: v for key, v in self._db_versions.items() if key[0] != group}
         self.forget_group(group)
-        self._take_rows(rows, released)
+        self._take_rows(rows, released, known)
 
-    def _take_rows(self, rows: list[asyncpg.Record],
-                   released: list[asyncpg.Record]) -> None:
+    def _take_rows(self, rows: list[asyncpg.Record], released: list[asyncpg.Record],
+                   known: dict[TopicPartition, tuple[int, CommittedOffset]] | None) -> None:
+        """Take rows read; ``known``: with ``load_group``, the group's rows as
+        memory had them (their database version and record): a row changed
+        since takes a version of this gateway's."""
+        self.versions_from(max((int(row["version"]) for row in rows), default=0))
         for row in rows:
+            tp = (row["topic"], row["partition"])
+            version = int(row["version"])
+            seen = None if known is None else known.get(tp)
+            if seen is not None and seen[0] == version:
+                self.loaded(row["group_id"], tp, seen[1])
+                if seen[1].version != version:
+                    self._db_versions[(row["group_id"], tp)] = version
+                continue
+            mine = self.in_flight(row["group_id"], tp)
+            if known is not None and mine is not None and mine.version == version:
+                # This gateway's own commit, landed and about to be published.
+                self.loaded(row["group_id"], tp, mine)
+                continue
+            if known is not None:  # (load_group) committed elsewhere since
+                self._db_versions[(row["group_id"], tp)] = version
+                version = self.next_version()
             record = CommittedOffset(row["committed_offset"], row["leader_epoch"],
                                      from_text(row["metadata"]), row["commit_timestamp"],
-                                     row["version"],
+                                     version,
                                      row["committer"])
-            self.loaded(row["group_id"], (row["topic"], row["partition"]), record)
+            self.loaded(row["group_id"], tp, record)
         for row in released:
             tp = (row["topic"], row["partition"])
             self.loaded_release(row["group_id"], None if tp == WHOLE_GROUP else tp)
 
-    def _latest_version(self, group: str, tp: TopicPartition) -> int:
-        latest = self.latest(group, *tp)
-        return 0 if latest is None else latest.version
+    def _expected_version(self, group: str, tp: TopicPartition) -> int:
+        """The version the partition's row has in the database once what this
+        gateway staged lands (absent: 0): what the compare-and-set expects."""
+        in_flight = self.in_flight(group, tp)
+        if in_flight is not None:
+            return in_flight.version
+        committed = self.committed(group, *tp)
+        if committed is None:
+            return 0
+        return self._db_versions.get((group, tp), committed.version)
+
+    @property
+    def last_version(self) -> int:
+        """The newest version any commit took: versions after it are newer commits."""
+        return self._last_version
+
+    def version(self, group: str, topic: str, partition: int) -> int:
+        """The version of a partition's committed offset; 0 when there is none."""
+        committed = self.committed(group, topic, partition)
+        return committed.version if committed else 0
 
     # ------------------------------------------------------------ writing
     def stage(
@@ -147,7 +205,7 @@ class PgConsumerOffsets(OffsetState):
         from the same view, exactly one wins; the other's change fails with
         ``refused()`` and writes nothing.
         """
-        expected = [self._latest_version(group, tp) for tp in commits]
+        expected = [self._expected_version(group, tp) for tp in commits]
         if refused is not None and commits:
             change.fence(self._sql.expect, group, [t for t, _ in commits],
                          [p for _, p in commits], expected, refused=refused)
@@ -230,7 +288,25 @@ class PgConsumerOffsets(OffsetState):
         change.execute(self._sql.counter, VERSION_COUNTER, self.last_version)
         change.execute(f"DELETE FROM {s}.consumer_offsets WHERE topic = $1", topic)
         change.execute(f"DELETE FROM {s}.released_offsets WHERE topic = $1", topic)
-        self.drop_topic_offsets(topic)
+        offsets, _ = self.drop_topic_offsets(topic)
+        for group, tp in offsets:
+            self._db_versions.pop((group, tp), None)
+
+    def publish(self, group: str, staged: Mapping[TopicPartition, CommittedOffset],
+                overwrote: Container[TopicPartition] = ()) -> None:
+        """As ``OffsetState.publish``; a row seen committed elsewhere was
+        overwritten by this commit, whose version the row has now."""
+        seen_elsewhere = [tp for tp in staged if (group, tp) in self._db_versions]
+        for tp in seen_elsewhere:
+            del self._db_versions[(group, tp)]
+        super().publish(group, staged, seen_elsewhere)
+
+    def deleted(self, deletion: Deletion) -> None:
+        super().deleted(deletion)
+        remaining = self.group_offsets(deletion.group)
+        for key in [key for key in self._db_versions
+                    if key[0] == deletion.group and key[1] not in remaining]:
+            del self._db_versions[key]
 
 
 def stage_offsets(offsets: PgConsumerOffsets, change: PgChange, group: str,

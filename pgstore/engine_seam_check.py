@@ -10,8 +10,8 @@ from tablets.seam import ChangeWriter, NodeStorage, PartitionLog, TopicView, Tra
 
 from .node import PgNodeStorage
 from .partition_log import PgPartitionLog
+from .producer_id_storage import PgProducerIdStorage
 from .topics import PgTopic
-from .txn_storage import PgTransactionStorage
 
 
 def node(storage: PgNodeStorage) -> NodeStorage:
@@ -26,9 +26,9 @@ def topic(found: PgTopic) -> TopicView:
     return found
 
 
-def transaction_storage(storage: PgTransactionStorage) -> TransactionStorage:
+def transaction_storage(storage: PgProducerIdStorage) -> TransactionStorage:
     return storage
 
 
-def change_writer(storage: PgTransactionStorage) -> ChangeWriter:
+def change_writer(storage: PgProducerIdStorage) -> ChangeWriter:
     return storage

@@ -24,7 +24,7 @@ What it keeps, and what is not on this store yet:
 - statistics: the writer's ``WriteStats``; ``store_failure`` is always None
   (a failed write fails alone, and the writer reconnects: it never stays
   failed);
-- the transaction coordinator's storage (``txn_storage``): producer ids
+- the transaction coordinator's storage (``producer_id_storage``): producer ids
   only; whatever a transactional id needs raises ``TransactionsUnavailable``,
   answered INVALID_TXN_STATE (not retried by clients);
 - not yet: transactions, compacted topics
@@ -60,10 +60,10 @@ from .log_sql import LogSql
 from .log_state import LogContext
 from .migrate import migrate, quoted
 from .partition_log import PgPartitionLog
+from .producer_id_storage import PgProducerIdStorage
 from .retention import NodeRetention
 from .schema import DEFAULT_SCHEMA
 from .topics import PgTopic, PgTopicCatalog
-from .txn_storage import PgTransactionStorage
 from .writer import PgChange, PgWriter
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ class PgNodeStorage:
         self._records: dict[str, LoadedRecords] = {}
         self._pool: asyncpg.Pool | None = None
         self._catalog: PgTopicCatalog | None = None
-        self._txn_storage = PgTransactionStorage(self.writer, self.settings.schema,
+        self._txn_storage = PgProducerIdStorage(self.writer, self.settings.schema,
                                                  lambda: self.consumer_offsets, self.partition,
                                                  self.has_partition)
         self.retention = NodeRetention(None, self.settings.producer_id_expiration_ms)
@@ -268,6 +268,6 @@ class PgNodeStorage:
                                "store")
         return found
 
-    def transaction_storage(self) -> PgTransactionStorage:
-        """Producer ids; nothing transactional yet (``txn_storage``)."""
+    def transaction_storage(self) -> PgProducerIdStorage:
+        """Producer ids; nothing transactional yet (``producer_id_storage``)."""
         return self._txn_storage

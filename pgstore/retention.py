@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from .important import PgImportantConsumers, RetentionView
+from tablets.important_holds import RetentionView
+
+from .important import PgImportantConsumers
 
 if TYPE_CHECKING:
     from tablets.seam import ImportantGroup

@@ -11,9 +11,21 @@ whole or not at all). Released migrations are never edited: a change to the
 schema is a new migration at the end of ``MIGRATIONS``.
 
 Version 1 holds what one gateway keeps in RocksDB today (``tablets/keys.py``),
-with the partition's leader epoch; the cluster's own tables (membership,
-leases, coordinator placement, group generations) come with the code that
-uses them.
+with the partition's leader epoch. Version 2 adds the cluster's own tables
+(docs/cluster-design.md, "Leadership, fencing and leases"):
+
+- ``nodes``: one row per gateway (``node.id``): its advertised listeners, the
+  incarnation of the process that registered last (from the
+  ``node_incarnations`` sequence: never reused, also after a deregistration)
+  and its lease, by the database's clock (``pgstore.membership``);
+- ``partitions.leader_node``: the gateway leading the partition (NULL: none);
+  every change of it bumps ``leader_epoch`` (``pgstore.leadership``);
+- ``coordinator_slots``: ``COORDINATOR_SLOTS`` rows, each with its leader and
+  epoch; a group or transactional id is coordinated by the leader of slot
+  ``coordinator_slot(key)`` (``pgstore.leadership``);
+- ``group_generations``: a group's generation, which a trigger keeps from
+  ever going backwards; ``group_offset_versions``: the per-group counter that
+  numbers offset commits in commit order (``pgstore.group_counters``).
 
 How RocksDB's keys map (``tablets/keys.py`` kind -> table):
 
@@ -47,6 +59,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DEFAULT_SCHEMA = "kafka_gateway"
+
+# How many coordinator slots migration 2 makes: Kafka's default of
+# offsets.topic.num.partitions (and transaction.state.log.num.partitions), so
+# a key lands in the slot whose number is the partition of __consumer_offsets
+# Kafka would place it in. Fixed once the schema exists: changing it would
+# move every group and transaction at once.
+COORDINATOR_SLOTS = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +200,57 @@ _V1 = (
     )""",
 )
 
+_V2 = (
+    "CREATE SEQUENCE {schema}.node_incarnations AS bigint",
+    # listeners: [{"name", "host", "port", "security_protocol"}, ...]. Renewed
+    # every lease/3: a narrow row with no index on what changes (HOT updates).
+    """CREATE TABLE {schema}.nodes (
+        node_id integer PRIMARY KEY CHECK (node_id >= 0),
+        listeners jsonb NOT NULL DEFAULT '[]'::jsonb,
+        incarnation bigint NOT NULL,
+        registered_at timestamptz NOT NULL DEFAULT now(),
+        lease_expires_at timestamptz NOT NULL
+    ) WITH (fillfactor = 50)""",
+    # No foreign key to nodes: a deregistered gateway's row is gone, and a
+    # partition it still names is leaderless until another takes it.
+    "ALTER TABLE {schema}.partitions ADD COLUMN leader_node integer",
+    """CREATE TABLE {schema}.coordinator_slots (
+        slot integer PRIMARY KEY CHECK (slot >= 0),
+        leader_node integer,
+        leader_epoch integer NOT NULL DEFAULT 0
+    ) WITH (fillfactor = 50)""",
+    f"""INSERT INTO {{schema}}.coordinator_slots (slot)
+        SELECT generate_series(0, {COORDINATOR_SLOTS - 1})""",
+    """CREATE TABLE {schema}.group_generations (
+        group_id text PRIMARY KEY,
+        generation integer NOT NULL CHECK (generation >= 0)
+    )""",
+    # KIP-447 fences and the offset-range check compare generations: one
+    # written back lower (a coordinator that loaded an old value) would
+    # accept a zombie's commit. The schema refuses it.
+    """CREATE FUNCTION {schema}.generation_never_goes_back() RETURNS trigger
+        LANGUAGE plpgsql AS $$
+    BEGIN
+        IF NEW.generation < OLD.generation THEN
+            RAISE EXCEPTION 'group %: generation % would go back to %',
+                OLD.group_id, OLD.generation, NEW.generation
+                USING ERRCODE = 'check_violation';
+        END IF;
+        RETURN NEW;
+    END $$""",
+    """CREATE TRIGGER generation_never_goes_back
+        BEFORE UPDATE ON {schema}.group_generations
+        FOR EACH ROW EXECUTE FUNCTION {schema}.generation_never_goes_back()""",
+    """CREATE TABLE {schema}.group_offset_versions (
+        group_id text PRIMARY KEY,
+        version bigint NOT NULL CHECK (version >= 0)
+    )""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "what one gateway keeps in RocksDB, with leader epochs", _V1),
+    Migration(2, "the cluster: nodes and leases, partition leaders, coordinator slots, "
+                 "group generations and offset versions", _V2),
 )
 
 LATEST = MIGRATIONS[-1].version

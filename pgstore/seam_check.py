@@ -8,10 +8,16 @@ than in a handler."""
 
 from __future__ import annotations
 
-from tablets.seam import ConsumerOffsetStore, NodeRecordStore, OfflineNodeRecordStore
+from tablets.seam import (
+    ConsumerOffsetStore,
+    NodeRecordStore,
+    OfflineNodeRecordStore,
+    TransactionStorage,
+)
 
 from .consumer_offsets import PgConsumerOffsets
 from .node_records import OfflinePgNodeRecords, PgNodeRecords
+from .txn_storage import PgTransactionStorage
 
 
 def consumer_offsets(offsets: PgConsumerOffsets) -> ConsumerOffsetStore:
@@ -24,3 +30,7 @@ def node_records(records: PgNodeRecords) -> NodeRecordStore:
 
 def offline_node_records(records: OfflinePgNodeRecords) -> OfflineNodeRecordStore:
     return records
+
+
+def transaction_storage(storage: PgTransactionStorage) -> TransactionStorage:
+    return storage

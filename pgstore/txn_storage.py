@@ -1,28 +1,63 @@
-"""What the transaction coordinator may ask of the PostgreSQL store, today:
-producer ids, and nothing transactional yet.
+"""The transaction coordinator's side of the seam on PostgreSQL
+(``seam.TransactionStorage``; the embedded engine's: ``tablets/txn_storage.py``).
 
-Transactions on PostgreSQL (their state, pending batches, commits across
-partitions) come with the next piece of work. Until then the coordinator
-still starts over this store and hands out producer ids, so idempotent
-producers work (their InitProducerId allocates an id: the ``counters`` row,
-written in the change that allocates it). Everything a transactional id
-needs raises ``TransactionsUnavailable``, which the protocol answers with
-INVALID_TXN_STATE, an error no client retries: InitProducerId with a
-transactional id fails, and nothing of a transaction is ever stored.
+    storage = PgTransactionStorage(writer, offsets, schema, partition=…,
+                                   has_partition=…, txn_partition=…)
+    await storage.load(conn)                 # start-up: counters, states, pending rows
+
+A library the PostgreSQL engine plugs into: what it needs of a partition log
+is only ``TxnPartition`` (below), which the engine's log implements (or
+adapts to, via ``txn_partition``).
+
+What txn/ means, in pgstore's schema (docs/cluster-design.md, "What one
+PostgreSQL transaction is"):
+
+- **Counters** (producer ids, transaction instances) are ``counters`` rows,
+  set as a compare-and-set from the value this gateway last set or loaded:
+  two gateways taking one block of ids from one view cannot both land.
+- **The coordinator's state**: ``txn_states`` (one row per transactional id)
+  and ``txn_partitions`` (one per partition of an open transaction), loaded
+  at start-up and kept in memory as each change lands.
+- **Pending batches**: a transactional batch's bytes are stored once, in
+  ``batch_data``, named by a ``pending_batches`` row (``stage_pending``, in
+  the append's change, fenced by the leader epoch). References are opaque
+  bytes: a ``log_ref`` is the partition's ``log_id`` (8 bytes), a pending
+  ``ref`` that, then the instance (8) and the ordinal (4).
+- **A commit** (``stage_commit``) publishes a partition's pending batches at
+  its log end: each pending row becomes a ``batches`` row naming the same
+  ``batch_data`` (``shifted``: the bytes keep base offset 0, patched when
+  read), never a copy of the bytes; then the COMMIT marker, a new batch; the
+  partition row's log end moves in the same statement that checks its
+  leader epoch (``publish_fence``), so a partition another gateway took
+  since refuses the whole change and nothing of it lands; the new end is
+  announced to every gateway (``log_notices``). Every partition of the
+  transaction, its offsets (``stage_offsets``) and its state are in the one
+  change, hence in one PostgreSQL transaction, whichever gateways lead the
+  partitions.
+- **An abort** (``abort_pending``) deletes the pending rows and their bytes
+  (the ABORT marker is the caller's append).
+- **Offsets** (``stage_offsets``): ``PgConsumerOffsets.stage`` as a
+  compare-and-set: they land only if each row is, under its row lock, at
+  the version this gateway's memory holds, so the conflict check txn/ ran
+  on that memory holds inside the transaction.
+
+A change that fails (refused, the connection lost, the outcome unknown)
+runs the failure hooks its parts registered: the offsets staged are
+forgotten, each publishing partition is told its log end is in doubt
+(``TxnPartition.in_doubt``). Those hooks run only for changes made by this
+storage's ``begin`` and written by its ``commit``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, NoReturn
+from collections.abc import Callable, Iterator, Mapping
 from uuid import UUID
 
-from tablets.errors import TransactionsUnavailable
+from tablets import batch as batch_header
 from tablets.seam import (
     AtomicChange,
     CommittedOffset,
-    ConsumerOffsetStore,
     OffsetCommit,
     PartitionLog,
     PendingBlob,
@@ -30,104 +65,273 @@ from tablets.seam import (
     TopicPartition,
 )
 
-from .migrate import quoted
-from .writer import PgChange
-
-if TYPE_CHECKING:
-    from .migrate import Connection
-    from .writer import PgWriter
-
-
-def _unavailable() -> NoReturn:
-    raise TransactionsUnavailable("transactions are not yet available on the PostgreSQL store")
+from .consumer_offsets import PgConsumerOffsets
+from .log_notices import announce_log_end, channel
+from .migrate import Connection, quoted
+from .schema import DEFAULT_SCHEMA
+from .txn_publication import (
+    LOG_REF,
+    PENDING_REF,
+    CounterMoved,
+    MissingPending,
+    OffsetsMoved,
+    PgTxnChange,
+    PublicationFenced,
+    TxnPartition,
+    as_txn_change,
+    log_id_of,
+    log_ref_of,
+    parse_pending_ref,
+    plan_publication,
+)
+from .txn_statements import TxnStatements
+from .writer import PgChange, PgWriter
 
 
 class PgTransactionStorage:
-    def __init__(self, writer: PgWriter, schema: str,
-                 offsets: Callable[[], ConsumerOffsetStore],
+    """The engine's writer and tables, as the transaction coordinator sees them."""
+
+    def __init__(self, writer: PgWriter, offsets: PgConsumerOffsets,
+                 schema: str = DEFAULT_SCHEMA, *,
                  partition: Callable[[str, int], PartitionLog],
-                 has_partition: Callable[[str, int], bool]) -> None:
-        self._writer = writer
+                 has_partition: Callable[[str, int], bool],
+                 txn_partition: Callable[[PartitionLog], TxnPartition]) -> None:
+        self.writer = writer
+        self.schema = schema
         self._offsets = offsets
-        self.partition = partition
-        self.has_partition = has_partition
+        self._partition = partition
+        self._has_partition = has_partition
+        self._txn_partition = txn_partition
+        self._sql = TxnStatements(quoted(schema))
+        self._channel = channel(schema)
+        # In memory, as durable (the counters: as last staged, for the
+        # compare-and-set of the next).
         self._counters: dict[str, int] = {}
-        s = quoted(schema)
-        self._select_counters = f"SELECT name, value FROM {s}.counters"
-        self._put_counter = (f"INSERT INTO {s}.counters (name, value) VALUES ($1, $2) "
-                             "ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+        self._states: dict[str, bytes] = {}
+        self._txn_partitions: dict[tuple[str, int], dict[tuple[UUID, int], str]] = {}
+        # Pending rows found at start-up: (log id, instance) -> blobs in order.
+        self._recovered: dict[tuple[int, int], list[RecoveredBlob]] = {}
 
     async def load(self, conn: Connection) -> None:
-        self._counters = {row["name"]: int(row["value"])
-                          for row in await conn.fetch(self._select_counters)}
-
-    # the seam's ChangeWriter
-    def begin(self) -> PgChange:
-        return self._writer.begin()
-
-    def commit(self, change: AtomicChange) -> asyncio.Future[None]:
-        return self._writer.commit(change)
+        """Read the counters, the coordinator's state and the pending rows (start-up)."""
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            counters = await conn.fetch(self._sql.load_counters)
+            states = await conn.fetch(self._sql.load_states)
+            partitions = await conn.fetch(self._sql.load_partitions)
+            pending = await conn.fetch(self._sql.load_pending)
+        self._counters = {row["name"]: int(row["value"]) for row in counters}
+        self._states = {row["transactional_id"]: bytes(row["state"]) for row in states}
+        self._txn_partitions = {}
+        for row in partitions:
+            key = (row["transactional_id"], int(row["instance"]))
+            self._txn_partitions.setdefault(key, {})[(row["topic_id"], row["partition"])] = (
+                row["topic"])
+        self._recovered = {}
+        for row in pending:
+            log_id, instance, ordinal = int(row["log_id"]), int(row["instance"]), row["ordinal"]
+            self._recovered.setdefault((log_id, instance), []).append(RecoveredBlob(
+                PENDING_REF.pack(log_id, instance, ordinal), ordinal, bytes(row["header"]),
+                int(row["size"])))
 
     @property
-    def consumer_offsets(self) -> ConsumerOffsetStore:
-        return self._offsets()
+    def consumer_offsets(self) -> PgConsumerOffsets:
+        return self._offsets
 
-    # counters (producer ids)
+    def partition(self, name: str, index: int) -> PartitionLog:
+        return self._partition(name, index)
+
+    def has_partition(self, name: str, index: int) -> bool:
+        return self._has_partition(name, index)
+
+    # ---------------------------------------------------- atomic changes
+    def begin(self) -> PgTxnChange:
+        return PgTxnChange()
+
+    def commit(self, change: AtomicChange) -> asyncio.Future[None]:
+        """Write ``change`` (one PostgreSQL transaction, grouped with others);
+        when it fails, its failure hooks run before the future resolves."""
+        txn_change = as_txn_change(change)
+        future = self.writer.commit(txn_change)
+        hooks = txn_change._failed
+        if hooks:
+            def settle(done: asyncio.Future[None]) -> None:
+                if done.cancelled() or done.exception() is not None:
+                    for hook in hooks:
+                        hook()
+
+            future.add_done_callback(settle)
+        return future
+
+    # ------------------------------------------------ the coordinator's state
     def counter(self, name: str) -> int | None:
         return self._counters.get(name)
 
     def set_counter(self, change: AtomicChange, name: str, value: int) -> None:
-        assert isinstance(change, PgChange), "a change made by another engine"
-        change.execute(self._put_counter, name, value)
+        expected = self._counters.get(name)
+        pg = as_txn_change(change)
+        pg.fence(self._sql.counter, name, value, expected, refused=lambda: (
+            CounterMoved(f"counter {name}: not at {expected} any more (another gateway "
+                         f"set it); {value} not written")))
+        self._counters[name] = value
 
-        def durable() -> None:
-            self._counters[name] = max(value, self._counters.get(name, value))
+        def failed() -> None:  # not written (in doubt: the next set is refused)
+            if self._counters.get(name) == value:
+                if expected is None:
+                    self._counters.pop(name, None)
+                else:
+                    self._counters[name] = expected
 
-        change.on_durable(durable)
+        pg.on_failure(failed)
 
-    # transactional state: none is ever stored here
-    def txn_states(self) -> Iterable[tuple[str, bytes]]:
-        return ()
-
-    def txn_partitions(self, transactional_id: str,
-                       instance: int) -> Iterable[tuple[TopicPartition, UUID]]:
-        return ()
+    def txn_states(self) -> Iterator[tuple[str, bytes]]:
+        yield from list(self._states.items())
 
     def put_txn_state(self, change: AtomicChange, transactional_id: str, value: bytes) -> None:
-        _unavailable()
+        pg = as_txn_change(change)
+        pg.execute(self._sql.put_state, transactional_id, value)
+        pg.on_durable(lambda: self._states.__setitem__(transactional_id, value))
 
     def delete_txn_state(self, change: AtomicChange, transactional_id: str) -> None:
-        _unavailable()
+        pg = as_txn_change(change)
+        pg.execute(self._sql.delete_state, transactional_id)
+
+        def durable() -> None:
+            self._states.pop(transactional_id, None)
+
+        pg.on_durable(durable)
+
+    def txn_partitions(self, transactional_id: str,
+                       instance: int) -> Iterator[tuple[TopicPartition, UUID]]:
+        rows = self._txn_partitions.get((transactional_id, instance), {})
+        for (topic_id, partition), topic in sorted(rows.items(), key=lambda r: (r[1], r[0][1])):
+            yield (topic, partition), topic_id
 
     def put_txn_partition(self, change: AtomicChange, transactional_id: str, instance: int,
                           tp: TopicPartition, topic_id: UUID) -> None:
-        _unavailable()
+        pg = as_txn_change(change)
+        pg.execute(self._sql.put_partition, transactional_id, instance, topic_id, tp[1], tp[0])
 
-    def delete_txn_partition(self, change: AtomicChange, transactional_id: str,
-                             instance: int, tp: TopicPartition, topic_id: UUID) -> None:
-        _unavailable()
+        def durable() -> None:
+            self._txn_partitions.setdefault((transactional_id, instance), {})[
+                (topic_id, tp[1])] = tp[0]
 
+        pg.on_durable(durable)
+
+    def delete_txn_partition(self, change: AtomicChange, transactional_id: str, instance: int,
+                             tp: TopicPartition, topic_id: UUID) -> None:
+        pg = as_txn_change(change)
+        pg.execute(self._sql.delete_partition, transactional_id, instance, topic_id, tp[1])
+
+        def durable() -> None:
+            key = (transactional_id, instance)
+            rows = self._txn_partitions.get(key, {})
+            rows.pop((topic_id, tp[1]), None)
+            if not rows:
+                self._txn_partitions.pop(key, None)
+
+        pg.on_durable(durable)
+
+    # ------------------------------------------------------- pending data
     def log_ref(self, log: PartitionLog) -> bytes:
-        _unavailable()
+        return log_ref_of(self._txn_partition(log).log_id)
 
     def pending_ref(self, log_ref: bytes, instance: int, ordinal: int) -> bytes:
-        _unavailable()
+        return PENDING_REF.pack(log_id_of(log_ref), instance, ordinal)
 
     def pending_log_ref(self, ref: bytes) -> bytes:
-        _unavailable()
+        return ref[:LOG_REF.size]
+
+    def stage_pending(self, change: PgChange, log: TxnPartition, ref: bytes,
+                      batch: bytes | memoryview) -> bytes:
+        """Add a transactional batch to ``change`` (the engine's append): its
+        bytes once, stamped with base offset 0 and the log's leader epoch, and
+        its pending row, only while the partition is at that epoch (else the
+        change is refused with ``PublicationFenced``). Returns the bytes stored."""
+        log_id, instance, ordinal = parse_pending_ref(ref)
+        if log_id != log.log_id:
+            raise ValueError(f"pending reference {ref.hex()} is not of log {log.log_id}")
+        view = memoryview(batch)
+        parsed = batch_header.parse_batches(view, verify_crc=False)
+        if len(parsed) != 1:
+            raise ValueError(f"one batch per pending blob, not {len(parsed)}")
+        data = batch_header.stamp(view, parsed[0], 0, log.leader_epoch)
+        epoch = log.leader_epoch
+        change.fence(self._sql.pending_fence, log_id, epoch, refused=lambda: PublicationFenced(
+            f"log {log_id}: not at leader epoch {epoch} any more: transactional batch not "
+            "stored"))
+        change.execute(self._sql.put_pending, log_id, data, instance, ordinal,
+                       data[:batch_header.HEADER_SIZE], len(data))
+        change.nbytes += len(data)
+        return data
 
     def stage_commit(self, change: AtomicChange, log: PartitionLog,
                      blobs: list[PendingBlob], marker: bytes) -> Callable[[], None]:
-        _unavailable()
+        """Add the publication of ``blobs`` at the end of ``log``, then the
+        COMMIT ``marker``, to ``change`` (see the module's docstring); the
+        result tells the log once the change is durable."""
+        pg = as_txn_change(change)
+        part = self._txn_partition(log)
+        log_id, epoch = part.log_id, part.leader_epoch
+        plan = plan_publication(log_id, blobs)
+        marker_view = memoryview(marker)
+        marker_header = batch_header.parse_batches(marker_view)[0]
+        plan_bytes = plan.nbytes + len(marker)
+        base = part.reserve(plan.count)
+        pg.fence(self._sql.publish_fence, log_id, epoch, plan.count, plan_bytes, base,
+                 refused=lambda: PublicationFenced(
+                     f"log {log_id}: not at leader epoch {epoch}"
+                     + ("" if base is None else f" and log end {base}")
+                     + " any more: the transaction's commit was not written"))
+        if blobs:
+            pg.fence(self._sql.publish_blobs, log_id, plan.instance, plan.count,
+                     plan.ordinals, plan.deltas, plan.last_deltas, plan.max_timestamps,
+                     plan.running,
+                     refused=lambda: MissingPending(
+                         f"log {log_id}: pending batches of the commit are not stored "
+                         "(aborted meanwhile?): the commit was not written"))
+        stamped = batch_header.stamp(marker_view, marker_header,
+                                     0 if base is None else base + plan.count - 1, epoch)
+        pg.execute(self._sql.publish_marker, log_id, stamped, marker_header.max_timestamp,
+                   len(stamped), base is None)
+        pg.nbytes += len(stamped)
+        found: list[int] = []
+        if base is None:
+            pg.execute(self._sql.publish_notify, log_id, self._channel)
+            pg.fetch(self._sql.log_end, log_id,
+                     into=lambda rows: found.__setitem__(slice(None), [int(rows[0][0])]))
+        else:
+            announce_log_end(pg, self.schema, log_id, base + plan.count)
+            pg.on_failure(part.in_doubt)
+
+        def publish() -> None:
+            end = base + plan.count if base is not None else found[0]
+            part.published(end - plan.count, end)
+            self._recovered.pop((log_id, plan.instance), None)
+
+        return publish
 
     def stage_offsets(self, change: AtomicChange, group: str,
                       commits: Mapping[TopicPartition, OffsetCommit], now_ms: int,
                       committer: str, members: Mapping[TopicPartition, str] | None,
                       ) -> dict[TopicPartition, CommittedOffset]:
-        _unavailable()
+        pg = as_txn_change(change)
+        staged = self._offsets.stage(
+            group, commits, now_ms, pg, committer, members,
+            refused=lambda: OffsetsMoved(
+                f"group {group}: offsets committed by another gateway since this one read "
+                f"them; the transaction of {committer} was not committed"))
+        pg.on_failure(lambda: self._offsets.forget(group, staged))
+        return staged
 
     def abort_pending(self, change: AtomicChange, log_ref: bytes, instance: int) -> None:
-        _unavailable()
+        pg = as_txn_change(change)
+        log_id = log_id_of(log_ref)
+        pg.execute(self._sql.abort, log_id, instance)
+
+        def durable() -> None:
+            self._recovered.pop((log_id, instance), None)
+
+        pg.on_durable(durable)
 
     def recover_pending(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
-        _unavailable()
+        return list(self._recovered.get((log_id_of(log_ref), instance), ()))

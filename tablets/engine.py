@@ -232,9 +232,9 @@ class StorageEngine:
         if self.important is None:
             return []
         if topic is None:
-            return self.important.report(self.tablets())
+            return self.important.report_tablets(self.tablets())
         found = self.topics.get(topic)
-        return [] if found is None else self.important.report(found.partitions)
+        return [] if found is None else self.important.report_tablets(found.partitions)
 
     # ------------------------------------------------------- node records
     def node_records(self, kind: NodeRecordKind) -> NodeRecords:

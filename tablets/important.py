@@ -23,7 +23,9 @@ would go). Every such pass is logged as a warning and counted per group
 Each pass also records, per important group and partition, the bytes and
 age of what it holds back (batches retention would have deleted but kept for
 it); metrics and the console read them with the live lag (``report``). The
-held batches are read once, as they become due (``_Scanned``).
+rules are engine-free (``important_holds.py``, shared with the PostgreSQL
+engine); here, the held batches are read once, as they become due
+(``_Scanned``).
 """
 
 from __future__ import annotations
@@ -32,12 +34,11 @@ import asyncio
 import logging
 from array import array
 from bisect import bisect_left
-from collections import Counter
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from . import batch as rb
 from . import keys, log_entry
+from .important_holds import Held, ImportantHolds, RetentionView
 from .seam import ImportantGroup
 
 if TYPE_CHECKING:
@@ -46,63 +47,40 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-GroupKey = tuple[str, int, str]  # topic, partition, group
 
+class ImportantConsumers(ImportantHolds):
+    """The rules (``important_holds.py``) over the embedded engine's tablets;
+    the held batches are read once, as they become due (``_Scanned``)."""
 
-@dataclass(frozen=True, slots=True)
-class Held:
-    """What one important group held back on one partition at the last pass."""
-
-    bytes: int  # batches retention would have deleted but kept for this group
-    age_ms: int  # now - max timestamp of the oldest such batch (0: holds nothing)
-
-
-class ImportantConsumers:
     def __init__(self, offsets: ConsumerOffsets) -> None:
-        self.offsets = offsets
-        # (topic, partition) -> group -> what it held at the last pass.
-        self._held: dict[tuple[str, int], dict[str, Held]] = {}
+        super().__init__(offsets)
         # Partition key prefix -> the held batches read so far.
         self._scanned: dict[bytes, _Scanned] = {}
-        self.passes: Counter[GroupKey] = Counter()
-        self.records_passed: Counter[GroupKey] = Counter()
 
-    def holds(self, tablet: PartitionTablet) -> dict[str, int]:
-        """Group -> the offset it holds this partition's retention at (the
-        groups that hold nothing left out)."""
+    @staticmethod
+    def view(tablet: PartitionTablet) -> RetentionView:
         settings = tablet.settings()
-        if not settings.deletes:
-            return {}
-        out = {}
-        for group in settings.important_groups:
-            committed = self.offsets.committed(group, settings.topic, tablet.partition)
-            if committed is not None:
-                out[group] = max(committed.offset, tablet.log_start_offset)
-            elif not self.offsets.is_released(group, settings.topic, tablet.partition):
-                out[group] = tablet.log_start_offset
-        return out
+        return RetentionView(settings.topic, tablet.partition, 0, tablet.log_start_offset,
+                             tablet.high_watermark, tablet.size_bytes,
+                             tuple(settings.important_groups), settings.deletes,
+                             settings.important_max_bytes, tablet.deleted)
 
     async def retain(self, tablet: PartitionTablet, now_ms: int) -> None:
         """One retention pass of one partition, held back for its important groups."""
         due = await tablet.truncation.retention_start(now_ms)
-        settings = tablet.settings()
-        holds = self.holds(tablet)
-        # Rebuilt below: a group no longer named (or holding nothing) leaves.
-        self._held.pop((settings.topic, tablet.partition), None)
-        new_start = due
+        part = self.view(tablet)
+        holds = self.start_pass(part)
         floor = min(holds.values(), default=due)
-        ceiling = settings.important_max_bytes
+        new_start = due
         if floor < due:
-            new_start = floor
-            if ceiling >= 0 and tablet.size_bytes > ceiling:
+            allowed = None
+            if self.over_ceiling(part):
                 loop = asyncio.get_running_loop()
                 allowed = await loop.run_in_executor(
-                    tablet.store.readers, tablet.truncation.start_for_size, ceiling)
-                new_start = min(due, max(floor, allowed))
+                    tablet.store.readers, tablet.truncation.start_for_size, part.max_bytes)
+            new_start = self.limit(due, floor, allowed)
             await self._record(tablet, holds, due, new_start, now_ms)
-            for group, offset in holds.items():
-                if offset < new_start:
-                    self._passed(tablet, group, offset, new_start, ceiling)
+            self.passed(part, holds, new_start, tablet.name)
         else:
             self._scanned.pop(tablet.prefix, None)  # nothing held back: nothing to keep
         await tablet.truncation.truncate_to(new_start)
@@ -119,53 +97,18 @@ class ImportantConsumers:
         scanned.drop_below(new_start)
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(tablet.store.readers, scanned.read, tablet, new_start, due)
-        self._held[(settings.topic, tablet.partition)] = {
+        self.remember(self.view(tablet), {
             group: scanned.held_from(max(offset, new_start), due, now_ms)
-            for group, offset in holds.items()}
+            for group, offset in holds.items()})
 
-    def _passed(self, tablet: PartitionTablet, group: str, offset: int, new_start: int,
-                ceiling: int) -> None:
-        key = (tablet.settings().topic, tablet.partition, group)
-        self.passes[key] += 1
-        self.records_passed[key] += new_start - offset
-        log.warning(
-            "retention passed important consumer group %s on %s: offsets %d..%d deleted before "
-            "it committed them (the partition held %d bytes, over "
-            "gateway.important.consumer.max.bytes=%d)",
-            group, tablet.name, offset, new_start - 1, tablet.size_bytes, ceiling)
-
-    def forget(self, topic: str, prefixes: list[bytes]) -> None:
-        """A deleted topic: its figures go (a topic re-created under the name starts anew)."""
+    def forget_topic(self, topic: str, prefixes: list[bytes]) -> None:
+        """A deleted topic: its figures and its partitions' reads go."""
         for prefix in prefixes:
             self._scanned.pop(prefix, None)
-        for held in [k for k in self._held if k[0] == topic]:
-            del self._held[held]
-        for counter in (self.passes, self.records_passed):
-            for key in [k for k in counter if k[0] == topic]:
-                del counter[key]
+        self.forget(topic)
 
-    def report(self, tablets: list[PartitionTablet]) -> list[ImportantGroup]:
-        """Every important group of every partition: live lag, and what the
-        last retention pass saw it hold back."""
-        out = []
-        for tablet in tablets:
-            settings = tablet.settings()
-            if tablet.deleted or not settings.important_groups:
-                continue
-            for group in settings.important_groups:
-                key = (settings.topic, tablet.partition, group)
-                committed = self.offsets.committed(group, settings.topic, tablet.partition)
-                released = committed is None and self.offsets.is_released(
-                    group, settings.topic, tablet.partition)
-                position = committed.offset if committed is not None else tablet.log_start_offset
-                lag = 0 if released else max(0, tablet.high_watermark
-                                              - max(position, tablet.log_start_offset))
-                held = self._held.get(key[:2], {}).get(group, Held(0, 0))
-                out.append(ImportantGroup(
-                    settings.topic, tablet.partition, group,
-                    committed.offset if committed is not None else None, released, lag,
-                    held.bytes, held.age_ms, self.passes[key], self.records_passed[key]))
-        return out
+    def report_tablets(self, tablets: list[PartitionTablet]) -> list[ImportantGroup]:
+        return self.report(self.view(tablet) for tablet in tablets)
 
 
 class _Scanned:

@@ -28,7 +28,7 @@ deletion is ``plan_delete`` then, once durable, ``deleted``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 
 from .seam import CommittedOffset, OffsetCommit, TopicPartition
@@ -90,6 +90,11 @@ class OffsetState:
         else:
             self._released_partitions.add((group, *tp))
 
+    def next_version(self) -> int:
+        """Take a version (an offset this gateway learns of, as if committed now)."""
+        self._last_version += 1
+        return self._last_version
+
     def versions_from(self, counter: int) -> None:
         """The persisted counter: versions are never reused."""
         self._last_version = max(self._last_version, counter)
@@ -127,6 +132,10 @@ class OffsetState:
         in_flight = self._in_flight.get((group, (topic, partition)))
         return in_flight or self.committed(group, topic, partition)
 
+    def in_flight(self, group: str, tp: TopicPartition) -> CommittedOffset | None:
+        """The newest commit of a partition staged and not yet durable, if any."""
+        return self._in_flight.get((group, tp))
+
     @property
     def last_version(self) -> int:
         """The newest version any commit took: versions after it are newer commits."""
@@ -163,15 +172,18 @@ class OffsetState:
             self._in_flight[(group, (topic, partition))] = record
         return Staged(staged, unrelease_group, unrelease)
 
-    def publish(self, group: str, staged: Mapping[TopicPartition, CommittedOffset]) -> None:
+    def publish(self, group: str, staged: Mapping[TopicPartition, CommittedOffset],
+                overwrote: Container[TopicPartition] = ()) -> None:
         """Make durable commits visible. A staged record older than what is
-        visible (a later commit landed first) is dropped, so the newest wins."""
+        visible (a later commit landed first) is dropped, so the newest wins;
+        except over what it is known to have ``overwrote`` (a row another
+        gateway committed, which this commit replaced)."""
         offsets = self._groups.setdefault(group, {})
         for tp, record in staged.items():
             if self._in_flight.get((group, tp)) is record:
                 del self._in_flight[(group, tp)]
             current = offsets.get(tp)
-            if current is None or current.version < record.version:
+            if current is None or current.version < record.version or tp in overwrote:
                 offsets[tp] = record
         if not offsets:
             del self._groups[group]

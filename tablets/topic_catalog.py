@@ -275,7 +275,7 @@ class TopicCatalog:
             offsets.drop_topic(name, ops)
         important = self.owner.important
         if important is not None:
-            important.forget(name, [t.prefix for t in topic.partitions])
+            important.forget_topic(name, [t.prefix for t in topic.partitions])
         await self._write(ops)
         await asyncio.get_running_loop().run_in_executor(
             self.owner.store.readers, _remove_files, [t.files for t in topic.partitions])

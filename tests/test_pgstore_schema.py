@@ -23,7 +23,7 @@ from pgstore.migrate import (
     quoted,
     schema_version,
 )
-from pgstore.schema import LATEST, MIGRATIONS, Migration
+from pgstore.schema import COORDINATOR_SLOTS, LATEST, MIGRATIONS, Migration
 from testkit import postgres
 from testkit.postgres import PostgresServer
 
@@ -33,7 +33,9 @@ T = TypeVar("T")
 
 TABLES = {"schema_migrations", "cluster", "topics", "partitions", "batch_data", "batches",
           "segments", "pending_batches", "producers", "consumer_offsets", "released_offsets",
-          "txn_states", "txn_partitions", "counters", "node_records"}
+          "txn_states", "txn_partitions", "counters", "node_records",
+          # version 2: the cluster
+          "nodes", "coordinator_slots", "group_generations", "group_offset_versions"}
 
 NEXT = Migration(LATEST + 1, "a test's next step",
                  ("CREATE TABLE {schema}.next_step (id integer PRIMARY KEY)",))
@@ -266,3 +268,63 @@ def test_names_and_numbering_are_checked() -> None:
             await migrate(conn, "gaps", (MIGRATIONS[0], Migration(3, "gap", ())))
 
     asyncio.run(body(None))  # type: ignore[arg-type]  # refused before any use of conn
+
+
+def test_version_2_comes_over_version_1_keeping_its_data(pg_server: PostgresServer) -> None:
+    async def body(conn: asyncpg.Connection) -> None:
+        first = await migrate(conn, "upgraded", MIGRATIONS[:1])
+        assert (first.after, first.applied) == (1, (1,))
+        topic = await conn.fetchval(
+            "INSERT INTO upgraded.topics (topic_id, name, created_ms) "
+            "VALUES (gen_random_uuid(), 'kept', 0) RETURNING topic_id")
+        await conn.execute(
+            "INSERT INTO upgraded.partitions (topic_id, partition, leader_epoch, "
+            "log_end_offset) SELECT $1, p, 4, 10 * p FROM generate_series(0, 2) p", topic)
+        await conn.execute(
+            "INSERT INTO upgraded.consumer_offsets (group_id, topic, partition, "
+            "committed_offset, leader_epoch, metadata, commit_timestamp, version) "
+            "VALUES ('g', 'kept', 0, 7, 4, '', 0, 3)")
+        cluster_id = await conn.fetchval("SELECT cluster_id FROM upgraded.cluster")
+        second = await migrate(conn, "upgraded")
+        assert (second.before, second.after, second.applied) == (1, LATEST, (2,))
+        assert await tables(conn, "upgraded") == TABLES
+        # What version 1 held is there, unchanged; the new column is empty.
+        rows = await conn.fetch("SELECT partition, leader_epoch, log_end_offset, leader_node "
+                                "FROM upgraded.partitions ORDER BY partition")
+        assert [tuple(r) for r in rows] == [(0, 4, 0, None), (1, 4, 10, None),
+                                            (2, 4, 20, None)]
+        assert await conn.fetchval("SELECT committed_offset FROM upgraded.consumer_offsets"
+                                   ) == 7
+        assert await conn.fetchval("SELECT cluster_id FROM upgraded.cluster") == cluster_id
+        # The coordinator slots, each leaderless at epoch 0.
+        slots = await conn.fetch("SELECT slot, leader_node, leader_epoch "
+                                 "FROM upgraded.coordinator_slots ORDER BY slot")
+        assert [tuple(r) for r in slots] == [(s, None, 0) for s in range(COORDINATOR_SLOTS)]
+        # And again: nothing to do.
+        third = await migrate(conn, "upgraded")
+        assert (third.before, third.applied) == (LATEST, ())
+        assert await conn.fetchval("SELECT count(*) FROM upgraded.coordinator_slots"
+                                   ) == COORDINATOR_SLOTS
+
+    run(pg_server, body)
+
+
+def test_version_2_enforces_the_cluster_rules(pg_server: PostgresServer) -> None:
+    async def body(conn: asyncpg.Connection) -> None:
+        await migrate(conn, "cluster_rules")
+        # A group's generation never goes back, whoever writes it.
+        await conn.execute("INSERT INTO cluster_rules.group_generations VALUES ('g', 5)")
+        await conn.execute("UPDATE cluster_rules.group_generations SET generation = 6")
+        with pytest.raises(asyncpg.CheckViolationError, match="generation 6 would go back"):
+            await conn.execute("UPDATE cluster_rules.group_generations SET generation = 2")
+        assert await conn.fetchval("SELECT generation FROM cluster_rules.group_generations"
+                                   ) == 6
+        # Incarnations come from a sequence: never the same twice.
+        values = [await conn.fetchval("SELECT nextval('cluster_rules.node_incarnations')")
+                  for _ in range(3)]
+        assert values == sorted(set(values))
+        with pytest.raises(asyncpg.CheckViolationError):
+            await conn.execute("INSERT INTO cluster_rules.nodes (node_id, incarnation, "
+                               "lease_expires_at) VALUES (-1, 1, now())")
+
+    run(pg_server, body)

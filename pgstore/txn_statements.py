@@ -1,0 +1,102 @@
+"""The SQL of ``pgstore.txn_storage``, prepared once per schema."""
+
+from __future__ import annotations
+
+
+class TxnStatements:
+    def __init__(self, s: str) -> None:
+        """``s``: the schema's quoted name."""
+        # A counter moves only from the value this gateway last saw (a
+        # compare-and-set: two gateways taking the same block of producer ids
+        # or instances from one view cannot both land); $3 NULL: absent.
+        self.counter = (
+            f"INSERT INTO {s}.counters AS c (name, value) VALUES ($1, $2) "
+            "ON CONFLICT (name) DO UPDATE SET value = excluded.value "
+            "WHERE c.value = $3 RETURNING 1")
+        self.put_state = (
+            f"INSERT INTO {s}.txn_states (transactional_id, state) VALUES ($1, $2) "
+            "ON CONFLICT (transactional_id) DO UPDATE SET state = excluded.state")
+        self.delete_state = f"DELETE FROM {s}.txn_states WHERE transactional_id = $1"
+        self.put_partition = (
+            f"INSERT INTO {s}.txn_partitions (transactional_id, instance, topic_id, partition, "
+            "topic) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (transactional_id, instance, "
+            "topic_id, partition) DO UPDATE SET topic = excluded.topic")
+        self.delete_partition = (
+            f"DELETE FROM {s}.txn_partitions WHERE transactional_id = $1 AND instance = $2 "
+            "AND topic_id = $3 AND partition = $4")
+        # A transactional append: the partition is still led at the appender's
+        # epoch (the row share-locked, so the epoch cannot move before this
+        # transaction ends), then the bytes once and the pending row naming them.
+        self.pending_fence = (
+            f"SELECT 1 FROM {s}.partitions WHERE log_id = $1 AND leader_epoch = $2 FOR SHARE")
+        self.put_pending = (
+            f"WITH d AS (INSERT INTO {s}.batch_data (log_id, data) VALUES ($1, $2) "
+            "RETURNING data_id) "
+            f"INSERT INTO {s}.pending_batches (log_id, instance, ordinal, header, size, data_id) "
+            "SELECT $1, $3, $4, $5, $6, d.data_id FROM d")
+        # A commit's publication, 1: the partition row takes the offsets, only
+        # at the publisher's leader epoch and (when the publisher reserved
+        # them: $5) only where its log end still is; the row stays locked to
+        # the end of the transaction, so nothing else appends in between.
+        self.publish_fence = (
+            f"UPDATE {s}.partitions SET log_end_offset = log_end_offset + $3, "
+            "size_bytes = size_bytes + $4 "
+            "WHERE log_id = $1 AND leader_epoch = $2 "
+            "AND ($5::bigint IS NULL OR log_end_offset = $5) RETURNING 1")
+        # 2: the pending rows become index rows at offsets counted back from
+        # the new log end (the marker takes the last), naming the same bytes
+        # (shifted: stored before they had offsets); every blob must be there.
+        # $3: offsets published in all (marker included); per blob: ordinal,
+        # offset delta from the base, last offset delta, max timestamp, the
+        # running max within the commit.
+        self.publish_blobs = (
+            "WITH e AS (SELECT * FROM unnest($4::int[], $5::bigint[], $6::bigint[], "
+            "$7::bigint[], $8::bigint[]) AS e(ordinal, delta, last_delta, max_ts, running)), "
+            f"moved AS (DELETE FROM {s}.pending_batches p USING e WHERE p.log_id = $1 "
+            "AND p.instance = $2 AND p.ordinal = e.ordinal RETURNING p.ordinal, p.size, "
+            "p.data_id), "
+            f"start AS (SELECT log_end_offset - $3 AS base FROM {s}.partitions "
+            "WHERE log_id = $1), "
+            f"prior AS (SELECT coalesce((SELECT running_max_timestamp FROM {s}.batches "
+            "WHERE log_id = $1 ORDER BY base_offset DESC LIMIT 1), -1) AS ts), "
+            f"ins AS (INSERT INTO {s}.batches (log_id, base_offset, last_offset, max_timestamp, "
+            "running_max_timestamp, size, data_id, shifted) "
+            "SELECT $1, start.base + e.delta, start.base + e.delta + e.last_delta, e.max_ts, "
+            "greatest(prior.ts, e.running), moved.size, moved.data_id, true "
+            "FROM moved JOIN e USING (ordinal), start, prior RETURNING 1) "
+            "SELECT 1 WHERE (SELECT count(*) FROM ins) = cardinality($4::int[])")
+        # 3: the COMMIT marker, a new batch at the last offset taken ($5:
+        # stored with base offset 0, patched when read, when its offset was
+        # not known before the transaction).
+        self.publish_marker = (
+            f"WITH d AS (INSERT INTO {s}.batch_data (log_id, data) VALUES ($1, $2) "
+            "RETURNING data_id), "
+            f"at AS (SELECT log_end_offset - 1 AS offset FROM {s}.partitions WHERE log_id = $1), "
+            f"prior AS (SELECT coalesce((SELECT running_max_timestamp FROM {s}.batches "
+            "WHERE log_id = $1 ORDER BY base_offset DESC LIMIT 1), -1) AS ts) "
+            f"INSERT INTO {s}.batches (log_id, base_offset, last_offset, max_timestamp, "
+            "running_max_timestamp, size, data_id, shifted) "
+            "SELECT $1, at.offset, at.offset, $3, greatest(prior.ts, $3), $4, d.data_id, $5 "
+            "FROM d, at, prior")
+        # 4 (when the offsets were not reserved): the new log end, told to
+        # every gateway once the transaction commits, and read back.
+        self.publish_notify = (
+            f"SELECT pg_notify($2, $1::bigint || ':' || log_end_offset) FROM {s}.partitions "
+            "WHERE log_id = $1")
+        self.log_end = f"SELECT log_end_offset FROM {s}.partitions WHERE log_id = $1"
+        # An abort: the pending rows of one transaction on one partition, and
+        # the bytes they name (only they name them).
+        self.abort = (
+            f"WITH gone AS (DELETE FROM {s}.pending_batches WHERE log_id = $1 AND instance = $2 "
+            "RETURNING data_id) "
+            f"DELETE FROM {s}.batch_data d USING gone WHERE d.log_id = $1 "
+            "AND d.data_id = gone.data_id")
+        # Start-up.
+        self.load_counters = f"SELECT name, value FROM {s}.counters"
+        self.load_states = f"SELECT transactional_id, state FROM {s}.txn_states"
+        self.load_partitions = (
+            f"SELECT transactional_id, instance, topic_id, partition, topic "
+            f"FROM {s}.txn_partitions ORDER BY transactional_id, instance, topic, partition")
+        self.load_pending = (
+            f"SELECT log_id, instance, ordinal, header, size FROM {s}.pending_batches "
+            "ORDER BY log_id, instance, ordinal")
