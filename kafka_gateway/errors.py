@@ -85,6 +85,10 @@ class KafkaStorageError(KafkaError):
     code = ErrorCode.kafka_storage_error
 
 
+class NotLeaderOrFollower(KafkaError):
+    code = ErrorCode.not_leader_or_follower
+
+
 class InvalidTopic(KafkaError):
     code = ErrorCode.invalid_topic_exception
 
@@ -255,6 +259,9 @@ BY_TYPE: dict[type[Exception], type[KafkaError]] = {
     # abortable in every client, never split and retried (docs/transactions.md).
     storage.BatchRefused: PolicyViolation,
     storage.StorageError: KafkaStorageError,
+    # Another gateway claimed the partition (its leader epoch moved): clients
+    # refresh their metadata and retry there.
+    storage.NotLeader: NotLeaderOrFollower,
     storage.InvalidProducerEpoch: InvalidProducerEpoch,
     storage.OutOfOrderSequence: OutOfOrderSequenceNumber,
     storage.UnknownProducerId: UnknownProducerId,

@@ -9,6 +9,9 @@ import ipaddress
 import logging
 import signal
 
+from pgstore.consumer_offsets import PgConsumerOffsets
+from pgstore.node import PgNodeSettings, PgNodeStorage
+from pgstore.node_records import PgNodeRecords
 from tablets import CleanerSettings, EngineSettings, StorageEngine
 from txn import TransactionCoordinator, TxnSettings
 
@@ -43,23 +46,38 @@ def is_loopback(host: str) -> bool:
 SHUTDOWN_GRACE_SECONDS = 10.0
 
 
+def open_engine(config: GatewayConfig) -> StorageEngine | PgNodeStorage:
+    """The storage engine ``--store`` picks: PostgreSQL by URL, else RocksDB in
+    ``--data-dir`` (the default)."""
+    if config.store:
+        return PgNodeStorage(
+            config.store,
+            PgNodeSettings(tail_cache_bytes=config.tail_cache_bytes,
+                           topic_defaults=config.topic_defaults(),
+                           producer_id_expiration_ms=config.producer_id_expiration_ms,
+                           max_producers_per_partition=config.max_producers_per_partition),
+            offsets=PgConsumerOffsets, records=PgNodeRecords,
+        )
+    return StorageEngine(
+        config.data_dir,
+        EngineSettings(
+            fsync=config.fsync,  # type: ignore[arg-type]
+            tail_cache_bytes=config.tail_cache_bytes,
+            topic_defaults=config.topic_defaults(),
+            producer_id_expiration_ms=config.producer_id_expiration_ms,
+            max_producers_per_partition=config.max_producers_per_partition,
+            cleaner=CleanerSettings(config.cleaner_enable, config.cleaner_backoff_ms,
+                                    config.cleaner_dedupe_buffer_size,
+                                    config.cleaner_io_max_bytes_per_second,
+                                    config.cleaner_io_buffer_size),
+        ),
+    )
+
+
 class GatewayServer:
     def __init__(self, config: GatewayConfig) -> None:
         self.config = config
-        self.engine = StorageEngine(
-            config.data_dir,
-            EngineSettings(
-                fsync=config.fsync,  # type: ignore[arg-type]
-                tail_cache_bytes=config.tail_cache_bytes,
-                topic_defaults=config.topic_defaults(),
-                producer_id_expiration_ms=config.producer_id_expiration_ms,
-                max_producers_per_partition=config.max_producers_per_partition,
-                cleaner=CleanerSettings(config.cleaner_enable, config.cleaner_backoff_ms,
-                                        config.cleaner_dedupe_buffer_size,
-                                        config.cleaner_io_max_bytes_per_second,
-                                        config.cleaner_io_buffer_size),
-            ),
-        )
+        self.engine = open_engine(config)
         self.metrics = Metrics()
         # The handlers' context, complete once the engine has loaded (start()).
         self._context: HandlerContext | None = None
@@ -75,7 +93,10 @@ class GatewayServer:
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.engine.start(loop)
+        if isinstance(self.engine, PgNodeStorage):
+            await self.engine.start()
+        else:
+            self.engine.start(loop)
         groups = GroupCoordinator(self.config, self.engine.consumer_offsets)
         txns = TransactionCoordinator(
             self.engine,
@@ -144,6 +165,11 @@ class GatewayServer:
                                              advertise=bound.advertised)
             self.config = self.broker.config = config
 
+    def store_description(self) -> str:
+        if isinstance(self.engine, PgNodeStorage):
+            return f"PostgreSQL store (schema {self.engine.settings.schema})"
+        return f"data dir {self.config.data_dir}"
+
     @property
     def broker(self) -> HandlerContext:
         """The handlers' context (the server has started)."""
@@ -157,7 +183,7 @@ class GatewayServer:
         return (
             f"kafka-gateway ready: listening on {first.host or '0.0.0.0'}:{first.port}, "
             f"advertised as {first.advertised_host}:{first.advertised_port}, listeners "
-            f"{listeners}, node {self.config.node_id}, data dir {self.config.data_dir}{admin}"
+            f"{listeners}, node {self.config.node_id}, {self.store_description()}{admin}"
         )
 
     async def _retention_loop(self) -> None:
@@ -201,7 +227,10 @@ class GatewayServer:
                 task.cancel()
         if self._admin is not None:
             await self._admin.stop()
-        self.engine.close()
+        if isinstance(self.engine, PgNodeStorage):
+            await self.engine.close()
+        else:
+            self.engine.close()
         log.info("stopped")
 
 

@@ -194,6 +194,10 @@ class GatewayConfig:
     listen: tuple[str, int] = ("127.0.0.1", 9092)
     advertise: tuple[str, int] | None = None
     data_dir: str = "./data"
+    # The storage engine, picked by URL (as Tansu's --storage-engine):
+    # postgresql://... (or postgres://...) for the PostgreSQL store
+    # (docs/cluster.md); empty: RocksDB in data_dir.
+    store: str = ""
     node_id: int = 0
     auto_create_topics: bool = True
     num_partitions: int = 1
@@ -345,6 +349,18 @@ def read_properties(path: str) -> dict[str, str]:
     return props
 
 
+STORE_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _store_url(text: str) -> str:
+    """A storage engine URL: PostgreSQL's (a libpq URL, multi-host allowed)."""
+    if not text.startswith(STORE_SCHEMES):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: the store is a postgresql:// URL (without --store: RocksDB in "
+            "--data-dir)")
+    return text
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", type=_hostport, default=None,
                         help="HOST:PORT to accept Kafka clients on (default 127.0.0.1:9092) "
@@ -354,6 +370,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "[advertised.listeners]")
     parser.add_argument("--data-dir", default=None,
                         help="where the RocksDB store lives (default ./data) [log.dirs]")
+    parser.add_argument("--store", type=_store_url, default=None, metavar="URL",
+                        help="postgresql://USER@HOST:PORT/DB: keep everything in PostgreSQL "
+                             "(docs/cluster.md) instead of RocksDB in --data-dir")
     parser.add_argument("--node-id", type=int, default=None, help="broker id (default 0) [node.id]")
     parser.add_argument("--config", default=None,
                         help="a server.properties-style file of the settings below, by the "
@@ -392,7 +411,7 @@ def from_arguments(args: argparse.Namespace) -> GatewayConfig:
         raw = getattr(args, setting.attr, None)
         if raw is not None:
             values[setting.attr] = _parse_value(setting, raw)
-    for name in ("listen", "advertise", "data_dir", "node_id"):
+    for name in ("listen", "advertise", "data_dir", "store", "node_id"):
         if getattr(args, name, None) is not None:
             values[name] = getattr(args, name)
     known = {f.name for f in fields(GatewayConfig)}

@@ -7,15 +7,17 @@ validation); never ``kafka_gateway/`` or ``txn/`` (``tests/test_layers.py``).
 
 What exists so far:
 
-- ``schema``: the tables, as versioned migrations;
-- ``migrate``: bring a database's schema to this code's version at start-up,
-  one migrator at a time, refusing a schema newer than the code;
-- ``batch_log``: one partition's record batches over that schema (append a
-  group of batches with their index rows in one transaction, fenced by the
-  leader epoch; read by offset range), a library-level piece, not yet
-  behind the seam;
-- ``writer``: the group-commit writer (one PostgreSQL transaction per group
-  of changes);
+- ``schema``/``migrate``: the tables, as versioned migrations, applied at
+  start-up one migrator at a time;
+- ``writer``: group commit, one PostgreSQL transaction per group of changes;
+- ``batch_log``: one partition's batches at library level (its read query
+  is the engine's);
+- the engine behind the seam: ``node`` (``NodeStorage``), ``topics``
+  (``TopicView``s, Kafka's checks, the claim of every partition at start),
+  ``partition_log`` (``PartitionLog``) with ``appends``, ``truncation`` and
+  ``producer_rows``; ``producer_id_storage`` (what the engine hands the
+  coordinator today: producer ids, no transactions);
+  ``engine_seam_check`` holds them to the Protocols under mypy.
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
   and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
 - ``important``: important consumer groups' hold on a retention pass;
@@ -31,5 +33,5 @@ What exists so far:
 - ``writer``'s companions: ``log_notices`` (log ends told to every gateway
   by LISTEN/NOTIFY).
 
-Nothing here is wired into the gateway yet (no ``--store`` flag).
+``kafka-gateway serve --store postgresql://...`` runs on it (docs/cluster.md).
 """

@@ -107,28 +107,7 @@ class BatchLog:
         self._index_sql = (f"INSERT INTO {s}.batches (log_id, base_offset, last_offset, "
                            "max_timestamp, running_max_timestamp, size, data_id) "
                            "VALUES ($1, $2, $3, $4, $5, $6, $7)")
-        # The batch holding $2 (else the first after it), then on while the
-        # bytes before a batch plus its own stay within $4.
-        self._read_sql = f"""
-            WITH first AS (
-                SELECT coalesce((
-                    SELECT CASE WHEN last_offset >= $2 THEN base_offset END
-                      FROM {s}.batches
-                     WHERE log_id = $1 AND base_offset <= $2
-                     ORDER BY base_offset DESC LIMIT 1), $2) AS at
-            ), picked AS (
-                SELECT b.base_offset, b.shifted, b.data_id, b.size,
-                       sum(b.size) OVER (ORDER BY b.base_offset) - b.size AS before
-                  FROM {s}.batches b, first
-                 WHERE b.log_id = $1 AND b.base_offset >= first.at AND b.base_offset < $3
-                 ORDER BY b.base_offset
-                 LIMIT $6
-            )
-            SELECT p.base_offset, p.shifted, d.data
-              FROM picked p
-              JOIN {s}.batch_data d ON d.log_id = $1 AND d.data_id = p.data_id
-             WHERE p.before + p.size <= $4 OR (p.before = 0 AND $5)
-             ORDER BY p.base_offset"""
+        self._read_sql = read_sql(s)
 
     # ------------------------------------------------------------ opening
     @classmethod
@@ -246,11 +225,7 @@ class BatchLog:
         """Whole batches from the one holding ``offset`` (see the module's docstring);
         ``until``: none from this offset on (default: the log end as this writer knows it)."""
         end = self._state.log_end_offset if until is None else until
-        cap = max_bytes // batch_header.HEADER_SIZE + 1
-        if self._state.mean_batch_bytes:
-            cap = min(cap, max(MIN_BATCHES_PER_READ,
-                               int(2 * max_bytes / self._state.mean_batch_bytes) + 1))
-        cap = max(1, min(MAX_BATCHES_PER_READ, cap))
+        cap = read_cap(max_bytes, self._state.mean_batch_bytes)
         async with self.pool.acquire() as conn:
             rows = await conn.fetch(self._read_sql, self.log_id, offset, end, max_bytes,
                                     min_one, cap)
@@ -261,6 +236,42 @@ class BatchLog:
                 data = _INT64.pack(row["base_offset"]) + data[8:]
             out.append(data)
         return out
+
+
+def read_cap(max_bytes: int, mean_batch_bytes: float) -> int:
+    """The index rows a read of ``max_bytes`` scans at most (module docstring)."""
+    cap = max_bytes // batch_header.HEADER_SIZE + 1
+    if mean_batch_bytes:
+        cap = min(cap, max(MIN_BATCHES_PER_READ, int(2 * max_bytes / mean_batch_bytes) + 1))
+    return max(1, min(MAX_BATCHES_PER_READ, cap))
+
+
+def read_sql(s: str) -> str:
+    """The read of whole batches: $1 log id, $2 offset, $3 none from here on
+    (the high watermark), $4 max bytes, $5 min one, $6 index rows scanned at most.
+
+    The batch holding $2 (else the first after it), then on while the bytes
+    before a batch plus its own stay within $4."""
+    return f"""
+        WITH first AS (
+            SELECT coalesce((
+                SELECT CASE WHEN last_offset >= $2 THEN base_offset END
+                  FROM {s}.batches
+                 WHERE log_id = $1 AND base_offset <= $2
+                 ORDER BY base_offset DESC LIMIT 1), $2) AS at
+        ), picked AS (
+            SELECT b.base_offset, b.shifted, b.data_id, b.size,
+                   sum(b.size) OVER (ORDER BY b.base_offset) - b.size AS before
+              FROM {s}.batches b, first
+             WHERE b.log_id = $1 AND b.base_offset >= first.at AND b.base_offset < $3
+             ORDER BY b.base_offset
+             LIMIT $6
+        )
+        SELECT p.base_offset, p.shifted, d.data
+          FROM picked p
+          JOIN {s}.batch_data d ON d.log_id = $1 AND d.data_id = p.data_id
+         WHERE p.before + p.size <= $4 OR (p.before = 0 AND $5)
+         ORDER BY p.base_offset"""
 
 
 async def _load(conn: Connection, schema: str, log_id: int) -> tuple[_State, str]:

@@ -43,6 +43,7 @@ Important consumers (``tablets/important.py``) read ``committed`` and
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Container, Iterable, Mapping
 
 import asyncpg
@@ -59,6 +60,22 @@ VERSION_COUNTER = "consumer.offsets.version"
 # released_offsets' row for a whole group.
 WHOLE_GROUP = ("", -1)
 
+
+
+# PostgreSQL's text holds no NUL character, which a client's metadata may
+# carry (confluent-kafka sends the C string's terminator with it): the
+# metadata is stored escaped: a backslash doubled, NUL as a backslash and "0".
+_UNESCAPE = re.compile(r"\\(\\|0)")
+
+
+def to_text(value: str) -> str:
+    """``value`` as PostgreSQL's text can hold it."""
+    return value.replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+def from_text(stored: str) -> str:
+    """The value ``to_text`` gave ``stored`` for."""
+    return _UNESCAPE.sub(lambda m: "\\" if m.group(1) == "\\" else "\x00", stored)
 
 
 class PgConsumerOffsets(OffsetState):
@@ -138,7 +155,8 @@ class PgConsumerOffsets(OffsetState):
                 self._db_versions[(row["group_id"], tp)] = version
                 version = self.next_version()
             record = CommittedOffset(row["committed_offset"], row["leader_epoch"],
-                                     row["metadata"], row["commit_timestamp"], version,
+                                     from_text(row["metadata"]), row["commit_timestamp"],
+                                     version,
                                      row["committer"])
             self.loaded(row["group_id"], tp, record)
         for row in released:
@@ -201,7 +219,8 @@ class PgConsumerOffsets(OffsetState):
             records = list(staged.values())
             columns = (group, [t for t, _ in staged], [p for _, p in staged],
                        [r.offset for r in records], [r.leader_epoch for r in records],
-                       [r.metadata for r in records], [r.commit_timestamp for r in records],
+                       [to_text(r.metadata) for r in records],
+                       [r.commit_timestamp for r in records],
                        [r.version for r in records], [r.committer for r in records])
             if refused is None:
                 change.execute(self._sql.upsert, *columns)

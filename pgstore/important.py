@@ -23,11 +23,9 @@ partition log and its topic settings stay the engine's.
 
 from __future__ import annotations
 
-import asyncpg
-
 from tablets.important_holds import Held, ImportantHolds, OffsetsView, RetentionView
 
-from .migrate import quoted
+from .migrate import Connection, quoted
 from .schema import DEFAULT_SCHEMA
 
 
@@ -53,7 +51,7 @@ class PgImportantConsumers(ImportantHolds):
             " AND last_offset < $2 ORDER BY base_offset LIMIT 1) AS oldest "
             "FROM unnest($3::bigint[]) AS g(o)")
 
-    async def hold_back(self, conn: asyncpg.Connection, part: RetentionView, due: int,
+    async def hold_back(self, conn: Connection, part: RetentionView, due: int,
                         now_ms: int) -> int:
         """One retention pass of one partition: the log start offset it may
         move to (``due`` when nothing holds it), and what each group holds."""
@@ -71,7 +69,7 @@ class PgImportantConsumers(ImportantHolds):
         self.passed(part, holds, new_start, f"{part.topic}-{part.partition}")
         return new_start
 
-    async def _record(self, conn: asyncpg.Connection, part: RetentionView,
+    async def _record(self, conn: Connection, part: RetentionView,
                       holds: dict[str, int], due: int, new_start: int, now_ms: int) -> None:
         """Remember what each group holds back: batches that stay (last offset
         at or past ``new_start``) though retention is due for them (last offset

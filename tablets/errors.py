@@ -88,6 +88,17 @@ class UnsupportedRecordKind(TabletError):
     """Transactional or control batches where this node does not take them."""
 
 
+class TransactionsUnavailable(UnsupportedRecordKind):
+    """The storage engine does not keep transactions yet (the PostgreSQL store):
+    answered as INVALID_TXN_STATE, which no client retries."""
+
+
+class NotLeader(TabletError):
+    """This node no longer leads the partition: its leader epoch moved (another
+    gateway claimed it). Nothing of the refused write was stored; clients
+    refresh their metadata and go on (NOT_LEADER_OR_FOLLOWER)."""
+
+
 # ------------------------------------------------- idempotent producers
 
 
@@ -112,6 +123,7 @@ __all__ = [
     "InvalidReplicationFactor",
     "InvalidTimestamp",
     "InvalidTopicName",
+    "NotLeader",
     "OffsetOutOfRange",
     "OutOfOrderSequence",
     "PolicyViolation",
@@ -121,6 +133,7 @@ __all__ = [
     "StorageError",
     "TabletError",
     "TopicAlreadyExists",
+    "TransactionsUnavailable",
     "UnknownPartition",
     "UnknownProducerId",
     "UnknownTopic",

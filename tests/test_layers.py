@@ -155,6 +155,8 @@ PGSTORE_FROM_TABLETS = {
     "tablets.topic_config", "tablets.config_parsing",
     "tablets.tablet_settings", "tablets.compaction_config", "tablets.producer_rules",
     "tablets.segment_rules", "tablets.compaction", "tablets.encode",
+    # Engine-free: the in-memory tail.
+    "tablets.in_memory_batches",
 }
 # Imports by which those reach the RocksDB engine (any module of tablets/ not
 # listed above). None is left (docs/cluster-design.md, "Reused from

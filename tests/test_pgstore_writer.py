@@ -22,6 +22,7 @@ import pytest
 from pgstore.writer import OutcomeUnknown, PgChange, PgWriter, StoreUnavailable
 from tablets.errors import StorageError
 from testkit import postgres
+from testkit.pg_faults import FlakyConnection, flaky
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
@@ -125,50 +126,6 @@ def test_a_later_fence_or_a_failing_statement_rolls_back_only_its_change(
         assert writer.stats.writes == 1
 
     run(pg_server, body)
-
-
-class FlakyConnection:
-    """A real connection whose next statement (or next COMMIT) raises once."""
-
-    def __init__(self, conn: asyncpg.Connection) -> None:
-        self.conn = conn
-        self.fail_statement: BaseException | None = None
-        self.fail_commit: BaseException | None = None
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.conn, name)
-
-    async def execute(self, *args: Any) -> str:
-        if self.fail_statement is not None:
-            error, self.fail_statement = self.fail_statement, None
-            raise error
-        return await self.conn.execute(*args)
-
-    def transaction(self) -> Any:
-        outer = self
-
-        class Transaction:
-            async def __aenter__(self) -> None:
-                self.inner = outer.conn.transaction()
-                await self.inner.__aenter__()
-
-            async def __aexit__(self, *exc: Any) -> bool | None:
-                result = await self.inner.__aexit__(*exc)
-                if exc[0] is None and outer.fail_commit is not None:
-                    error, outer.fail_commit = outer.fail_commit, None
-                    raise error  # after PostgreSQL committed: the answer was "lost"
-                return result
-
-        return Transaction()
-
-
-def flaky(opened: list[FlakyConnection]) -> Callable[..., Any]:
-    async def connect(dsn: str) -> FlakyConnection:
-        conn = FlakyConnection(await asyncpg.connect(dsn))
-        opened.append(conn)
-        return conn
-
-    return connect
 
 
 def test_a_serialisation_failure_writes_the_group_again(pg_server: PostgresServer) -> None:

@@ -1,0 +1,61 @@
+"""What a partition log's collaborators (``appends``, ``truncation``) see of
+it: ``LogState``, the narrow view of ``PgPartitionLog`` they are built
+with, and ``LogContext``, what every partition of a node shares."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from tablets.in_memory_batches import InMemoryBatches
+    from tablets.producer_rules import ProducerStates
+    from tablets.tablet_settings import TabletSettings
+
+    from .log_sql import LogRow, LogSql
+    from .producer_rows import PgProducerRows
+    from .writer import PgChange, PgWriter
+
+
+@dataclass(frozen=True, slots=True)
+class LogContext:
+    """What every partition of a node shares."""
+
+    writer: PgWriter
+    pool: asyncpg.Pool  # reads
+    sql: LogSql
+    validators: Executor  # checks compressed and large batches off the event loop
+
+
+class LogState(Protocol):
+    context: LogContext
+    writer: PgWriter
+    sql: LogSql
+    validators: Executor
+    settings: Callable[[], TabletSettings]
+    log_id: int
+    leader_epoch: int
+    log_start_offset: int
+    log_end_offset: int
+    high_watermark: int
+    size_bytes: int
+    running_max_timestamp: int
+    mean_batch_bytes: float
+    deleted: bool
+    fenced: bool
+    tail: InMemoryBatches
+    producer_rows: PgProducerRows
+    producer_states: ProducerStates[PgChange]
+
+    @property
+    def name(self) -> str: ...
+
+    def check_writable(self) -> None: ...
+    def published(self, base_offset: int, end: int, data: bytes, in_order: bool) -> None: ...
+    def reset_from(self, row: LogRow) -> None: ...
+    def release(self) -> None: ...
+    def wake_waiters(self) -> None: ...

@@ -1,0 +1,273 @@
+"""One gateway's storage on PostgreSQL: the seam's ``NodeStorage``.
+
+    node = PgNodeStorage("postgresql://...", PgNodeSettings(...))
+    await node.start()      # migrate, connect, claim every partition, load
+    ...
+    await node.close()
+
+``start`` brings the schema to this code's version (``migrate``), starts
+the group-commit writer (every change goes through it: one PostgreSQL
+transaction per group), opens a small pool for reads, then loads the topics
+and claims their partitions (``topics``: every leader epoch bumped, so the
+gateway started last on a database is the one that writes; an earlier one's
+appends are fenced and answered NOT_LEADER_OR_FOLLOWER).
+
+What it keeps, and what is not on this store yet:
+
+- topics, configs, partitions, appends, reads, retention (retention.ms,
+  retention.bytes), DeleteRecords, idempotent producers and their expiry:
+  here and in the modules it holds;
+- the cluster id: the ``cluster`` row, made once by the first migration;
+- consumer offsets and node records (ACLs, SCRAM): ``pgstore.consumer_offsets``
+  and ``pgstore.node_records``, made by the factories given to the
+  constructor and loaded at start;
+- statistics: the writer's ``WriteStats``; ``store_failure`` is always None
+  (a failed write fails alone, and the writer reconnects: it never stays
+  failed);
+- the transaction coordinator's storage (``producer_id_storage``): producer ids
+  only; whatever a transactional id needs raises ``TransactionsUnavailable``,
+  answered INVALID_TXN_STATE (not retried by clients);
+- not yet: transactions, compacted topics
+  (refused at create and alter with INVALID_CONFIG), the cluster (membership, leadership, routing).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
+
+import asyncpg
+
+from common.clock import now_ms
+from tablets.errors import StorageError
+from tablets.seam import (
+    CleanerStats,
+    ConsumerOffsetStore,
+    ImportantGroup,
+    NodeRecordKind,
+    NodeRecordStore,
+    PartitionCompaction,
+    RunStats,
+    TopicView,
+    WriteStats,
+)
+
+from .important import PgImportantConsumers
+from .log_sql import LogSql
+from .log_state import LogContext
+from .migrate import migrate, quoted
+from .partition_log import PgPartitionLog
+from .producer_id_storage import PgProducerIdStorage
+from .retention import NodeRetention
+from .schema import DEFAULT_SCHEMA
+from .topics import PgTopic, PgTopicCatalog
+from .writer import PgChange, PgWriter
+
+if TYPE_CHECKING:
+    from uuid import UUID
+
+log = logging.getLogger(__name__)
+
+NODE_RECORD_KINDS = ("acl", "scram")
+
+
+@dataclass(frozen=True, slots=True)
+class PgNodeSettings:
+    schema: str = DEFAULT_SCHEMA
+    # Node-wide budget for the partitions' in-memory tails, shared evenly.
+    tail_cache_bytes: int = 256 << 20
+    # Node-wide defaults for topic configs (log.retention.ms and friends).
+    topic_defaults: dict[str, str] = field(default_factory=dict)
+    producer_id_expiration_ms: int = 86_400_000
+    max_producers_per_partition: int = 10_000
+    read_connections: int = 4  # the pool reads below the tails use
+
+
+class LoadedOffsets(ConsumerOffsetStore, Protocol):
+    """Consumer offsets on PostgreSQL, loaded at start (``pgstore.consumer_offsets``)."""
+
+    async def load(self, conn: asyncpg.Connection) -> None: ...
+
+    def is_released(self, group: str, topic: str, partition: int) -> bool: ...
+
+    def drop_topic(self, topic: str, change: PgChange) -> None:
+        """Add the deletion of a deleted topic's offsets to ``change``."""
+        ...
+
+
+class LoadedRecords(NodeRecordStore, Protocol):
+    """Node records of one kind on PostgreSQL, loaded at start (``pgstore.node_records``)."""
+
+    async def load(self, conn: asyncpg.Connection) -> None: ...
+
+
+# How the node makes them: (writer, schema) and (writer, schema, kind).
+OffsetsFactory = Callable[[PgWriter, str], LoadedOffsets]
+RecordsFactory = Callable[[PgWriter, str, str], LoadedRecords]
+
+
+class PgNodeStorage:
+    def __init__(self, dsn: str, settings: PgNodeSettings | None = None, *,
+                 offsets: OffsetsFactory | None = None,
+                 records: RecordsFactory | None = None) -> None:
+        self.dsn = dsn
+        self.settings = settings or PgNodeSettings()
+        self.writer = PgWriter(dsn)
+        self.validators = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pg-validate")
+        # The server passes PgConsumerOffsets and PgNodeRecords
+        # (pgstore/consumer_offsets.py, pgstore/node_records.py).
+        self._offsets_factory = offsets
+        self._records_factory = records
+        self._offsets: LoadedOffsets | None = None
+        self._records: dict[str, LoadedRecords] = {}
+        self._pool: asyncpg.Pool | None = None
+        self._catalog: PgTopicCatalog | None = None
+        self._txn_storage = PgProducerIdStorage(self.writer, self.settings.schema,
+                                                 lambda: self.consumer_offsets, self.partition,
+                                                 self.has_partition)
+        self.retention = NodeRetention(None, self.settings.producer_id_expiration_ms)
+        self._cleaner_stats = CleanerStats()  # no compaction on this store: stays zero
+        self.cluster_id = ""
+
+    # ----------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        schema = self.settings.schema
+        conn: asyncpg.Connection = await asyncpg.connect(self.dsn)
+        try:
+            await migrate(conn, schema)
+            self.cluster_id = str(await conn.fetchval(
+                f"SELECT cluster_id FROM {quoted(schema)}.cluster"))
+            self._pool = await asyncpg.create_pool(
+                self.dsn, min_size=1, max_size=self.settings.read_connections)
+            await self.writer.start()
+            context = LogContext(self.writer, self._pool, LogSql(schema), self.validators)
+            self._catalog = PgTopicCatalog(context, self.settings, lambda: self._offsets)
+            await self._catalog.load(conn)
+            await self._txn_storage.load(conn)
+            if self._offsets_factory is not None:
+                offsets = self._offsets = self._offsets_factory(self.writer, schema)
+                await offsets.load(conn)
+                offsets.is_important = self._catalog.is_important_consumer
+                self.retention.important = PgImportantConsumers(offsets, schema)
+            if self._records_factory is not None:
+                for kind in NODE_RECORD_KINDS:
+                    records = self._records_factory(self.writer, schema, kind)
+                    await records.load(conn)
+                    self._records[kind] = records
+        finally:
+            await conn.close()
+        log.info("PostgreSQL store: %d topics, %d partitions claimed (schema %s)",
+                 len(self.catalog.topics), len(self.catalog.logs()), schema)
+
+    async def close(self) -> None:
+        await self.writer.close()
+        if self._pool is not None:
+            await self._pool.close()
+        self.validators.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def catalog(self) -> PgTopicCatalog:
+        assert self._catalog is not None, "the PostgreSQL store is not started"
+        return self._catalog
+
+    # -------------------------------------------------------------- topics
+    def list_topics(self) -> list[PgTopic]:
+        return self.catalog.list_topics()
+
+    def find_topic(self, name: str) -> PgTopic | None:
+        return self.catalog.topics.get(name)
+
+    def topic_by_id(self, topic_id: UUID) -> PgTopic | None:
+        return self.catalog.by_id.get(topic_id)
+
+    def topic(self, name: str) -> PgTopic:
+        return self.catalog.topic(name)
+
+    def partition(self, name: str, index: int) -> PgPartitionLog:
+        return self.catalog.partition(name, index)
+
+    def has_partition(self, name: str, index: int) -> bool:
+        topic = self.catalog.topics.get(name)
+        return topic is not None and 0 <= index < len(topic.partitions)
+
+    def topic_configs(self, topic: TopicView) -> dict[str, str]:
+        return self.catalog.topic_configs(topic)
+
+    def check_new_topic(self, name: str, partitions: int, replication_factor: int,
+                        configs: dict[str, str | None]) -> dict[str, str]:
+        return self.catalog.check_new_topic(name, partitions, replication_factor, configs)
+
+    async def create_topic(self, name: str, partitions: int,
+                           configs: dict[str, str]) -> PgTopic:
+        return await self.catalog.create_topic(name, partitions, configs)
+
+    async def delete_topic(self, name: str) -> PgTopic:
+        topic = await self.catalog.delete_topic(name)
+        self.retention.forget(name)
+        return topic
+
+    def check_new_partitions(self, name: str, count: int) -> PgTopic:
+        return self.catalog.check_new_partitions(name, count)
+
+    async def create_partitions(self, name: str, count: int) -> None:
+        await self.catalog.create_partitions(name, count)
+
+    async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
+        await self.catalog.set_topic_configs(name, configs)
+
+    # ---------------------------------------------- retention and compaction
+    async def enforce_retention(self) -> None:
+        """Retention of every partition (held back for important consumer
+        groups), and expiry of idle producers."""
+        await self.retention.run(self.catalog.logs(), now_ms())
+
+    async def compact(self, name: str, index: int) -> RunStats | None:
+        self.partition(name, index)  # UnknownTopic / UnknownPartition
+        return None  # no compacted topic on this store (refused at create and alter)
+
+    # ------------------------------------------------ health and statistics
+    def store_failure(self) -> BaseException | None:
+        return None
+
+    def write_stats(self) -> WriteStats:
+        return self.writer.stats
+
+    def cleaner_stats(self) -> CleanerStats:
+        return self._cleaner_stats
+
+    def compaction_statuses(self, now_ms: int) -> list[PartitionCompaction]:
+        return []
+
+    def producer_stats(self) -> tuple[int, int]:
+        logs = self.catalog.logs()
+        return (sum(len(p.producer_states) for p in logs),
+                sum(p.producer_states.evictions for p in logs))
+
+    def important_groups(self, topic: str | None = None) -> list[ImportantGroup]:
+        """What the important consumer groups hold back from retention, of one
+        topic (None: every topic)."""
+        if topic is None:
+            return self.retention.report(self.catalog.logs())
+        found = self.catalog.topics.get(topic)
+        return [] if found is None else self.retention.report(found.partitions)
+
+    # --------------------------------------------- offsets and node records
+    @property
+    def consumer_offsets(self) -> ConsumerOffsetStore:
+        if self._offsets is None:
+            raise StorageError("consumer offsets are not connected to this PostgreSQL store")
+        return self._offsets
+
+    def node_records(self, kind: NodeRecordKind) -> NodeRecordStore:
+        found = self._records.get(kind)
+        if found is None:
+            raise StorageError(f"node records ({kind}) are not connected to this PostgreSQL "
+                               "store")
+        return found
+
+    def transaction_storage(self) -> PgProducerIdStorage:
+        """Producer ids; nothing transactional yet (``producer_id_storage``)."""
+        return self._txn_storage

@@ -1,0 +1,226 @@
+"""One partition's log on PostgreSQL: the seam's ``PartitionLog``.
+
+The leader (this gateway, at the leader epoch it claimed at start-up) keeps
+the partition's state in memory, as the RocksDB engine's tablet does:
+
+- ``log_start_offset``: the first offset still readable (retention,
+  DeleteRecords);
+- ``log_end_offset``: the next offset to assign. Appends take offsets here,
+  on the event loop, in arrival order (``appends``): the leader is the only
+  writer, and the epoch fence in every append's change makes that safe;
+- ``high_watermark``: the end of what PostgreSQL has committed; readers see
+  nothing above it, and long-polls (``waiter``) wake when it moves;
+- the *tail*: the newest durable batches as bytes, so consumers at the head
+  of the log never touch PostgreSQL (``tablets.in_memory_batches``, as the
+  RocksDB engine's); below it, one query (``pgstore.batch_log``'s read);
+- the idempotent producers' states (``tablets.producer_rules``, persisted in
+  ``producers`` in each append's change, ``producer_rows``).
+
+Lookups by time use the ``batches_by_time`` index; retention and
+DeleteRecords (``truncation``) delete whole batches below the new log start,
+with their bytes, in one change fenced by the leader epoch.
+
+A partition whose epoch moved (another gateway claimed it) is *fenced*:
+every write then fails with ``NotLeader`` (NOT_LEADER_OR_FOLLOWER), and
+nothing of it is stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+from tablets import batch as batch_header
+from tablets.errors import NotLeader, OffsetOutOfRange, UnknownPartition
+from tablets.in_memory_batches import InMemoryBatches
+from tablets.producer_rules import ProducerStates
+from tablets.records import first_record_at_or_after
+from tablets.seam import AppendResult, BlobSink, ReadResult
+
+from .appends import PgAppends
+from .batch_log import _INT64, read_cap
+from .log_state import LogContext
+from .producer_rows import PgProducerRows
+from .truncation import Truncation
+
+if TYPE_CHECKING:
+    from tablets.tablet_settings import TabletSettings
+
+    from .log_sql import LogRow
+    from .writer import PgChange
+
+
+class PgPartitionLog:
+    def __init__(self, context: LogContext, topic_id: UUID, partition: int, topic_name: str,
+                 row: LogRow, settings: Callable[[], TabletSettings],
+                 producers: PgProducerRows, tail_budget: int) -> None:
+        self.context = context
+        self.writer = context.writer
+        self.sql = context.sql
+        self.validators = context.validators
+        self._topic_id = topic_id
+        self._partition = partition
+        self._name = f"{topic_name}-{partition}"
+        self.settings = settings
+        self.log_id = row.log_id
+        self.leader_epoch = row.leader_epoch  # the one this node claimed
+        self.log_start_offset = row.log_start_offset
+        self.log_end_offset = row.log_end_offset
+        self.high_watermark = row.log_end_offset  # every row read is committed
+        self.size_bytes = row.size_bytes
+        self.running_max_timestamp = row.running_max_timestamp
+        self.mean_batch_bytes = row.mean_batch_bytes
+        self.deleted = False
+        self.fenced = False  # another gateway claimed it
+        self.tail = InMemoryBatches()
+        self.tail_budget = tail_budget
+        self._waiters: set[asyncio.Future[None]] = set()
+        self.producer_rows = producers
+        self.producer_states: ProducerStates[PgChange] = ProducerStates(
+            producers, settings().max_producers)
+        self.producer_states.load()
+        self.appends = PgAppends(self)
+        self.truncation = Truncation(self)
+
+    # ------------------------------------------------------------ identity
+    @property
+    def topic_id(self) -> UUID:
+        return self._topic_id
+
+    @property
+    def partition(self) -> int:
+        return self._partition
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def last_stable_offset(self) -> int:
+        return self.high_watermark  # no transactions on this store yet
+
+    @property
+    def producers(self) -> ProducerStates[PgChange]:
+        return self.producer_states
+
+    def check_writable(self) -> None:
+        if self.deleted:
+            raise UnknownPartition(f"partition {self._name} was deleted")
+        if self.fenced:
+            raise NotLeader(f"{self._name}: this gateway no longer leads the partition "
+                            f"(its leader epoch {self.leader_epoch} moved)")
+
+    # ------------------------------------------------------------- append
+    def append(self, records: bytes | memoryview, now_ms: int,
+               sink: BlobSink | None = None) -> asyncio.Future[AppendResult]:
+        """Append one checked batch; resolves once PostgreSQL committed it."""
+        return self.appends.append(records, now_ms, sink)
+
+    def published(self, base_offset: int, end: int, data: bytes, in_order: bool) -> None:
+        """A batch is durable: the high watermark moves to its end, and (when
+        every batch before it is known durable) it joins the tail."""
+        if in_order and not self.deleted:
+            self.tail.append(base_offset, data)
+            self.tail.trim(self.tail_budget)
+        self.advance_high_watermark(end)
+
+    def advance_high_watermark(self, offset: int) -> None:
+        if offset > self.high_watermark:
+            self.high_watermark = offset
+            self.wake_waiters()
+
+    def reset_from(self, row: LogRow) -> None:
+        """Take the row reread after a doubt as the truth (nothing is in flight)."""
+        self.log_start_offset = max(self.log_start_offset, row.log_start_offset)
+        self.log_end_offset = row.log_end_offset
+        self.size_bytes = row.size_bytes
+        self.running_max_timestamp = row.running_max_timestamp
+        self.tail = InMemoryBatches()  # it may miss a batch whose outcome was unknown
+        self.high_watermark = row.log_end_offset
+        self.wake_waiters()
+
+    def set_tail_budget(self, nbytes: int) -> None:
+        self.tail_budget = nbytes
+        self.tail.trim(nbytes)
+
+    def release(self) -> None:
+        """The topic is deleted: refuse every call, wake fetchers, free memory."""
+        self.deleted = True
+        self.tail = InMemoryBatches()
+        self.wake_waiters()
+
+    # --------------------------------------------------------------- read
+    async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        """Whole batches from the one holding ``offset``, up to ``max_bytes``
+        (the first one whole with ``min_one``), none at or past the high
+        watermark: from the tail, else with one query."""
+        if self.deleted:
+            raise UnknownPartition(f"partition {self._name} was deleted")
+        hw, start = self.high_watermark, self.log_start_offset
+        if offset < start or offset > self.log_end_offset:
+            raise OffsetOutOfRange(f"offset {offset} is outside [{start}, {self.log_end_offset}]")
+        if offset >= hw:
+            return ReadResult([], hw, start)
+        if offset >= self.tail.first_offset(default=hw):
+            return ReadResult(self.tail.slice(offset, hw, max_bytes, min_one), hw, start)
+        cap = read_cap(max_bytes, self.mean_batch_bytes)
+        async with self.context.pool.acquire() as conn:
+            rows = await conn.fetch(self.sql.read, self.log_id, offset, hw, max_bytes,
+                                    min_one, cap)
+        return ReadResult([_patched(row) for row in rows], hw, self.log_start_offset)
+
+    # ---------------------------------------------------------- long-poll
+    def waiter(self) -> asyncio.Future[None]:
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.add(future)
+        return future
+
+    def forget_waiter(self, future: asyncio.Future[None]) -> None:
+        self._waiters.discard(future)
+
+    def wake_waiters(self) -> None:
+        waiters, self._waiters = self._waiters, set()
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
+
+    # ---------------------------------------------------- offsets by time
+    async def offset_for_timestamp(self, target: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record stamped at or after ``target``."""
+        hw = self.high_watermark
+        async with self.context.pool.acquire() as conn:
+            first = await conn.fetchval(self.sql.first_at_time, self.log_id, target)
+            if first is None:
+                return None
+            offset = max(int(first), self.log_start_offset)
+            while offset < hw:
+                row = await conn.fetchrow(self.sql.batch_from, self.log_id, offset, hw, target)
+                if row is None:
+                    return None
+                data = _patched(row)
+                found = first_record_at_or_after(data, target, self.log_start_offset)
+                if found is not None:
+                    return found
+                offset = batch_header.last_offset_of(data) + 1
+        return None
+
+    async def max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp."""
+        if self.running_max_timestamp < 0 or self.high_watermark == self.log_start_offset:
+            return None
+        return await self.offset_for_timestamp(self.running_max_timestamp)
+
+    # ------------------------------------------------------------ truncation
+    async def delete_records(self, before: int) -> int:
+        """DeleteRecords: the new log start offset (-1: the high watermark)."""
+        return await self.truncation.delete_records(before)
+
+
+def _patched(row: Any) -> bytes:
+    """A stored batch, its base offset patched when the bytes carry another."""
+    data: bytes = row["data"]
+    if row["shifted"]:
+        data = _INT64.pack(row["base_offset"]) + data[8:]
+    return data
