@@ -32,7 +32,11 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
-from ._records import stamp as _stamp
+try:
+    from ._records import stamp as _stamp
+except ImportError as exc:  # built before these functions: rebuild it
+    raise ImportError("tablets._records is older than tablets/_records.c: run "
+                      "`pip install -e .`") from exc
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength

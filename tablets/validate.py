@@ -50,8 +50,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import batch as batch_header
-from ._records import INLINE_RECORDS
-from ._records import check_batch as _check_batch
+
+try:
+    from ._records import INLINE_RECORDS
+    from ._records import check_batch as _check_batch
+except ImportError as exc:  # built before these functions: rebuild it
+    raise ImportError("tablets._records is older than tablets/_records.c: run "
+                      "`pip install -e .`") from exc
 from .errors import (
     InvalidRecord,
     InvalidTimestamp,
@@ -65,6 +70,7 @@ if TYPE_CHECKING:
     from .tablet_settings import TabletSettings
 
 __all__ = ["INLINE_RECORDS", "check_batch", "check_header", "check_records", "runs_inline"]
+
 # Record errors named in one answer: Kafka names every record, but a small
 # compressed batch can declare two billion of them.
 MAX_RECORD_ERRORS = 10_000
