@@ -1,5 +1,7 @@
 # The types of the C record walker (tablets/_records.c), for the type checker.
-from typing import Any
+from typing import Any, TypeVar
+
+_H = TypeVar("_H")
 
 class RecordError(ValueError): ...
 
@@ -38,3 +40,30 @@ class RecordWalker:
     def keyless_count(self) -> int: ...
     @property
     def position(self) -> int: ...
+
+# check_batch's answers when a check fails (the Python checks then raise).
+CHECK_PARSE: int
+CHECK_NOT_ONE: int
+CHECK_BASE_OFFSET: int
+CHECK_TOO_LARGE: int
+CHECK_CRC: int
+CHECK_COUNT: int
+CHECK_CONTROL: int
+CHECK_SEQUENCE: int
+CHECK_RECORDS: int
+INLINE_RECORDS: int
+
+def check_batch(
+    records: bytes | memoryview,
+    header_type: type[_H],
+    max_message_bytes: int,
+    segment_bytes: int,
+    timestamp_difference_max_ms: int,
+    now_ms: int,
+    log_append_time: bool,
+    require_keys: bool,
+    /,
+) -> tuple[_H, int | None] | int: ...  # or a CHECK_* code
+def stamp(records: bytes | memoryview, size: int, base_offset: int, leader_epoch: int,
+          /) -> bytes: ...
+def crc32c(data: bytes | memoryview, /) -> int: ...

@@ -146,16 +146,18 @@ class Appends:
         """
         view = memoryview(records)
         settings = self._settings()
-        header = validate.check_header(view, settings)
+        # The header's checks and, when cheap, the records' in one C call.
+        header, max_timestamp = validate.check_batch(view, settings, now_ms)
         if header.is_transactional != (sink is not None):
             raise UnsupportedRecordKind(
                 "transactional batches need an open transaction" if sink is None else
                 "a transaction's record set holds only transactional batches")
         loop = self._writer.loop
         checked: asyncio.Future[int]
-        if validate.runs_inline(header):
-            max_timestamp = validate.check_records(view, header, settings, now_ms,
-                                                   f"{settings.topic}-{self._partition}")
+        if max_timestamp is not None or validate.runs_inline(header):
+            if max_timestamp is None:  # refused by the C checks: these raise its error
+                max_timestamp = validate.check_records(view, header, settings, now_ms,
+                                                       f"{settings.topic}-{self._partition}")
             if sink is not None:
                 sink.expect()
             if not self._checking:

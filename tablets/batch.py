@@ -32,6 +32,12 @@ from dataclasses import dataclass
 
 from crc32c import crc32c
 
+try:
+    from ._records import stamp as _stamp
+except ImportError as exc:  # built before these functions: rebuild it
+    raise ImportError("tablets._records is older than tablets/_records.c: run "
+                      "`pip install -e .`") from exc
+
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength: bytes not counted by batchLength
 CRC_START = 21
@@ -203,17 +209,11 @@ def build_batch(
 def stamp(view: memoryview, header: BatchHeader, base_offset: int, leader_epoch: int) -> bytes:
     """Copy one batch out of a request with its offset and leader epoch set.
 
-    One copy, no per-record work: both fields lie before the CRC'd range.
+    One copy, no per-record work: both fields lie before the CRC'd range
+    (one C call: the join of four pieces it replaced cost as much as the copy).
     """
     start = header.start
-    return b"".join(
-        (
-            _INT64.pack(base_offset),
-            view[start + 8 : start + 12],
-            _INT32.pack(leader_epoch),
-            view[start + 16 : start + header.size],
-        )
-    )
+    return _stamp(view[start:] if start else view, header.size, base_offset, leader_epoch)
 
 
 def set_max_timestamp(batch: bytes, timestamp_ms: int, log_append_time: bool = False) -> bytes:

@@ -4,10 +4,17 @@ A tablet keeps its tail in one: the newest batches as bytes, so consumers
 at the head of the log never touch RocksDB or the segment files.
 Batches leave from the front in O(1) (a head index, compacted now and then),
 so a tail of many small batches costs nothing per append to trim.
+
+Offsets and sizes are ``array``s, not lists of ints: the garbage collector
+does not walk an array, and a full collection walked every element of these
+(with 100 partitions of 1 KiB batches, hundreds of thousands, some 18 ms a
+collection, twice a second, on the event loop). Only the batches' list is
+left for it to walk.
 """
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from typing import TYPE_CHECKING
 
@@ -22,9 +29,9 @@ class InMemoryBatches:
 
     def __init__(self, offsets: list[int] | None = None,
                  batches: list[bytes] | None = None) -> None:
-        self._offsets: list[int] = offsets or []
+        self._offsets = array("q", offsets or ())
         self._batches: list[bytes] = batches or []
-        self._sizes: list[int] = [len(b) for b in self._batches]
+        self._sizes = array("q", [len(b) for b in self._batches])
         self._head = 0
         self.nbytes = sum(self._sizes)
 

@@ -39,6 +39,9 @@ _MAGIC_AT = 16
 _LENGTH = struct.Struct(">i")
 _OFFSET_AND_LENGTH = struct.Struct(">qi")
 _EPOCH = struct.Struct(">i")
+# A whole file entry in one pack: base offset, length, leader epoch, FILE_MAGIC,
+# the rest of the header (from the CRC), then the locator.
+_FILE_ENTRY = struct.Struct(">qiiB44sqqB")
 
 
 class MissingBlob(RuntimeError):
@@ -98,13 +101,9 @@ def _offset_and_epoch(entry: bytes) -> tuple[int, int]:
 def file_entry(header: bytes | memoryview, base_offset: int, file_no: int, position: int,
                shifted: bool) -> bytes:
     """The entry of a batch (``header``: its first 61 bytes) lying in a segment file."""
-    return b"".join((
-        _OFFSET_AND_LENGTH.pack(base_offset, _LENGTH.unpack_from(header, 8)[0]),
-        _EPOCH.pack(LEADER_EPOCH),
-        bytes((FILE_MAGIC,)),
-        bytes(header[_MAGIC_AT + 1 : HEADER_SIZE]),
-        _LOCATOR.pack(file_no, position, SHIFTED if shifted else 0),
-    ))
+    return _FILE_ENTRY.pack(base_offset, _LENGTH.unpack_from(header, 8)[0], LEADER_EPOCH,
+                            FILE_MAGIC, bytes(header[_MAGIC_AT + 1 : HEADER_SIZE]), file_no,
+                            position, SHIFTED if shifted else 0)
 
 
 def is_file(entry: bytes | memoryview) -> bool:

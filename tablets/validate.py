@@ -37,6 +37,12 @@ librdkafka consumers then fail on the batch).
 A batch is checked on the event loop when that is cheap (uncompressed, at
 most ``INLINE_RECORDS`` records: ~30 ns a record); otherwise on a worker
 thread (the tablet keeps appends in arrival order either way).
+
+``check_batch`` is the produce path's entry: one C call
+(``_records.check_batch``) makes ``check_header``'s checks and, for a batch
+checked on the event loop, ``check_records``' too, and accepts the batch or
+names the first check it failed; then these Python checks run on it and
+raise their error, so what is refused, and with what, is what they decide.
 """
 
 from __future__ import annotations
@@ -44,6 +50,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from . import batch as batch_header
+
+try:
+    from ._records import INLINE_RECORDS
+    from ._records import check_batch as _check_batch
+except ImportError as exc:  # built before these functions: rebuild it
+    raise ImportError("tablets._records is older than tablets/_records.c: run "
+                      "`pip install -e .`") from exc
 from .errors import (
     InvalidRecord,
     InvalidTimestamp,
@@ -56,11 +69,28 @@ from .records import RecordError, RecordWalker, walk
 if TYPE_CHECKING:
     from .tablet_settings import TabletSettings
 
-INLINE_RECORDS = 4096
+__all__ = ["INLINE_RECORDS", "check_batch", "check_header", "check_records", "runs_inline"]
+
 # Record errors named in one answer: Kafka names every record, but a small
 # compressed batch can declare two billion of them.
 MAX_RECORD_ERRORS = 10_000
 NO_LIMIT = 2**63 - 1
+
+
+def check_batch(records: memoryview, settings: TabletSettings,
+                now_ms: int) -> tuple[batch_header.BatchHeader, int | None]:
+    """``check_header`` and, when it ``runs_inline``, ``check_records``, in one
+    C call: the header and the largest record timestamp. None instead of the
+    timestamp when the records are still to be checked: a batch checked off
+    the event loop, or one the C call refused (``check_header`` has then
+    passed, so ``check_records`` raises). Raises what ``check_header`` raises."""
+    checked = _check_batch(records, batch_header.BatchHeader, settings.max_message_bytes,
+                           settings.segment_bytes, settings.timestamp_difference_max_ms,
+                           now_ms, settings.log_append_time, settings.compaction is not None)
+    if isinstance(checked, tuple):
+        return checked
+    # Refused (``checked`` names the check): the Python checks name the error.
+    return check_header(records, settings), None
 
 
 def check_header(records: memoryview, settings: TabletSettings) -> batch_header.BatchHeader:
