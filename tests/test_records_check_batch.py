@@ -26,7 +26,7 @@ from tablets.batch import (
     UnsupportedMagic,
     build_batch,
 )
-from tablets.compaction import CompactionConfig
+from tablets.compaction_config import CompactionConfig
 from tablets.errors import (
     InvalidRecord,
     InvalidTimestamp,
