@@ -170,7 +170,8 @@ class GatewayCollector(Collector):
     def _store(self) -> Iterator[Metric]:
         engine = self.broker.engine
         stats = engine.write_stats()
-        yield _counter("store_writes", "RocksDB writes (one per group commit)", stats.writes)
+        yield _counter("store_writes", "Store writes: RocksDB writes, or PostgreSQL "
+                       "transactions with --store (one per group commit)", stats.writes)
         yield _counter("store_loop_writes", "Of those, small ones made on the event loop "
                        "while the writer thread was idle", stats.loop_writes)
         yield _counter("store_changes", "Atomic changes written (several per group commit)",
@@ -178,14 +179,14 @@ class GatewayCollector(Collector):
         yield _counter("store_fsyncs", "Group commits fsynced", stats.fsyncs)
         yield _counter("store_written_bytes", "Bytes of keys and values written",
                        stats.bytes)
-        yield _counter("store_write_seconds", "Time spent in RocksDB writes",
+        yield _counter("store_write_seconds", "Time spent in store writes",
                        stats.write_seconds)
         latency = HistogramMetricFamily(PREFIX + "store_write_latency_seconds",
-                                        "Duration of one RocksDB write (a group commit)")
+                                        "Duration of one store write (a group commit)")
         _add_histogram(latency, [], stats.write_latency)
         yield latency
         sizes = HistogramMetricFamily(PREFIX + "store_group_commit_changes",
-                                      "Atomic changes gathered into one RocksDB write")
+                                      "Atomic changes gathered into one store write")
         _add_histogram(sizes, [], stats.group_sizes)
         yield sizes
         yield _gauge("store_failed",
