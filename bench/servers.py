@@ -156,7 +156,9 @@ def postgres_role(pid: int, postmaster: int) -> str:
     role = title.removeprefix("postgres: ")
     if _PG_BACKEND.match(role):
         return POSTGRES_PREFIX + "backend"
-    return POSTGRES_PREFIX + role.split("  ")[0].strip()
+    if role.startswith("autovacuum worker"):  # its title goes on with the database's name
+        return POSTGRES_PREFIX + "autovacuum worker"
+    return POSTGRES_PREFIX + role.strip()
 
 
 class GatewayPgServer(Server):
