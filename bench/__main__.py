@@ -1,11 +1,13 @@
-"""python -m bench: the gateway against Apache Kafka and Tansu, side by side, on this machine.
+"""python -m bench: the gateway (embedded, and over PostgreSQL) against Apache Kafka and
+Tansu, side by side, on this machine.
 
 Examples:
-  python -m bench                         # everything, ~9 min on 2 cores -> bench/results/
+  python -m bench                         # everything, ~12 min on 2 cores -> bench/results/
   python -m bench --smoke                 # every workload, tiny counts, no timing asserted
   python -m bench --only produce --partitions 8 --seconds 10
   python -m bench --only latency,e2e --servers gateway,kafka --repeat 1
   python -m bench --only produce --py-spy /tmp/gateway.svg   # profile the gateway meanwhile
+  python -m bench --servers gateway-pg,kafka --only produce  # the gateway over PostgreSQL
   python -m bench --report bench/results/results.json          # redraw tables and charts
 """
 
@@ -24,7 +26,7 @@ from typing import Any
 
 from bench import report
 from bench.runner import REPO, SCHEMA_VERSION, run_all
-from bench.servers import GATEWAY, SERVERS, ServerMissingError, ServerSet
+from bench.servers import GATEWAY, GATEWAY_PG, SERVERS, ServerMissingError, ServerSet
 from bench.workloads import WORKLOAD_GROUPS, Settings, build
 
 RESULTS_DIR = REPO / "bench" / "results"
@@ -75,7 +77,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "--gateway-arg=--fsync=always")
     parser.add_argument("--py-spy", type=Path, metavar="FILE",
                         help="record the gateway with py-spy during the workloads "
-                        "(.svg flamegraph, .json speedscope, else raw); slows it a little")
+                        "(.svg flamegraph, .json speedscope, else raw); slows it a little. "
+                        f"The embedded one; {GATEWAY_PG}'s gateway when only that one runs")
     parser.add_argument("--py-spy-native", action="store_true",
                         help="with --py-spy: native frames too (RocksDB, libc); py-spy then "
                         "pauses the gateway at each sample, so its figures drop")
@@ -207,7 +210,8 @@ def main(argv: list[str] | None = None) -> int:
         with ServerSet(servers, args.gateway_arg, keep_dir=args.work_dir) as server_set:
             for server in server_set.servers.values():
                 print(f"{server.name}: {server.version} on {server.bootstrap}, pid {server.pid}")
-            gateway_pid = server_set.servers[GATEWAY].pid if GATEWAY in servers else 0
+            profiled = next((n for n in (GATEWAY, GATEWAY_PG) if n in servers), None)
+            gateway_pid = server_set.servers[profiled].pid if profiled else 0
             with py_spy(gateway_pid, args.py_spy if gateway_pid else None,
                         native=args.py_spy_native):
                 # After each workload the runs so far are on disk: an interrupted or

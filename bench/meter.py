@@ -1,5 +1,6 @@
 """CPU and memory of the servers under test, read from /proc: per process, per thread,
-and for the whole host (to see load from outside the benchmark)."""
+per process tree (a server made of several processes, as PostgreSQL is), and for the
+whole host (to see load from outside the benchmark)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 import re
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,6 +37,101 @@ def sample_process(pid: int) -> ProcSample:
                 status[key] = int(value.split()[0]) * 1024  # reported in kB
     return ProcSample(cpu_s=(utime + stime) / _CLOCK_TICKS,
                       rss_bytes=status.get("VmRSS", 0), peak_rss_bytes=status.get("VmHWM", 0))
+
+
+@dataclass(frozen=True)
+class TreeSample:
+    """A process and all its descendants at one moment.
+
+    cpu_s: user + system CPU seconds of every live process of the tree, plus the
+    children times (cutime + cstime) of each: a child that exited and was waited for
+    by its parent (a PostgreSQL backend that ended, reaped by the postmaster) stays
+    counted in its parent's. A process that ends between the listing and its reading
+    is missed in that one sample. cpu_by_name splits cpu_s by `name` (a process's
+    children times go to its own name).
+
+    pss_bytes: the sum of each process's proportional set size (Pss in
+    /proc/PID/smaps_rollup): memory shared by several processes of the tree
+    (PostgreSQL's shared buffers) counts once in all, where a sum of RSS would count
+    it once per process that touched it. The kernel keeps no peak of it.
+    """
+
+    pids: tuple[int, ...]
+    cpu_s: float
+    pss_bytes: int
+    cpu_by_name: Counter[str]
+
+
+def _stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (field 3 onwards): the
+    name (field 2) may hold spaces and parentheses, so split after its last ')'."""
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()
+
+
+def process_tree(root: int) -> list[int]:
+    """`root` and every live descendant of it, parents before their children (one
+    scan of /proc for everyone's parent)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            ppid = int(_stat_fields(int(entry))[1])
+        except (OSError, IndexError, ValueError):  # ended meanwhile
+            continue
+        children.setdefault(ppid, []).append(int(entry))
+    tree, index = [root], 0
+    while index < len(tree):
+        tree.extend(sorted(children.get(tree[index], ())))
+        index += 1
+    return tree
+
+
+def command_line(pid: int) -> str:
+    """/proc/PID/cmdline with spaces for NULs: the title a process set for itself
+    (PostgreSQL's "postgres: walwriter")."""
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+
+
+def _pss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    return 0
+
+
+def sample_tree(root: int, name: Callable[[int], str] | None = None) -> TreeSample:
+    """CPU and memory of `root` and its descendants (see TreeSample); `name(pid)`
+    labels each process in cpu_by_name (default: its command name, as the kernel
+    has it). Raises OSError when `root` itself is gone."""
+    _stat_fields(root)  # the root must exist: a server that died fails loudly
+    pids: list[int] = []
+    cpu, pss = 0.0, 0
+    by_name: Counter[str] = Counter()
+    for pid in process_tree(root):
+        try:
+            fields = _stat_fields(pid)
+            label = name(pid) if name is not None else _comm(pid)
+            memory = _pss_bytes(pid)
+        except OSError:  # ended meanwhile: its times are its parent's children times now
+            if pid == root:
+                raise
+            continue
+        # utime, stime, cutime, cstime: fields 14 to 17 of the full line
+        seconds = sum(int(v) for v in fields[11:15]) / _CLOCK_TICKS
+        pids.append(pid)
+        cpu += seconds
+        pss += memory
+        by_name[label] += seconds
+    return TreeSample(pids=tuple(pids), cpu_s=cpu, pss_bytes=pss, cpu_by_name=by_name)
+
+
+def _comm(pid: int) -> str:
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
 
 
 THREAD_CPU_PREFIX = "thread_cpu_s:"
@@ -79,6 +176,8 @@ class Measured(Protocol):
 
     def sample(self) -> ProcSample: ...
 
+    def threads(self) -> Counter[str]: ...
+
 
 class Meter:
     """CPU accounting around one measured section of a run.
@@ -93,7 +192,7 @@ class Meter:
 
     def __enter__(self) -> Meter:
         self._t0 = time.perf_counter()
-        self._threads0 = thread_cpu_s(self._server.pid)
+        self._threads0 = self._server.threads()
         self._server0 = self._server.sample()
         self._host0 = host_busy_cpu_s()
         self._ours0 = _our_cpu_s()
@@ -102,8 +201,9 @@ class Meter:
     def __exit__(self, *exc: object) -> None:
         self.wall_s = time.perf_counter() - self._t0
         self.server_cpu_s = self._server.sample().cpu_s - self._server0.cpu_s
-        # Where the server's CPU went: e.g. a JVM's JIT compiler and GC, RocksDB's flush.
-        self.threads = thread_cpu_s(self._server.pid)
+        # Where the server's CPU went: e.g. a JVM's JIT compiler and GC, RocksDB's flush,
+        # PostgreSQL's backends and WAL writer.
+        self.threads = self._server.threads()
         self.threads.subtract(self._threads0)
         ours = _our_cpu_s() - self._ours0  # the runner plus its (joined) client children
         host = host_busy_cpu_s() - self._host0

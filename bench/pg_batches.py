@@ -34,37 +34,24 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import asyncpg
 import psycopg
 
+from bench.meter import sample_tree
 from pgstore.batch_log import BatchLog
 from pgstore.migrate import migrate
 from testkit.batches import with_payload
 from testkit.postgres import PostgresServer
 
 GROUP_BYTES = 4 << 20
-_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def server_cpu(postmaster: int) -> float:
-    """CPU seconds used so far by the server: the postmaster and its children
-    (backends, WAL writer, checkpointer...; a child that exited is counted in
-    the postmaster's children times)."""
-    total = 0.0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        pid, ppid = int(stat.parent.name), int(fields[1])
-        if pid == postmaster:
-            # utime, stime, and those of its waited-for children
-            total += sum(int(f) for f in fields[11:15]) / _TICK
-        elif ppid == postmaster:
-            total += sum(int(f) for f in fields[11:13]) / _TICK
-    return total
+    """CPU seconds used so far by the server: the postmaster and its descendants
+    (backends, WAL writer, checkpointer...; a child that exited is counted in the
+    postmaster's children times): bench.meter.sample_tree."""
+    return sample_tree(postmaster).cpu_s
 
 
 @dataclass

