@@ -124,3 +124,13 @@ async def start_for_size(conn: Connection, schema: str, log_id: int,
         f"AS running FROM {s}.batches WHERE log_id = $1) b "
         "WHERE running > $2 ORDER BY base_offset LIMIT 1", log_id, row["excess"])
     return int(row["log_end_offset"] if first_kept is None else first_kept)
+
+
+async def vacuum(conn: Connection, schema: str) -> None:
+    """Vacuum ``batches`` and ``batch_data`` (its TOAST table too) now, so the
+    space retention freed is reused without waiting for autovacuum's next
+    visit (once per ``autovacuum_naptime``). Outside a transaction; the role
+    owns the tables (it migrated them). A table another vacuum holds is
+    skipped: that one does the work."""
+    s = quoted(schema)
+    await conn.execute(f"VACUUM (SKIP_LOCKED) {s}.batches, {s}.batch_data")

@@ -23,6 +23,7 @@ import pytest
 from pgstore.batch_log import BatchLog, Fenced
 from pgstore.migrate import migrate
 from pgstore.retention import Deleted, OffsetOutOfRange, delete_below, start_for_size
+from pgstore.schema import TABLE_STORAGE_PARAMETERS
 from tablets import batch as batch_header
 from testkit import postgres
 from testkit.batches import make_batch
@@ -218,5 +219,30 @@ def test_start_for_size_keeps_at_least_retention_bytes(pg_server: PostgresServer
                                await start_for_size(conn, SCHEMA, log.log_id, 2 * size))
             assert await state(pool, log.log_id) == (12, 2 * size, [12, 16], 2)
             assert await start_for_size(conn, SCHEMA, log.log_id, 2 * size) == 12
+
+    run(pg_server, body)
+
+
+def test_the_tables_retention_deletes_from_carry_migration_3s_autovacuum_settings(
+        pg_server: PostgresServer) -> None:
+    # Migration 3's settings land on the tables and on batch_data's TOAST
+    # table (where the bytes, and so the dead space, are).
+    async def body(pool: asyncpg.Pool) -> None:
+        async with pool.acquire() as conn:
+            rows = await conn.fetch(
+                "SELECT c.relname, c.reloptions, t.reloptions AS toast FROM pg_class c "
+                "JOIN pg_namespace n ON n.oid = c.relnamespace "
+                "LEFT JOIN pg_class t ON t.oid = c.reltoastrelid "
+                "WHERE n.nspname = $1 AND c.relname IN ('batch_data', 'batches')", SCHEMA)
+        found = {r["relname"]: (set(r["reloptions"] or ()), set(r["toast"] or ()))
+                 for r in rows}
+        expected: dict[str, tuple[set[str], set[str]]] = {}
+        for table, settings in TABLE_STORAGE_PARAMETERS.items():
+            expected[table] = (
+                {f"{k}={v}" for k, v in settings.items() if not k.startswith("toast.")},
+                {f"{k.removeprefix('toast.')}={v}" for k, v in settings.items()
+                 if k.startswith("toast.")})
+        assert found == expected
+        assert found["batch_data"][1], "no TOAST setting checked"
 
     run(pg_server, body)
