@@ -31,9 +31,9 @@ The phases:
   per-table settings on ``batches`` and ``batch_data`` and their TOAST);
 - ``naptime10s``: migration 3 with the server's ``autovacuum_naptime`` at 10 s
   (a server setting: no table can ask for it);
-- ``vacuum``: migration 3, and the retention pass runs ``VACUUM`` on both
-  tables itself (``pgstore.retention.vacuum``) once it has deleted a quarter
-  of the data retained since the last one;
+- ``vacuum``: migration 3, and the engine runs ``VACUUM`` on both tables
+  itself (``pgstore.retention.vacuum``, on a connection of its own, beside the
+  passes) each time retention has deleted a quarter of the data retained;
 - ``append_only`` (not run unless named): the appends alone, no retention:
   what the appends cost by themselves, the same way.
 
@@ -208,10 +208,10 @@ async def _phase(pg: PostgresServer, name: str, args: argparse.Namespace) -> Pha
                 due += group * size / rate  # paced: a slow moment is caught up
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
 
-        retained_all = retained * len(logs)
-        vacuumed = [0]  # bytes deleted at the last VACUUM ("vacuum" phase)
+        due_vacuum = asyncio.Event()  # "vacuum" phase: a quarter of the retained deleted
 
         async def retention() -> None:
+            vacuumed = 0  # bytes deleted when the last VACUUM was asked for
             while name != "append_only" and not stop.is_set():
                 await asyncio.sleep(args.every)
                 began = time.monotonic()
@@ -221,11 +221,26 @@ async def _phase(pg: PostgresServer, name: str, args: argparse.Namespace) -> Pha
                         done = await delete_below(conn, SCHEMA, log.log_id, log.leader_epoch,
                                                   start)
                         phase.deleted += done.bytes
-                    if name == "vacuum" and phase.deleted - vacuumed[0] > retained_all // 4:
-                        vacuumed[0] = phase.deleted
-                        await vacuum(conn, SCHEMA)
                 phase.retention_passes += 1
                 phase.retention_ms += (time.monotonic() - began) * 1000
+                if phase.deleted - vacuumed > retained * len(logs) // 4:
+                    vacuumed = phase.deleted
+                    due_vacuum.set()
+
+        async def vacuumer() -> None:
+            # Beside the retention passes, on its own connection: a pass never
+            # waits for a VACUUM, and one VACUUM runs at a time.
+            while name == "vacuum" and not stop.is_set():
+                waits = [asyncio.create_task(due_vacuum.wait()),
+                         asyncio.create_task(stop.wait())]
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                for task in waits:
+                    task.cancel()
+                if stop.is_set():
+                    break
+                due_vacuum.clear()
+                async with pool.acquire() as conn:
+                    await vacuum(conn, SCHEMA)
 
         async def sampler() -> None:
             async with pool.acquire() as conn:
@@ -247,7 +262,8 @@ async def _phase(pg: PostgresServer, name: str, args: argparse.Namespace) -> Pha
         load_start = _load()
         tasks = [asyncio.create_task(writer(log, size)) for log, size in zip(logs, sizes,
                                                                              strict=True)]
-        tasks += [asyncio.create_task(retention()), asyncio.create_task(sampler())]
+        tasks += [asyncio.create_task(retention()), asyncio.create_task(sampler()),
+                  asyncio.create_task(vacuumer())]
         await asyncio.sleep(args.seconds)
         stop.set()
         await asyncio.gather(*tasks)
@@ -277,6 +293,9 @@ class Summary:
     window_max_mib: float
     max_mib: float  # over the whole phase
     steady_ratio: float  # steady size / data retained
+    overhead_mib: float  # size - data retained: dead or free space, mean over the window
+    overhead_max_mib: float
+    overhead_s: float  # the mean overhead in seconds of appends at the phase's rate
     growth_mib_min: float  # over the window: ~0 when vacuum keeps up
     toast_mib: float  # TOAST table + its index, mean over the window
     data_heap_index_mib: float  # batch_data's heap and index
@@ -286,6 +305,7 @@ class Summary:
     toast_vacuum_every_s: float  # mean interval between TOAST autovacuums (0: < 2)
     toast_vacuum_s: float  # mean duration of a TOAST pass seen by the sampler
     retention_ms: float
+    delete_mib_s: float  # bytes deleted per second of retention pass
     wal_per_written: float
     server_cpu_s_per_gib: float
     outside_cores: float  # the rest of the machine's busy CPU, in cores
@@ -313,17 +333,21 @@ def summarise(p: Phase) -> Summary:
     every = ((toast_done[-1] - toast_done[0]) / (len(toast_done) - 1)
              if len(toast_done) > 1 else 0.0)
     gib = p.written / 2**30
+    overhead = [s.total - s.retained for s in window]
+    rate = p.written / p.seconds
+    busy = p.retention_ms / 1000 * p.retention_passes
     return Summary(
         p.name, gib, retained / mib, first, span, steady / mib,
         max(s.total for s in window) / mib, max(s.total for s in p.samples) / mib,
-        steady / retained, growth,
+        steady / retained, sum(overhead) / len(overhead) / mib, max(overhead) / mib,
+        sum(overhead) / len(overhead) / rate, growth,
         sum(s.data_toast + s.data_toast_index for s in window) / len(window) / mib,
         sum(s.data_heap + s.data_index for s in window) / len(window) / mib,
         sum(s.batches_heap + s.batches_indexes for s in window) / len(window) / mib,
         max(s.dead_toast for s in p.samples), (runs[0], runs[1], runs[2]), every,
         sum(p.toast_vacuum_s) / len(p.toast_vacuum_s) if p.toast_vacuum_s else 0.0,
-        p.retention_ms, p.wal / p.written, p.server_cpu_s / gib, p.outside_cpu_s / p.seconds,
-        p.load)
+        p.retention_ms, p.deleted / mib / busy if busy else 0.0, p.wal / p.written,
+        p.server_cpu_s / gib, p.outside_cpu_s / p.seconds, p.load)
 
 
 def _line(s: Summary) -> str:
@@ -331,13 +355,16 @@ def _line(s: Summary) -> str:
              "no TOAST autovacuum finished")
     return (f"{s.phase:11} wrote {s.written_gib:5.2f} GiB  {reuse}; over the last "
             f"{s.window_s:4.0f} s: retained {s.retained_mib:6.1f} MiB, size {s.steady_mib:7.1f} "
-            f"MiB ({s.steady_ratio:5.2f}x) max {s.window_max_mib:7.1f}, growth "
+            f"MiB ({s.steady_ratio:5.2f}x) max {s.window_max_mib:7.1f}, over the retained "
+            f"{s.overhead_mib:6.1f} MiB = {s.overhead_s:4.0f} s of appends (max "
+            f"{s.overhead_max_mib:6.1f}), growth "
             f"{s.growth_mib_min:+7.1f} MiB/min (TOAST {s.toast_mib:7.1f}, data heap+index "
             f"{s.data_heap_index_mib:5.2f}, batches {s.batches_mib:5.2f} MiB)  largest "
             f"{s.max_mib:7.1f} MiB  dead TOAST max {s.dead_toast_max:7}  autovacuums "
             f"data/TOAST/batches {s.autovacuums[0]}/{s.autovacuums[1]}/{s.autovacuums[2]} "
             f"(TOAST every {s.toast_vacuum_every_s:4.0f} s, pass {s.toast_vacuum_s:4.1f} s)  "
-            f"retention pass {s.retention_ms:5.0f} ms  WAL {s.wal_per_written:5.3f}x  server "
+            f"retention pass {s.retention_ms:5.0f} ms ({s.delete_mib_s:5.1f} MiB/s deleted)  "
+            f"WAL {s.wal_per_written:5.3f}x  server "
             f"CPU {s.server_cpu_s_per_gib:4.1f} s/GiB  outside {s.outside_cores:4.2f} cores, "
             f"load {s.load[0]:.1f}->{s.load[1]:.1f}")
 

@@ -27,10 +27,11 @@ with the partition's leader epoch. Version 2 adds the cluster's own tables
   ever going backwards; ``group_offset_versions``: the per-group counter that
   numbers offset commits in commit order (``pgstore.group_counters``).
 
-Version 3 sets autovacuum's per-table settings on the tables retention
-deletes from, ``batches`` and ``batch_data`` and its TOAST table
-(``TABLE_STORAGE_PARAMETERS``; docs/cluster-design.md, "Retention, compaction
-and bloat", has the measurements behind them).
+Version 3 is for retention (docs/cluster-design.md, "Retention, compaction
+and bloat", has the measurements behind it): autovacuum's per-table settings
+on the tables retention deletes from, ``batches`` and ``batch_data`` and its
+TOAST table (``TABLE_STORAGE_PARAMETERS``), and the index on ``batches``
+(log_id, data_id) that the foreign key's check needs when bytes are deleted.
 
 How RocksDB's keys map (``tablets/keys.py`` kind -> table):
 
@@ -270,16 +271,23 @@ TABLE_STORAGE_PARAMETERS: dict[str, dict[str, str]] = {
     },
 }
 
-_V3 = tuple(
-    f"ALTER TABLE {{schema}}.{table} SET ("
-    + ", ".join(f"{name} = {value}" for name, value in settings.items()) + ")"
-    for table, settings in TABLE_STORAGE_PARAMETERS.items())
+_V3 = (
+    *(f"ALTER TABLE {{schema}}.{table} SET ("
+      + ", ".join(f"{name} = {value}" for name, value in settings.items()) + ")"
+      for table, settings in TABLE_STORAGE_PARAMETERS.items()),
+    # Deleting a batch_data row checks that no batches row names it (the
+    # foreign key): without an index on (log_id, data_id) each check reads
+    # every index row of the partition, so retention's delete grew with the
+    # square of the log (1,000 batches off a log of 50,000: 3.3 s; 21 ms with it).
+    "CREATE INDEX batches_by_data ON {schema}.batches (log_id, data_id)",
+)
 
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "what one gateway keeps in RocksDB, with leader epochs", _V1),
     Migration(2, "the cluster: nodes and leases, partition leaders, coordinator slots, "
                  "group generations and offset versions", _V2),
-    Migration(3, "autovacuum settings of batches and batch_data for retention", _V3),
+    Migration(3, "retention: autovacuum settings of batches and batch_data, "
+                 "the index the deletes' foreign key check needs", _V3),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -246,3 +246,21 @@ def test_the_tables_retention_deletes_from_carry_migration_3s_autovacuum_setting
         assert found["batch_data"][1], "no TOAST setting checked"
 
     run(pg_server, body)
+
+
+def test_the_foreign_key_check_of_a_delete_has_its_index(pg_server: PostgresServer) -> None:
+    # Deleting a batch_data row checks batches for a row naming it: that
+    # lookup must be an index probe on (log_id, data_id), not a walk of the
+    # partition's whole index (retention's delete would grow with the square
+    # of the log). The planner's choice for the check's own query says so.
+    async def body(pool: asyncpg.Pool) -> None:
+        log, _ = await filled(pool)
+        async with pool.acquire() as conn:
+            await conn.execute(f"ANALYZE {SCHEMA}.batches")
+            await conn.execute("SET enable_seqscan = off")
+            plan = "\n".join(r[0] for r in await conn.fetch(
+                f"EXPLAIN SELECT 1 FROM {SCHEMA}.batches WHERE log_id = $1 AND data_id = $2",
+                log.log_id, 1))
+        assert "batches_by_data" in plan, plan
+
+    run(pg_server, body)
