@@ -7,12 +7,15 @@ throwaway PostgreSQL.
 - a moved leader epoch deletes nothing (``Fenced``), nor a start past the log
   end (``OffsetOutOfRange``), nor one at or below the log start;
 - a read after it starts at the new log start; appends go on;
-- ``start_for_size``: Kafka's retention.bytes rule.
+- ``start_for_size``: Kafka's retention.bytes rule;
+- ``vacuum`` makes the deleted space reusable (without it, appends grow the
+  TOAST table); migration 3's settings and the foreign key's index are there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -22,7 +25,13 @@ import pytest
 
 from pgstore.batch_log import BatchLog, Fenced
 from pgstore.migrate import migrate
-from pgstore.retention import Deleted, OffsetOutOfRange, delete_below, start_for_size
+from pgstore.retention import (
+    Deleted,
+    OffsetOutOfRange,
+    delete_below,
+    start_for_size,
+    vacuum,
+)
 from pgstore.schema import TABLE_STORAGE_PARAMETERS
 from tablets import batch as batch_header
 from testkit import postgres
@@ -262,5 +271,48 @@ def test_the_foreign_key_check_of_a_delete_has_its_index(pg_server: PostgresServ
                 f"EXPLAIN SELECT 1 FROM {SCHEMA}.batches WHERE log_id = $1 AND data_id = $2",
                 log.log_id, 1))
         assert "batches_by_data" in plan, plan
+
+    run(pg_server, body)
+
+
+def test_vacuum_makes_the_deleted_space_reusable(pg_server: PostgresServer) -> None:
+    # Deleted bytes are dead TOAST chunks: appends after a delete grow the
+    # TOAST table until a vacuum has passed; after ``vacuum`` they reuse the
+    # space. Autovacuum is off on these tables here, so only ``vacuum`` acts.
+    async def body(pool: asyncpg.Pool) -> None:
+        schema = "retention_vacuum"
+        async with pool.acquire() as conn:
+            await migrate(conn, schema)
+            for table in ("batch_data", "batches"):
+                await conn.execute(f"ALTER TABLE {schema}.{table} SET (autovacuum_enabled = "
+                                   "false, toast.autovacuum_enabled = false)")
+            topic_id = uuid.uuid4()
+            await conn.execute(f"INSERT INTO {schema}.topics (topic_id, name, created_ms) "
+                               "VALUES ($1, 'v', 0)", topic_id)
+            log_id = await conn.fetchval(
+                f"INSERT INTO {schema}.partitions (topic_id, partition) VALUES ($1, 0) "
+                "RETURNING log_id", topic_id)
+        log = await BatchLog.open(pool, schema, log_id)
+        big = [make_batch([os.urandom(60_000)]) for _ in range(32)]  # ~2 MiB, out of line
+
+        async def toast_bytes() -> int:
+            async with pool.acquire() as conn:
+                return int(await conn.fetchval(
+                    "SELECT pg_relation_size(reltoastrelid) FROM pg_class "
+                    "WHERE oid = $1::regclass", f"{schema}.batch_data"))
+
+        await log.append(big)
+        one = await toast_bytes()
+        async with pool.acquire() as conn:
+            await delete_below(conn, schema, log_id, 0, log.log_end_offset)
+        await log.append(big)  # no vacuum yet: the dead chunks' space is not reused
+        assert await toast_bytes() >= 2 * one * 0.95, (await toast_bytes(), one)
+        grown = await toast_bytes()
+        for _ in range(3):
+            async with pool.acquire() as conn:
+                await delete_below(conn, schema, log_id, 0, log.log_end_offset)
+                await vacuum(conn, schema)
+            await log.append(big)
+            assert await toast_bytes() <= grown, (await toast_bytes(), grown)
 
     run(pg_server, body)
