@@ -19,6 +19,9 @@ What exists so far:
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
   and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
 - ``important``: important consumer groups' hold on a retention pass;
+- ``retention``: retention's delete (the log start moved and the batches
+  wholly below it deleted, in one statement fenced by the leader epoch),
+  Kafka's retention.bytes rule, and the engine's own VACUUM;
 - ``membership``, ``leadership``: the cluster at library level: each
   gateway's lease-held registration, and the partitions and coordinator
   slots balanced over the live gateways by compare-and-set on their epochs;
