@@ -21,6 +21,12 @@ What exists so far:
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
   and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
 - ``important``: important consumer groups' hold on a retention pass;
+- ``retention``: the node's retention pass (retention.ms/bytes, the
+  important groups' holds, idle producers); ``retention_sql``: retention's
+  delete as one statement fenced by the leader epoch (the log start moved,
+  the batches wholly below it deleted), Kafka's retention.bytes rule in SQL,
+  and the engine's own VACUUM (measured by ``bench.pg_retention``; the
+  engine's pass is still to use it);
 - ``membership``, ``leadership``: the cluster at library level: each
   gateway's lease-held registration, and the partitions and coordinator
   slots balanced over the live gateways by compare-and-set on their epochs;
