@@ -12,7 +12,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 _LINE = re.compile(r"run (\d+): ([\d.]+) us server CPU per batch, (\d+) requests/s, "
-                   r"client ([\d.]+) us per batch, outside load ([\d.]+) cores")
+                   r"client ([\d.]+) us per batch, outside load ([\d.]+) cores, "
+                   r"([\d.]+) page faults per request")
 
 
 def test_batch_cpu_reports_each_run() -> None:
