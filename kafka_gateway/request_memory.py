@@ -42,11 +42,8 @@ class _Bytes(bytearray):
     buffer is allocated for about every request of a producer of small batches."""
 
     __slots__ = ("_charge", "_memory")
-
-    def __init__(self, size: int, memory: RequestMemory, charge: _Charge) -> None:
-        super().__init__(size)
-        self._memory = memory
-        self._charge = charge
+    _memory: RequestMemory
+    _charge: _Charge
 
     def __del__(self) -> None:
         self._memory._freed(self._charge)
@@ -159,7 +156,9 @@ class RequestMemory:
             self.used += size
         self.metrics.request_memory_bytes = self.used + self._overdraft_bytes
         charge = _Charge(size, overdraft)
-        return ReadBuffer(_Bytes(size, self, charge), charge)
+        data = _Bytes(size)  # no __init__ of its own: a Python frame less per buffer
+        data._memory, data._charge = self, charge
+        return ReadBuffer(data, charge)
 
     def _freed(self, charge: _Charge) -> None:
         # Runs wherever the last reference went: only bookkeeping here.
