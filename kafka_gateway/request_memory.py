@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-import weakref
 from collections import deque
 from typing import Protocol
 
@@ -37,9 +36,17 @@ FULL_COLLECT_INTERVAL_SECONDS = 1.0
 
 
 class _Bytes(bytearray):
-    """A bytearray whose end can be watched (plain bytearrays take no weak references)."""
+    """A bytearray that returns its charge when it is freed (``__del__``: wherever
+    its last reference goes, or the collector frees a cycle holding it). Cheaper than
+    a ``weakref.finalize`` per buffer, which registers and unregisters each one: a
+    buffer is allocated for about every request of a producer of small batches."""
 
-    __slots__ = ("__weakref__",)
+    __slots__ = ("_charge", "_memory")
+    _memory: RequestMemory
+    _charge: _Charge
+
+    def __del__(self) -> None:
+        self._memory._freed(self._charge)
 
 
 class _Charge:
@@ -148,8 +155,9 @@ class RequestMemory:
         else:
             self.used += size
         self.metrics.request_memory_bytes = self.used + self._overdraft_bytes
-        data, charge = _Bytes(size), _Charge(size, overdraft)
-        weakref.finalize(data, self._freed, charge).atexit = False
+        charge = _Charge(size, overdraft)
+        data = _Bytes(size)  # no __init__ of its own: a Python frame less per buffer
+        data._memory, data._charge = self, charge
         return ReadBuffer(data, charge)
 
     def _freed(self, charge: _Charge) -> None:

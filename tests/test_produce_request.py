@@ -65,3 +65,32 @@ def test_array_items_are_capped_as_for_the_other_apis():
     assert len(produce_request.decode(frame, 0, 9, max_items=7).topic_data) == 2
     with pytest.raises(MalformedRequest, match=r"gateway\.request\.max\.array\.items"):
         produce_request.decode(frame, 0, 9, max_items=6)
+
+
+def _uvarint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def test_v9_partitions_with_long_lengths_and_tagged_fields():
+    """v9's partitions are read inline (one-byte varints): a length of two varint
+    bytes, a partition's tagged fields and a null record set are read as Reader would."""
+    batch = make_batch([b"v" * 300])  # its compact length takes two varint bytes
+    body = (b"\x00" + (-1).to_bytes(2, "big", signed=True) + (1500).to_bytes(4, "big")
+            + _uvarint(2) + _uvarint(2) + b"t" + _uvarint(3)
+            + (0).to_bytes(4, "big") + _uvarint(len(batch) + 1) + batch
+            + b"\x01" + b"\x00" + b"\x02" + b"xy"  # one tagged field (tag 0, 2 bytes)
+            + (1).to_bytes(4, "big") + b"\x00" + b"\x00"  # null records, no tagged fields
+            + b"\x00" + b"\x00")
+    request = produce_request.decode(memoryview(body), 0, 9)
+    [topic] = request.topic_data
+    assert topic.name == "t"
+    assert [(p.index, None if p.records is None else bytes(p.records))
+            for p in topic.partition_data] == [(0, batch), (1, None)]
+    for cut in range(1, len(body) - 1, 7):
+        with pytest.raises(MalformedRequest):
+            produce_request.decode(memoryview(body[:cut]), 0, 9)

@@ -88,9 +88,9 @@ from ..errors import (
 )
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize_txn, denied_names
-from ..slicing import sliced
+from ..slicing import Slices, never_yields
 from . import produce_response
-from .produce_request import ProduceRequest, decode
+from .produce_request import PartitionProduceData, ProduceRequest, TopicProduceData, decode
 from .produce_response import PartitionAnswer
 
 __all__ = ["API_KEY", "VERSIONS", "decode", "handle"]
@@ -114,30 +114,47 @@ async def handle(broker: HandlerContext, request: Request[ProduceRequest]) -> Re
               else None)
     # Offsets are taken in request order, and the requests of a connection take
     # theirs in the order sent: tasks start in creation order and take the lock
-    # first (without waiting, unless an earlier one still appends in slices).
-    async with _append_lock(broker, request.connection):
-        await _append_all(broker, request, body, acks, now, refused, denied, pending)
+    # first (without waiting, unless an earlier one still appends in slices). A
+    # request too small to append in slices, while no earlier one holds the lock,
+    # appends without yielding: nothing can come between, so it needs no lock.
+    if acks not in (-1, 0, 1):  # checked first: every partition gets this
+        refused = InvalidRequiredAcks(f"acks must be -1, 0 or 1, not {acks}")
+    parts = [(topic, part) for topic in body.topic_data for part in topic.partition_data]
+    key = (id(broker), request.connection)
+    lock = _APPEND_LOCKS.get(key)
+    if lock is None and never_yields(len(parts)):
+        for topic_data, part in parts:
+            pending.append(_append(broker, request, topic_data.name, part, now, refused,
+                                   denied))
+    else:
+        if lock is None:
+            lock = _APPEND_LOCKS[key] = asyncio.Lock()
+        async with lock:
+            await _append_all(broker, request, parts, now, refused, denied, pending)
 
     results: dict[str, list[PartitionAnswer]] = {}
     errors = broker.metrics.response_errors
     # Every append is made: the answers may be built in slices (slicing.py).
-    async for name, index, outcome in sliced(pending):
+    slices = None if never_yields(len(pending)) else Slices()
+    for name, index, outcome in pending:
         try:
             if isinstance(outcome, BaseException):
                 raise outcome
             appended = await outcome
-            part = PartitionAnswer(index, 0, appended.base_offset, appended.log_append_time,
-                                   appended.log_start_offset)
+            answer = PartitionAnswer(index, 0, appended.base_offset, appended.log_append_time,
+                                     appended.log_start_offset)
         except EXPECTED as exc:
             code, message = _error(exc, request.version)
             if acks != 0:  # counted here, as answered: the answer is encoded by hand
                 errors[("produce", code.name.upper())] += 1
-            part = PartitionAnswer(index, code.value, -1, -1, -1, record_errors(exc), message)
-        parts = results.get(name)
-        if parts is None:
-            results[name] = [part]
+            answer = PartitionAnswer(index, code.value, -1, -1, -1, record_errors(exc), message)
+        answers = results.get(name)
+        if answers is None:
+            results[name] = [answer]
         else:
-            parts.append(part)
+            answers.append(answer)
+        if slices is not None and slices.due():
+            await slices.pause()
     if acks == 0:
         return None
     return produce_response.encode(request.version, results)
@@ -166,46 +183,49 @@ def _refused(broker: HandlerContext, request: Request[ProduceRequest]) -> KafkaE
 
 
 async def _append_all(broker: HandlerContext, request: Request[ProduceRequest],
-                      body: ProduceRequest, acks: int, now: int,
+                      parts: list[tuple[TopicProduceData, PartitionProduceData]], now: int,
                       refused: KafkaError | None, denied: dict[str, ErrorCode] | None,
                       pending: list[tuple[str, int, _Outcome]]) -> None:
-    """Append every partition's records, in request order; each outcome to ``pending``."""
-    if acks not in (-1, 0, 1):  # checked first: every partition gets this
-        refused = InvalidRequiredAcks(f"acks must be -1, 0 or 1, not {acks}")
-    metrics = broker.metrics
-    async for topic_data, part in sliced((t, p) for t in body.topic_data
-                                         for p in t.partition_data):
-        try:
-            if refused is not None:
-                raise refused
-            if denied:
-                refuse_denied(denied, topic_data.name)
-            tablet = broker.engine.partition(topic_data.name, part.index)
-            if part.records is None:
-                raise CorruptMessage("null record set")
-            sink = None
-            if (producer := transactional_producer(part.records)) is not None:
-                if not body.transactional_id:
-                    raise InvalidRequest("a transactional id must not be empty")
-                sink = broker.txns.sink_for(body.transactional_id, *producer,
-                                            topic_data.name, part.index, request.connection)
-            outcome: _Outcome = tablet.append(part.records, now, sink)
-            size = len(part.records)
-            metrics.produced_bytes += size
-            metrics.topic_bytes_in[tablet.topic_id] += size
-        except EXPECTED as exc:
-            outcome = exc
-        pending.append((topic_data.name, part.index, outcome))
+    """Append every partition's records, in request order, in slices; each outcome
+    to ``pending``."""
+    slices = Slices()
+    for topic_data, part in parts:
+        pending.append(_append(broker, request, topic_data.name, part, now, refused, denied))
+        if slices.due():
+            await slices.pause()
 
 
-def _append_lock(broker: HandlerContext, connection: int) -> asyncio.Lock:
-    """The lock a connection's Produce requests take their offsets under (one
-    per connection while any of its requests holds or waits for it)."""
-    key = (id(broker), connection)
-    lock = _APPEND_LOCKS.get(key)
-    if lock is None:
-        lock = _APPEND_LOCKS[key] = asyncio.Lock()
-    return lock
+def _append(broker: HandlerContext, request: Request[ProduceRequest], name: str,
+            part: PartitionProduceData, now: int, refused: KafkaError | None,
+            denied: dict[str, ErrorCode] | None) -> tuple[str, int, _Outcome]:
+    """One partition's append (pending until durable), or the error refusing it."""
+    try:
+        if refused is not None:
+            raise refused
+        if denied:
+            refuse_denied(denied, name)
+        tablet = broker.engine.partition(name, part.index)
+        records = part.records
+        if records is None:
+            raise CorruptMessage("null record set")
+        sink = None
+        if (producer := transactional_producer(records)) is not None:
+            transactional_id = request.body.transactional_id
+            if not transactional_id:
+                raise InvalidRequest("a transactional id must not be empty")
+            sink = broker.txns.sink_for(transactional_id, *producer, name, part.index,
+                                        request.connection)
+        outcome = tablet.append(records, now, sink)
+        size = len(records)
+        metrics = broker.metrics
+        metrics.produced_bytes += size
+        metrics.topic_bytes_in[tablet.topic_id] += size
+    except EXPECTED as exc:
+        # Returned from here, not kept in a local: the error's traceback holds this
+        # frame, and a local holding the error would make each a cycle, left to the
+        # collector (a request of 50 000 refused partitions: that many).
+        return name, part.index, exc
+    return name, part.index, outcome
 
 
 def _denied(broker: HandlerContext, request: Request[ProduceRequest]) -> dict[str, ErrorCode]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
-from ..reader import MalformedRequest, Reader
+from ..reader import MalformedRequest, Reader, read_uvarint, skip_tagged_fields
 
 
 class PartitionProduceData(NamedTuple):
@@ -40,6 +40,7 @@ class ProduceRequest(NamedTuple):
 
 
 _INDEX_SIZE = struct.Struct(">ii")
+_I32 = struct.Struct(">i")
 
 
 def _partitions(buf: memoryview, pos: int, count: int,
@@ -61,6 +62,37 @@ def _partitions(buf: memoryview, pos: int, count: int,
             raise MalformedRequest("field runs past the end of the frame")
         append(PartitionProduceData(index, buf[pos : pos + size]))
         pos += size
+    return pos
+
+
+def _flexible_partitions(buf: memoryview, pos: int, count: int,
+                         out: list[PartitionProduceData]) -> int:
+    """``_partitions`` for v9 (what librdkafka 2.x sends): each partition's index,
+    its records' compact length (a varint) and its tagged fields, one-byte varints
+    read inline (``read_uvarint`` for the rest, as ``Reader`` does)."""
+    end = len(buf)
+    unpack = _I32.unpack_from
+    append = out.append
+    for _ in range(count):
+        (index,) = unpack(buf, pos)
+        pos += 4
+        size = buf[pos]
+        if size < 0x80:
+            pos += 1
+        else:
+            size, pos = read_uvarint(buf, pos)
+        size -= 1
+        if size < 0:
+            append(PartitionProduceData(index, None))
+        else:
+            if pos + size > end:
+                raise MalformedRequest("field runs past the end of the frame")
+            append(PartitionProduceData(index, buf[pos : pos + size]))
+            pos += size
+        if buf[pos] == 0:  # no tagged fields: nearly always
+            pos += 1
+        else:
+            pos = skip_tagged_fields(buf, pos)
     return pos
 
 
@@ -93,13 +125,7 @@ def decode(frame: memoryview | bytes, pos: int, version: int,
             partitions: list[PartitionProduceData] = []
             count = counted(reader.count("TopicProduceData.partition_data"))
             if version >= 9:
-                for _ in range(count):
-                    index = reader.int32()
-                    size = reader.length()
-                    partitions.append(
-                        PartitionProduceData(index, None if size < 0 else reader.take(size))
-                    )
-                    reader.skip_tagged_fields()
+                reader.pos = _flexible_partitions(reader.buf, reader.pos, count, partitions)
             else:
                 reader.pos = _partitions(reader.buf, reader.pos, count, partitions)
             topics.append(TopicProduceData(name, partitions))

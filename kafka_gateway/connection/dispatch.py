@@ -29,7 +29,7 @@ from ..codec import (
 )
 from ..context import HandlerContext
 from ..request_memory import ReadBuffer
-from ..slicing import encode
+from ..slicing import encode, encode_small
 from .answers import Answers
 from .regions import AnswerChunks
 from .state import ConnectionState
@@ -94,5 +94,8 @@ class Dispatcher:
             metrics.latency[name].observe(time.perf_counter() - started)
         if body is None:
             return None
-        return await encode(metrics, name, request.header.api_key,
-                            request.header.correlation_id, body)
+        header = request.header
+        chunks = encode_small(metrics, name, header.api_key, header.correlation_id, body)
+        if chunks is not None:  # no coroutine for the common, small answer
+            return chunks
+        return await encode(metrics, name, header.api_key, header.correlation_id, body)
