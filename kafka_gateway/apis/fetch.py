@@ -155,6 +155,9 @@ def _resolve(broker: HandlerContext, key: str | UUID, part: FetchPartition,
         error = ErrorCode.unknown_topic_or_partition
     elif (fenced := leader_epoch_error(max(getattr(part, "current_leader_epoch", -1), -1))).value:
         error = fenced  # v9+ clients name the epoch they know; Kafka ignores negative ones
+    elif (cluster := broker.engine.cluster()) is not None and not cluster.leads(
+            topic.name, part.partition):
+        error = ErrorCode.not_leader_or_follower  # another gateway leads it (routing.py)
     else:
         tablet = topic.partitions[part.partition]
     return _Wanted(key, part.partition, part.fetch_offset, part.partition_max_bytes, tablet, error)

@@ -29,6 +29,7 @@ from ..context import HandlerContext
 from ..contract import Response
 from ..errors import InvalidRequest, error_class, error_code
 from ..leader_epoch import leader_epoch_error
+from ..routing import check_leader
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
 
@@ -80,6 +81,7 @@ async def handle(broker: HandlerContext, request: Request[ListOffsetsRequest]) -
         code = leader_epoch_error(getattr(part, "current_leader_epoch", -1))
         if code is not ErrorCode.none:
             raise error_class(code)()
+        check_leader(broker, topic.name, part.partition_index)
         tablet = broker.engine.partition(topic.name, part.partition_index)
         offset, timestamp = await _lookup(tablet, part.timestamp)
         return _answer(schema, part.partition_index, ErrorCode.none, offset, timestamp)

@@ -1,0 +1,61 @@
+"""Routing in a cluster of gateways: who the brokers are, who leads a
+partition, who coordinates a group or transactional id, read from the
+engine's ``ClusterView`` (``engine.cluster()``; docs/cluster.md).
+
+A node alone (the RocksDB engine: ``cluster()`` is None) is the only broker,
+leads every partition and coordinates every key, as before. In a cluster, a
+request for a partition this gateway does not lead gets
+NOT_LEADER_OR_FOLLOWER, and one for a key it does not coordinate gets
+NOT_COORDINATOR, so stock clients refresh their metadata and go where
+Metadata and FindCoordinator send them.
+"""
+
+from __future__ import annotations
+
+from tablets.seam import BrokerAddress
+
+from .context import HandlerContext
+from .errors import NotCoordinator, NotLeaderOrFollower
+
+
+def listener_name(request: object) -> str:
+    session = getattr(request, "session", None)
+    return session.listener.name if session is not None else "PLAINTEXT"
+
+
+def brokers(broker: HandlerContext, request: object) -> list[BrokerAddress]:
+    """The live brokers, this one always among them."""
+    host, port = broker.advertised(request)
+    me = BrokerAddress(broker.node_id, host, port)
+    cluster = broker.engine.cluster()
+    if cluster is None:
+        return [me]
+    found = {b.node_id: b for b in cluster.brokers(listener_name(request))}
+    found[me.node_id] = me
+    return [found[node] for node in sorted(found)]
+
+
+def partition_leader(broker: HandlerContext, topic: str, index: int) -> int | None:
+    cluster = broker.engine.cluster()
+    return broker.node_id if cluster is None else cluster.partition_leader(topic, index)
+
+
+def coordinator(broker: HandlerContext, key: str) -> int | None:
+    cluster = broker.engine.cluster()
+    return broker.node_id if cluster is None else cluster.coordinator(key)
+
+
+def check_leader(broker: HandlerContext, topic: str, index: int) -> None:
+    """NOT_LEADER_OR_FOLLOWER unless this gateway leads the partition (an
+    unknown partition is left to the caller's own check)."""
+    cluster = broker.engine.cluster()
+    if (cluster is not None and broker.engine.has_partition(topic, index)
+            and not cluster.leads(topic, index)):
+        raise NotLeaderOrFollower()
+
+
+def check_coordinator(broker: HandlerContext, key: str) -> None:
+    """NOT_COORDINATOR unless this gateway coordinates the group or transactional id."""
+    cluster = broker.engine.cluster()
+    if cluster is not None and not cluster.coordinates(key):
+        raise NotCoordinator()
