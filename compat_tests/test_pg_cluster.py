@@ -1,0 +1,180 @@
+"""Three gateway processes on one throwaway PostgreSQL (docs/cluster.md):
+Metadata from any of them lists the three and balanced leaders;
+confluent-kafka produces to and consumes from a multi-partition topic
+through the cluster (following the leaders); kill -9 of one gateway in the
+middle of an idempotent, acks=all produce: the producer carries on through
+the others once the lease ran out, and every acknowledged record is read
+back exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from testkit import postgres
+from testkit.gateway import GatewayProcess
+from testkit.postgres import PostgresServer
+
+pg_server = postgres.server_fixture("module")
+TIMEOUT = 60
+LEASE_MS = 3000  # broker.session.timeout.ms: failover within it plus a third
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def cluster(pg_server: PostgresServer, tmp_path_factory) -> Iterator[list[GatewayProcess]]:
+    base = tmp_path_factory.mktemp("pg-cluster")
+    gateways = [GatewayProcess(base / f"data-{node}", "--store", pg_server.dsn,
+                               "--node-id", str(node),
+                               "--broker-session-timeout-ms", str(LEASE_MS))
+                for node in (1, 2, 3)]
+    try:
+        for gateway in gateways:
+            gateway.start()
+        yield gateways
+    finally:
+        for gateway in gateways:
+            gateway.kill()
+
+
+def leaders(gateway: GatewayProcess, topic: str) -> tuple[set[int], dict[int, int]]:
+    """(broker ids, partition -> leader id) as one gateway's Metadata says."""
+    meta = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics(topic, timeout=10)
+    found = meta.topics[topic]
+    return set(meta.brokers), {p.id: p.leader for p in found.partitions.values()}
+
+
+def wait_balanced(gateways: list[GatewayProcess], topic: str, live: set[int]) -> float:
+    """Seconds until every gateway's Metadata lists exactly ``live`` and every
+    partition led by one of them, balanced (counts within one)."""
+    start = time.monotonic()
+    last: object = None
+    while time.monotonic() - start < TIMEOUT:
+        views = [leaders(g, topic) for g in gateways]
+        last = views
+        if all(brokers == live and len(parts) == PARTITIONS
+               and set(parts.values()) <= live for brokers, parts in views):
+            counts = Counter(views[0][1].values())
+            if max(counts.values()) - min(counts[n] for n in live) <= 1:
+                return time.monotonic() - start
+        time.sleep(0.1)
+    raise AssertionError(f"not balanced over {live} in {TIMEOUT} s: {last}")
+
+
+def create(gateway: GatewayProcess, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS,
+                                  replication_factor=1)])[topic].result(TIMEOUT)
+
+
+def consume_all(gateway: GatewayProcess, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": f"{topic}-reader",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    values: list[bytes] = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            values.append(message.value())
+        # Anything beyond ``count`` would be a duplicate: read a little longer.
+        quiet = time.monotonic() + 2
+        while time.monotonic() < quiet:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_metadata_from_any_gateway_lists_three_brokers_and_balanced_leaders(
+        cluster: list[GatewayProcess]) -> None:
+    create(cluster[0], "pg-cluster-meta")
+    wait_balanced(cluster, "pg-cluster-meta", {1, 2, 3})
+    _, parts = leaders(cluster[2], "pg-cluster-meta")
+    assert sorted(Counter(parts.values()).values()) == [2, 2, 2], parts
+
+
+def test_confluent_kafka_produces_and_consumes_through_the_cluster(
+        cluster: list[GatewayProcess]) -> None:
+    topic = "pg-cluster-e2e"
+    create(cluster[1], topic)
+    wait_balanced(cluster, topic, {1, 2, 3})
+    values = [b"v-%d" % i for i in range(600)]
+    producer = Producer({"bootstrap.servers": cluster[0].bootstrap,
+                         "enable.idempotence": True, "linger.ms": 5})
+    failures: list[object] = []
+    for index, value in enumerate(values):
+        producer.produce(topic, value, key=b"%d" % index,
+                         on_delivery=lambda err, _m: err and failures.append(err))
+    assert producer.flush(TIMEOUT) == 0
+    assert failures == []
+    got = consume_all(cluster[2], topic, len(values))
+    assert sorted(got) == sorted(values)
+
+
+def test_kill_9_of_a_gateway_mid_produce_loses_and_duplicates_nothing_acknowledged(
+        cluster: list[GatewayProcess]) -> None:
+    topic = "pg-cluster-kill"
+    create(cluster[0], topic)
+    wait_balanced(cluster, topic, {1, 2, 3})
+    victim = cluster[2]  # node 3
+    _, before = leaders(cluster[0], topic)
+    assert 3 in before.values(), before  # the fault hits partitions it leads
+    producer = Producer({"bootstrap.servers": f"{cluster[0].bootstrap},{cluster[1].bootstrap}",
+                         "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                         "message.timeout.ms": 60_000})
+    acked: list[bytes] = []
+    failed: list[object] = []
+    lock = threading.Lock()
+
+    def delivered(err: object, message: object) -> None:
+        with lock:
+            if err:
+                failed.append(err)
+            else:
+                acked.append(message.value())  # type: ignore[attr-defined]
+
+    sent = 0
+
+    def produce_for(seconds: float) -> None:
+        nonlocal sent
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            producer.produce(topic, b"k-%d" % sent, key=b"%d" % sent, on_delivery=delivered)
+            sent += 1
+            producer.poll(0.002)
+
+    produce_for(1.5)
+    acked_before = len(acked)
+    assert acked_before > 0, "nothing acknowledged before the kill"
+    victim.kill()
+    killed_at = time.monotonic()
+    assert victim.process is not None and victim.process.poll() is not None  # the fault landed
+    produce_for(0.5)
+    # Failover: until the survivors' Metadata has every partition led by them.
+    wait_balanced(cluster[:2], topic, {1, 2})
+    failover = time.monotonic() - killed_at
+    produce_for(1.0)
+    assert producer.flush(TIMEOUT) == 0
+    print(f"failover (kill -9 to every partition led by a survivor, lease "
+          f"{LEASE_MS} ms): {failover:.2f} s; acknowledged {len(acked)} of {sent}")
+    assert failed == [], failed[:5]
+    assert len(acked) == sent
+    got = consume_all(cluster[0], topic, sent)
+    counts = Counter(got)
+    duplicates = [v for v, n in counts.items() if n > 1]
+    assert duplicates == [], duplicates[:5]
+    assert set(acked) <= set(got), f"lost {len(set(acked) - set(got))} acknowledged records"
+    assert failover < LEASE_MS / 1000 * 4 / 3 + 5, f"failover took {failover:.2f} s"
