@@ -178,3 +178,32 @@ def test_kill_9_of_a_gateway_mid_produce_loses_and_duplicates_nothing_acknowledg
     assert duplicates == [], duplicates[:5]
     assert set(acked) <= set(got), f"lost {len(set(acked) - set(got))} acknowledged records"
     assert failover < LEASE_MS / 1000 * 4 / 3 + 5, f"failover took {failover:.2f} s"
+
+
+def test_a_consumer_group_across_the_cluster_consumes_and_commits(
+        cluster: list[GatewayProcess]) -> None:
+    """The group's coordinator is the leader of its slot (FindCoordinator);
+    the others answer its requests NOT_COORDINATOR. The consumer reads every
+    record of the e2e topic and commits its ends."""
+    topic = "pg-cluster-e2e"
+    group = "pg-cluster-group"
+    consumer = Consumer({"bootstrap.servers": cluster[1].bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    count = 0
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while count < 600 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                count += 1
+        assert count == 600, f"consumed {count} of 600"
+        consumer.commit(asynchronous=False)
+        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        committed = consumer.committed(parts, TIMEOUT)
+        ends = [consumer.get_watermark_offsets(tp, TIMEOUT)[1] for tp in parts]
+        assert [tp.offset for tp in committed] == ends
+        assert sum(ends) == 600
+    finally:
+        consumer.close()

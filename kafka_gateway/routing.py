@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from tablets.seam import BrokerAddress
 
+from .codec import Request
 from .context import HandlerContext
 from .errors import NotCoordinator, NotLeaderOrFollower
+from .security.acls import Operation, ResourceType
+from .security.authorizer import authorize
 
 
 def listener_name(request: object) -> str:
@@ -59,3 +62,12 @@ def check_coordinator(broker: HandlerContext, key: str) -> None:
     cluster = broker.engine.cluster()
     if cluster is not None and not cluster.coordinates(key):
         raise NotCoordinator()
+
+
+def authorize_coordinated(broker: HandlerContext, request: Request[object],
+                          operation: Operation, resource: ResourceType, key: str) -> None:
+    """A group request's checks in Kafka's order: the ACL, then whether this
+    gateway coordinates the group (NOT_COORDINATOR: the client asks
+    FindCoordinator again)."""
+    authorize(broker, request, operation, resource, key)
+    check_coordinator(broker, key)
