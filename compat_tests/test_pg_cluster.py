@@ -51,9 +51,11 @@ def leaders(gateway: GatewayProcess, topic: str) -> tuple[set[int], dict[int, in
     return set(meta.brokers), {p.id: p.leader for p in found.partitions.values()}
 
 
-def wait_balanced(gateways: list[GatewayProcess], topic: str, live: set[int]) -> float:
+def wait_balanced(gateways: list[GatewayProcess], topic: str,
+                  live: set[int]) -> tuple[float, dict[int, int]]:
     """Seconds until every gateway's Metadata lists exactly ``live`` and every
-    partition led by one of them, balanced (counts within one)."""
+    partition led by one of them, balanced (counts within one), and the
+    leaders then (partition -> node)."""
     start = time.monotonic()
     last: object = None
     while time.monotonic() - start < TIMEOUT:
@@ -63,7 +65,7 @@ def wait_balanced(gateways: list[GatewayProcess], topic: str, live: set[int]) ->
                and set(parts.values()) <= live for brokers, parts in views):
             counts = Counter(views[0][1].values())
             if max(counts.values()) - min(counts[n] for n in live) <= 1:
-                return time.monotonic() - start
+                return time.monotonic() - start, views[0][1]
         time.sleep(0.1)
     raise AssertionError(f"not balanced over {live} in {TIMEOUT} s: {last}")
 
@@ -101,8 +103,7 @@ def consume_all(gateway: GatewayProcess, topic: str, count: int) -> list[bytes]:
 def test_metadata_from_any_gateway_lists_three_brokers_and_balanced_leaders(
         cluster: list[GatewayProcess]) -> None:
     create(cluster[0], "pg-cluster-meta")
-    wait_balanced(cluster, "pg-cluster-meta", {1, 2, 3})
-    _, parts = leaders(cluster[2], "pg-cluster-meta")
+    _, parts = wait_balanced(cluster, "pg-cluster-meta", {1, 2, 3})
     assert sorted(Counter(parts.values()).values()) == [2, 2, 2], parts
 
 
@@ -128,9 +129,8 @@ def test_kill_9_of_a_gateway_mid_produce_loses_and_duplicates_nothing_acknowledg
         cluster: list[GatewayProcess]) -> None:
     topic = "pg-cluster-kill"
     create(cluster[0], topic)
-    wait_balanced(cluster, topic, {1, 2, 3})
+    _, before = wait_balanced(cluster, topic, {1, 2, 3})
     victim = cluster[2]  # node 3
-    _, before = leaders(cluster[0], topic)
     assert 3 in before.values(), before  # the fault hits partitions it leads
     producer = Producer({"bootstrap.servers": f"{cluster[0].bootstrap},{cluster[1].bootstrap}",
                          "enable.idempotence": True, "acks": "all", "linger.ms": 5,

@@ -12,7 +12,7 @@ Metadata and FindCoordinator send them.
 
 from __future__ import annotations
 
-from tablets.seam import BrokerAddress
+from tablets.seam import LEADER_EPOCH, BrokerAddress
 
 from .codec import Request
 from .context import HandlerContext
@@ -41,6 +41,12 @@ def brokers(broker: HandlerContext, request: object) -> list[BrokerAddress]:
 def partition_leader(broker: HandlerContext, topic: str, index: int) -> int | None:
     cluster = broker.engine.cluster()
     return broker.node_id if cluster is None else cluster.partition_leader(topic, index)
+
+
+def leader_epoch(broker: HandlerContext, topic: str, index: int) -> int:
+    """The partition's leader epoch (KIP-320): a node alone has one forever."""
+    cluster = broker.engine.cluster()
+    return LEADER_EPOCH if cluster is None else cluster.leader_epoch(topic, index)
 
 
 def coordinator(broker: HandlerContext, key: str) -> int | None:

@@ -110,7 +110,10 @@ class PgCluster:
         self.settings = settings
         self.node_id = settings.node_id
         self._offsets = offsets  # PgConsumerOffsets (load_group), or None
-        self._pool: asyncpg.Pool | None = None
+        self._pool: asyncpg.Pool | None = None  # opening logs, rereading topics and groups
+        # The lease's renewals and the passes have their own connections, so
+        # a burst of opening never makes a renewal wait past the lease.
+        self._lease_pool: asyncpg.Pool | None = None
         self.membership: Membership | None = None
         self.leadership: Leadership | None = None
         self._listeners: tuple[Listener, ...] = ()
@@ -126,17 +129,19 @@ class PgCluster:
     # ------------------------------------------------------------ lifecycle
     async def join(self, listeners: Sequence[Listener]) -> None:
         self._listeners = tuple(listeners)
-        self._pool = await asyncpg.create_pool(
-            self.dsn, min_size=1, max_size=3,
-            server_settings=session_settings(self.settings.lease_seconds))
+        settings = session_settings(self.settings.lease_seconds)
+        self._lease_pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=2,
+                                                     server_settings=settings)
+        self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=2,
+                                               server_settings=settings)
         self._notices = TopicNotices(self.dsn, self.schema, self.topics_changed,
                                      self._resync_topics)
         await self._notices.start()
         await self._register()
 
     async def _register(self) -> None:
-        assert self._pool is not None
-        membership = Membership(self._pool, self.schema, self.node_id, self._listeners,
+        assert self._lease_pool is not None
+        membership = Membership(self._lease_pool, self.schema, self.node_id, self._listeners,
                                 self.settings.lease_seconds, on_lost=self._lost)
         await membership.start()
         leadership = Leadership(membership, on_change=self._changed)
@@ -161,8 +166,9 @@ class PgCluster:
             task.cancel()
         if self._notices is not None:
             await self._notices.close()
-        if self._pool is not None:
-            await self._pool.close()
+        for pool in (self._pool, self._lease_pool):
+            if pool is not None:
+                await pool.close()
 
     async def lead_new(self) -> None:
         """A pass now, and the partitions it gains opened (a topic was just
@@ -338,6 +344,14 @@ class PgCluster:
         if found is None or found.leader_node is None or found.leader_node not in lead.live:
             return None
         return found.leader_node
+
+    def leader_epoch(self, topic: str, index: int) -> int:
+        partition = self.catalog.partition(topic, index)
+        if not partition.fenced and not partition.deleted:
+            return partition.leader_epoch
+        lead = self.leadership
+        found = None if lead is None else lead.partition_leader(partition.log_id)
+        return -1 if found is None or found.leader_node is None else found.epoch
 
     def leads(self, topic: str, index: int) -> bool:
         partition = self.catalog.partition(topic, index)

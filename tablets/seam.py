@@ -482,6 +482,11 @@ class ClusterView(Protocol):
         """The node leading the partition (None: no live leader right now)."""
         ...
 
+    def leader_epoch(self, topic: str, index: int) -> int:
+        """The partition's leader epoch as this gateway knows it (its own when
+        it leads the partition; -1: no leader known)."""
+        ...
+
     def leads(self, topic: str, index: int) -> bool:
         """This gateway leads the partition and has opened its log."""
         ...

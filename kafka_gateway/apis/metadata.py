@@ -4,10 +4,10 @@ A node alone (RocksDB) is the only broker and the controller, and leads
 every partition. In a cluster of gateways over PostgreSQL
 (``kafka_gateway/routing.py``) the brokers are the live gateways, each
 partition names its leader (LEADER_NOT_AVAILABLE while it has none, as
-Kafka during an election), and this gateway is named the controller. The
-leader epoch is 0 and each partition's replica and ISR are its leader
-alone: the gateways share one log in PostgreSQL, so a new leader never
-truncates and clients have nothing to validate.
+Kafka during an election), with its leader epoch (which grows with every
+change of leader), and this gateway is named the controller. Each
+partition's replica and ISR are its leader alone: the gateways share one log
+in PostgreSQL.
 
 Topics are reported with their ids (v10+, Fetch v13 uses them). A
 requested topic that does not exist is auto-created when the request allows it
@@ -30,13 +30,13 @@ from kio.schema.errors import ErrorCode
 
 from tablets import check_topic_name
 from tablets.errors import InvalidTopicName
-from tablets.seam import LEADER_EPOCH, TopicView
+from tablets.seam import TopicView
 
 from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
-from ..routing import brokers, partition_leader
+from ..routing import brokers, leader_epoch, partition_leader
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, authorize, cluster_allowed
 from ..slicing import sliced
@@ -151,20 +151,21 @@ async def _topic(schema: ModuleType, topic: TopicView, broker: HandlerContext) -
         topic_id=topic.topic_id,
         is_internal=False,
         partitions=tuple([
-            _partition(schema, index, partition_leader(broker, topic.name, index))
+            _partition(schema, index, partition_leader(broker, topic.name, index),
+                       leader_epoch(broker, topic.name, index))
             async for index in sliced(range(len(topic.partitions)))
         ]),
     )
 
 
-def _partition(schema: ModuleType, index: int, leader: int | None) -> object:
+def _partition(schema: ModuleType, index: int, leader: int | None, epoch: int) -> object:
     if leader is None:  # no live leader right now: clients retry, as during an election
         return build(schema.MetadataResponsePartition,
                      error_code=ErrorCode.leader_not_available, partition_index=index,
                      leader_id=-1, leader_epoch=-1, replica_nodes=(), isr_nodes=(),
                      offline_replicas=())
     return build(schema.MetadataResponsePartition, error_code=ErrorCode.none,
-                 partition_index=index, leader_id=leader, leader_epoch=LEADER_EPOCH,
+                 partition_index=index, leader_id=leader, leader_epoch=epoch,
                  replica_nodes=(leader,), isr_nodes=(leader,), offline_replicas=())
 
 
