@@ -9,6 +9,7 @@ back exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import Counter
@@ -17,8 +18,12 @@ from collections.abc import Iterator
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
+from kafka_gateway.client import KafkaClient
+from testkit import kafka_requests as rq
 from testkit import postgres
+from testkit.batches import make_batch
 from testkit.gateway import GatewayProcess
 from testkit.postgres import PostgresServer
 
@@ -123,6 +128,55 @@ def test_confluent_kafka_produces_and_consumes_through_the_cluster(
     assert failures == []
     got = consume_all(cluster[2], topic, len(values))
     assert sorted(got) == sorted(values)
+
+
+def test_requests_to_a_gateway_that_does_not_lead_or_coordinate_are_refused(
+        cluster: list[GatewayProcess]) -> None:
+    """Raw requests, no client's retries: FindCoordinator names the same
+    gateway from all three; the others answer the group's requests
+    NOT_COORDINATOR and a partition's NOT_LEADER_OR_FOLLOWER (storing
+    nothing); the leader and the coordinator answer them."""
+    topic = "pg-cluster-route"
+    create(cluster[0], topic)
+    _, parts = wait_balanced(cluster, topic, {1, 2, 3})
+    by_node = {node: gateway for node, gateway in zip((1, 2, 3), cluster, strict=True)}
+    group = "pg-cluster-route-group"
+
+    async def ask(gateway: GatewayProcess, body: object) -> object:
+        client = await KafkaClient.connect(*gateway.host_port)
+        try:
+            return await client.request(body)
+        finally:
+            await client.close()
+
+    async def body() -> None:
+        found = [(await ask(g, rq.find_coordinator([group]))).coordinators[0] for g in cluster]
+        assert {c.error_code for c in found} == {ErrorCode.none}, found
+        assert len({(c.node_id, c.port) for c in found}) == 1, found
+        coordinator = found[0].node_id
+        assert by_node[coordinator].port == found[0].port
+        for node, gateway in by_node.items():
+            answer = await ask(gateway, rq.offset_fetch(group, topic, [0]))
+            code = answer.groups[0].error_code
+            assert code is (ErrorCode.none if node == coordinator
+                            else ErrorCode.not_coordinator), (node, code)
+            answer = await ask(gateway, rq.heartbeat(group, 1, "nobody"))
+            assert (answer.error_code is ErrorCode.not_coordinator) == (node != coordinator)
+        leader = parts[0]
+        for node, gateway in by_node.items():
+            answer = await ask(gateway, rq.produce([(topic, 0, make_batch([b"%d" % node]))]))
+            code = answer.responses[0].partition_responses[0].error_code
+            assert code is (ErrorCode.none if node == leader
+                            else ErrorCode.not_leader_or_follower), (node, code)
+            answer = await ask(gateway, rq.list_offsets(topic, [(0, -1)]))
+            part = answer.topics[0].partitions[0]
+            if node == leader:
+                assert (part.error_code, part.offset) == (ErrorCode.none, 1)
+                assert part.leader_epoch > 0  # the epoch PostgreSQL gave the leader
+            else:
+                assert part.error_code is ErrorCode.not_leader_or_follower
+
+    asyncio.run(asyncio.wait_for(body(), TIMEOUT))
 
 
 def test_kill_9_of_a_gateway_mid_produce_loses_and_duplicates_nothing_acknowledged(

@@ -18,7 +18,7 @@ from .codec import Request
 from .context import HandlerContext
 from .errors import NotCoordinator, NotLeaderOrFollower
 from .security.acls import Operation, ResourceType
-from .security.authorizer import authorize
+from .security.authorizer import authorize, authorize_txn
 
 
 def listener_name(request: object) -> str:
@@ -77,3 +77,18 @@ def authorize_coordinated(broker: HandlerContext, request: Request[object],
     FindCoordinator again)."""
     authorize(broker, request, operation, resource, key)
     check_coordinator(broker, key)
+
+
+def authorize_txn_coordinated(broker: HandlerContext, request: Request[object],
+                              transactional_id: str, group_id: str | None = None) -> None:
+    """A transactional request's checks (``authorize_txn``), then whether this
+    gateway coordinates the transactional id (NOT_COORDINATOR)."""
+    authorize_txn(broker, request, transactional_id, group_id)
+    check_coordinator(broker, transactional_id)
+
+
+def authorize_txn_offsets(broker: HandlerContext, request: Request[object],
+                          transactional_id: str, group_id: str) -> None:
+    """TxnOffsetCommit's checks: it goes to the group's coordinator, as in Kafka."""
+    authorize_txn(broker, request, transactional_id, group_id)
+    check_coordinator(broker, group_id)
