@@ -15,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
+import asyncpg
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -56,11 +57,13 @@ def leaders(gateway: GatewayProcess, topic: str) -> tuple[set[int], dict[int, in
     return set(meta.brokers), {p.id: p.leader for p in found.partitions.values()}
 
 
-def wait_balanced(gateways: list[GatewayProcess], topic: str,
-                  live: set[int]) -> tuple[float, dict[int, int]]:
+def wait_balanced(gateways: list[GatewayProcess], topic: str, live: set[int],
+                  balanced: bool = True) -> tuple[float, dict[int, int]]:
     """Seconds until every gateway's Metadata lists exactly ``live`` and every
-    partition led by one of them, balanced (counts within one), and the
-    leaders then (partition -> node)."""
+    partition led by one of them, with ``balanced`` within the topic (counts
+    within one: a topic made while all of ``live`` were up; the cluster
+    balances all partitions together), and the leaders then (partition ->
+    node)."""
     start = time.monotonic()
     last: object = None
     while time.monotonic() - start < TIMEOUT:
@@ -69,7 +72,7 @@ def wait_balanced(gateways: list[GatewayProcess], topic: str,
         if all(brokers == live and len(parts) == PARTITIONS
                and set(parts.values()) <= live for brokers, parts in views):
             counts = Counter(views[0][1].values())
-            if max(counts.values()) - min(counts[n] for n in live) <= 1:
+            if not balanced or max(counts.values()) - min(counts[n] for n in live) <= 1:
                 return time.monotonic() - start, views[0][1]
         time.sleep(0.1)
     raise AssertionError(f"not balanced over {live} in {TIMEOUT} s: {last}")
@@ -218,7 +221,7 @@ def test_kill_9_of_a_gateway_mid_produce_loses_and_duplicates_nothing_acknowledg
     assert victim.process is not None and victim.process.poll() is not None  # the fault landed
     produce_for(0.5)
     # Failover: until the survivors' Metadata has every partition led by them.
-    wait_balanced(cluster[:2], topic, {1, 2})
+    wait_balanced(cluster[:2], topic, {1, 2}, balanced=False)
     failover = time.monotonic() - killed_at
     produce_for(1.0)
     assert producer.flush(TIMEOUT) == 0
@@ -261,3 +264,51 @@ def test_a_consumer_group_across_the_cluster_consumes_and_commits(
         assert sum(ends) == 600
     finally:
         consumer.close()
+
+
+async def leaders_in_db(pg: PostgresServer) -> Counter[int | None]:
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        return Counter(row["leader_node"] for row in await conn.fetch(
+            "SELECT leader_node FROM kafka_gateway.partitions"))
+    finally:
+        await conn.close()
+
+
+def test_a_restarted_gateway_takes_its_share_back_and_clients_follow(
+        cluster: list[GatewayProcess], pg_server: PostgresServer) -> None:
+    """Node 3 (killed above) starts again: a new incarnation, which the live
+    gateways hand partitions over to while a producer and a consumer run
+    through the cluster; nothing is lost or read twice."""
+    topic = "pg-cluster-e2e"
+    victim = cluster[2]
+    assert victim.process is not None and victim.process.poll() is not None  # still down
+    _, before = wait_balanced(cluster[:2], topic, {1, 2}, balanced=False)
+    assert 3 not in before.values()
+    assert 3 not in asyncio.run(leaders_in_db(pg_server))
+    producer = Producer({"bootstrap.servers": cluster[0].bootstrap,
+                         "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    failures: list[object] = []
+    values = [b"back-%d" % i for i in range(900)]
+    for value in values[:300]:
+        producer.produce(topic, value, on_delivery=lambda err, _m: err and failures.append(err))
+    producer.poll(0)
+    victim.start()
+    for value in values[300:]:
+        producer.produce(topic, value, on_delivery=lambda err, _m: err and failures.append(err))
+        producer.poll(0.001)
+    wait_balanced(cluster, topic, {1, 2, 3}, balanced=False)
+    start = time.monotonic()
+    while True:  # the newcomer's share of all partitions (of every topic)
+        counts = asyncio.run(leaders_in_db(pg_server))
+        if set(counts) == {1, 2, 3} and max(counts.values()) - min(counts.values()) <= 1:
+            break
+        assert time.monotonic() - start < TIMEOUT, counts
+        time.sleep(0.2)
+    assert producer.flush(TIMEOUT) == 0
+    assert failures == []
+    got = consume_all(cluster[2], topic, 600 + len(values))
+    counts = Counter(got)
+    assert [v for v, n in counts.items() if n > 1] == []
+    assert set(values) <= set(got)
+    assert len(got) == 600 + len(values)
