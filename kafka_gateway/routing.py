@@ -63,6 +63,12 @@ def check_leader(broker: HandlerContext, topic: str, index: int) -> None:
         raise NotLeaderOrFollower()
 
 
+def coordinates(broker: HandlerContext, key: str) -> bool:
+    """This gateway coordinates the group or transactional id (a node alone: every one)."""
+    cluster = broker.engine.cluster()
+    return cluster is None or cluster.coordinates(key)
+
+
 def check_coordinator(broker: HandlerContext, key: str) -> None:
     """NOT_COORDINATOR unless this gateway coordinates the group or transactional id."""
     cluster = broker.engine.cluster()
