@@ -171,6 +171,10 @@ class PgNodeStorage:
                     records = self._records_factory(self.writer, schema, kind)
                     await records.load(conn)
                     self._records[kind] = records
+            if self.settings.cluster is not None:
+                # Routing answers "no leader yet" until the gateway has joined.
+                self._cluster = PgCluster(self.dsn, schema, self._catalog,
+                                          self.settings.cluster, self._offsets)
         finally:
             await conn.close()
         log.info("PostgreSQL store: %d topics, %d partitions %s (schema %s)",
@@ -181,13 +185,12 @@ class PgNodeStorage:
     async def join_cluster(self, listeners: list[Listener]) -> None:
         """Register this gateway with its advertised listeners and lead its
         share of the partitions and coordinator slots (``settings.cluster``)."""
-        assert self.settings.cluster is not None, "no cluster settings"
-        self._cluster = PgCluster(self.dsn, self.settings.schema, self.catalog,
-                                  self.settings.cluster, self._offsets)
+        assert self._cluster is not None, "no cluster settings, or not started"
         await self._cluster.join(listeners)
 
     def cluster(self) -> PgCluster | None:
-        """The routing view once joined (None: not in a cluster)."""
+        """The routing view (None: not in a cluster); before ``join_cluster``
+        it knows no leader and no coordinator."""
         return self._cluster
 
     async def close(self) -> None:
