@@ -19,10 +19,11 @@ from pgstore.cluster import ClusterSettings
 from pgstore.engine_seam_check import node as as_node
 from pgstore.membership import Listener
 from pgstore.node import PgNodeSettings, PgNodeStorage
-from tablets.errors import NotLeader
+from tablets.errors import NotLeader, StorageError
 from testkit import postgres
 from testkit.batches import make_batch
 from testkit.postgres import PostgresServer
+from txn.producer_ids import ProducerIds
 
 pg_server = postgres.server_fixture("module")
 TIMEOUT = 60
@@ -122,6 +123,36 @@ def test_two_gateways_share_partitions_see_each_others_topics_and_hand_over(
             assert result.base_offset == 1
         assert [x.node_id for x in cb.brokers("PLAINTEXT")] == [2]
         print(f"partitions of a cleanly stopped gateway led again after {took:.2f} s")
+        await b.close()
+
+    run(body)
+
+
+def test_producer_ids_handed_out_through_two_gateways_are_never_the_same(
+        pg_server: PostgresServer) -> None:
+    """Each gateway allocates from the counter it last saw; one that another
+    gateway already moved past is refused (retriably), never given twice."""
+    schema = f"cluster_{uuid.uuid4().hex[:10]}"
+
+    async def body() -> None:
+        a = await gateway(pg_server, schema, 1)
+        b = await gateway(pg_server, schema, 2)
+        given: list[int] = []
+        refused = 0
+        for node in (a, b, a, b, b, a):
+            ids = ProducerIds(node.transaction_storage())
+            for _ in range(3):  # each allocator starts from the value its gateway saw
+                change = node.transaction_storage().begin()
+                pid = ids.allocate(change)
+                try:
+                    await node.transaction_storage().commit(change)
+                except StorageError:
+                    refused += 1
+                    continue
+                given.append(pid)
+        assert len(given) == len(set(given)), given
+        assert refused > 0  # the premise: gateways did race for the same values
+        await a.close()
         await b.close()
 
     run(body)
