@@ -89,6 +89,12 @@ class NotLeaderOrFollower(KafkaError):
     code = ErrorCode.not_leader_or_follower
 
 
+class NotCoordinator(KafkaError):
+    """Another gateway of the cluster coordinates the key (kafka_gateway/routing.py)."""
+
+    code = ErrorCode.not_coordinator
+
+
 class InvalidTopic(KafkaError):
     code = ErrorCode.invalid_topic_exception
 

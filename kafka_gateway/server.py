@@ -9,7 +9,9 @@ import ipaddress
 import logging
 import signal
 
+from pgstore.cluster import ClusterSettings
 from pgstore.consumer_offsets import PgConsumerOffsets
+from pgstore.membership import Listener as NodeListener
 from pgstore.node import PgNodeSettings, PgNodeStorage
 from pgstore.node_records import PgNodeRecords
 from tablets import CleanerSettings, EngineSettings, StorageEngine
@@ -55,7 +57,10 @@ def open_engine(config: GatewayConfig) -> StorageEngine | PgNodeStorage:
             PgNodeSettings(tail_cache_bytes=config.tail_cache_bytes,
                            topic_defaults=config.topic_defaults(),
                            producer_id_expiration_ms=config.producer_id_expiration_ms,
-                           max_producers_per_partition=config.max_producers_per_partition),
+                           max_producers_per_partition=config.max_producers_per_partition,
+                           cluster=ClusterSettings(
+                               node_id=config.node_id,
+                               lease_seconds=config.broker_session_timeout_ms / 1000)),
             offsets=PgConsumerOffsets, records=PgNodeRecords,
         )
     return StorageEngine(
@@ -121,6 +126,11 @@ class GatewayServer:
         self._txn_expiry = loop.create_task(self._txn_expiry_loop())
         for index, listener in enumerate(self.listeners):
             await self._listen(index, listener)
+        if isinstance(self.engine, PgNodeStorage):
+            # Advertised once bound (a port 0 is known only now).
+            await self.engine.join_cluster([
+                NodeListener(item.name, item.advertised_host, item.advertised_port,
+                             item.protocol) for item in self.listeners])
         self._retention = loop.create_task(self._retention_loop())
         if self.config.admin_listen != "off":
             admin_host, _, admin_port = self.config.admin_listen.rpartition(":")

@@ -115,6 +115,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("gateway.transactional.id.max.bytes", "transactional_id_max_bytes", int,
             "longest transactional id (UTF-8 bytes) InitProducerId accepts (INVALID_REQUEST "
             "above it); at most 32767, the protocol's limit and Kafka's"),
+    Setting("broker.session.timeout.ms", "broker_session_timeout_ms", int,
+            "PostgreSQL store (docs/cluster.md): the gateway's lease in the cluster, renewed "
+            "every third of it; a gateway that stops renewing is replaced as leader of its "
+            "partitions and coordinator of its groups within it plus a third"),
     Setting("producer.id.expiration.ms", "producer_id_expiration_ms", int,
             "a partition forgets an idempotent producer idle for this long (its next batch, "
             "mid-sequence, gets UNKNOWN_PRODUCER_ID and the client bumps its epoch)"),
@@ -229,6 +233,7 @@ class GatewayConfig:
     transactional_id_expiration_ms: int = 604_800_000
     transactional_id_max_bytes: int = 4096
     producer_id_expiration_ms: int = 86_400_000
+    broker_session_timeout_ms: int = 9_000  # Kafka's (KRaft) default
     max_producers_per_partition: int = 10_000
     txn_pending_memory_bytes: int = 64 << 20
     txn_pending_disk_bytes: int = 4 << 30

@@ -27,8 +27,14 @@ What it keeps, and what is not on this store yet:
 - the transaction coordinator's storage (``producer_id_storage``): producer ids
   only; whatever a transactional id needs raises ``TransactionsUnavailable``,
   answered INVALID_TXN_STATE (not retried by clients);
+- the cluster (``settings.cluster`` set): ``start`` then claims nothing
+  (every log starts closed), and ``join_cluster`` (once the listeners are
+  bound, so their addresses can be advertised) registers the gateway and
+  leads its share (``pgstore.cluster``); ``cluster()`` is the routing view.
+  Without it, the gateway claims every partition at start (one gateway per
+  database; tests of the engine alone);
 - not yet: transactions, compacted topics
-  (refused at create and alter with INVALID_CONFIG), the cluster (membership, leadership, routing).
+  (refused at create and alter with INVALID_CONFIG).
 """
 
 from __future__ import annotations
@@ -55,9 +61,11 @@ from tablets.seam import (
     WriteStats,
 )
 
+from .cluster import ClusterSettings, PgCluster, announce_topics
 from .important import PgImportantConsumers
 from .log_sql import LogSql
 from .log_state import LogContext
+from .membership import Listener
 from .migrate import migrate, quoted
 from .partition_log import PgPartitionLog
 from .producer_id_storage import PgProducerIdStorage
@@ -84,6 +92,8 @@ class PgNodeSettings:
     producer_id_expiration_ms: int = 86_400_000
     max_producers_per_partition: int = 10_000
     read_connections: int = 4  # the pool reads below the tails use
+    # Several gateways over one database (pgstore.cluster); None: this one claims everything.
+    cluster: ClusterSettings | None = None
 
 
 class LoadedOffsets(ConsumerOffsetStore, Protocol):
@@ -131,6 +141,7 @@ class PgNodeStorage:
         self.retention = NodeRetention(None, self.settings.producer_id_expiration_ms)
         self._cleaner_stats = CleanerStats()  # no compaction on this store: stays zero
         self.cluster_id = ""
+        self._cluster: PgCluster | None = None
 
     # ----------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -145,7 +156,10 @@ class PgNodeStorage:
             await self.writer.start()
             context = LogContext(self.writer, self._pool, LogSql(schema), self.validators)
             self._catalog = PgTopicCatalog(context, self.settings, lambda: self._offsets)
-            await self._catalog.load(conn)
+            clustered = self.settings.cluster is not None
+            if clustered:
+                self._catalog.notify = lambda change, name: announce_topics(change, schema, name)
+            await self._catalog.load(conn, claim=not clustered)
             await self._txn_storage.load(conn)
             if self._offsets_factory is not None:
                 offsets = self._offsets = self._offsets_factory(self.writer, schema)
@@ -157,12 +171,31 @@ class PgNodeStorage:
                     records = self._records_factory(self.writer, schema, kind)
                     await records.load(conn)
                     self._records[kind] = records
+            if self.settings.cluster is not None:
+                # Routing answers "no leader yet" until the gateway has joined.
+                self._cluster = PgCluster(self.dsn, schema, self._catalog,
+                                          self.settings.cluster, self._offsets)
         finally:
             await conn.close()
-        log.info("PostgreSQL store: %d topics, %d partitions claimed (schema %s)",
-                 len(self.catalog.topics), len(self.catalog.logs()), schema)
+        log.info("PostgreSQL store: %d topics, %d partitions %s (schema %s)",
+                 len(self.catalog.topics), len(self.catalog.logs()),
+                 "loaded, led once the cluster hands them out" if clustered else "claimed",
+                 schema)
+
+    async def join_cluster(self, listeners: list[Listener]) -> None:
+        """Register this gateway with its advertised listeners and lead its
+        share of the partitions and coordinator slots (``settings.cluster``)."""
+        assert self._cluster is not None, "no cluster settings, or not started"
+        await self._cluster.join(listeners)
+
+    def cluster(self) -> PgCluster | None:
+        """The routing view (None: not in a cluster); before ``join_cluster``
+        it knows no leader and no coordinator."""
+        return self._cluster
 
     async def close(self) -> None:
+        if self._cluster is not None:
+            await self._cluster.leave()
         await self.writer.close()
         if self._pool is not None:
             await self._pool.close()
@@ -202,7 +235,10 @@ class PgNodeStorage:
 
     async def create_topic(self, name: str, partitions: int,
                            configs: dict[str, str]) -> PgTopic:
-        return await self.catalog.create_topic(name, partitions, configs)
+        topic = await self.catalog.create_topic(name, partitions, configs)
+        if self._cluster is not None:
+            await self._cluster.lead_new()  # its partitions need leaders now
+        return topic
 
     async def delete_topic(self, name: str) -> PgTopic:
         topic = await self.catalog.delete_topic(name)
@@ -214,6 +250,8 @@ class PgNodeStorage:
 
     async def create_partitions(self, name: str, count: int) -> None:
         await self.catalog.create_partitions(name, count)
+        if self._cluster is not None:
+            await self._cluster.lead_new()
 
     async def set_topic_configs(self, name: str, configs: dict[str, str]) -> None:
         await self.catalog.set_topic_configs(name, configs)

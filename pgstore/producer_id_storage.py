@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, NoReturn
 from uuid import UUID
 
-from tablets.errors import TransactionsUnavailable
+from tablets.errors import StorageError, TransactionsUnavailable
 from tablets.seam import (
     AtomicChange,
     CommittedOffset,
@@ -56,8 +56,12 @@ class PgProducerIdStorage:
         self._counters: dict[str, int] = {}
         s = quoted(schema)
         self._select_counters = f"SELECT name, value FROM {s}.counters"
-        self._put_counter = (f"INSERT INTO {s}.counters (name, value) VALUES ($1, $2) "
-                             "ON CONFLICT (name) DO UPDATE SET value = excluded.value")
+        # Only ever forward: several gateways hand out ids from one row, each
+        # from the value it last saw, so a value another gateway already
+        # took is refused (its change fails, retriably) and never given twice.
+        self._put_counter = (f"INSERT INTO {s}.counters AS c (name, value) VALUES ($1, $2) "
+                             "ON CONFLICT (name) DO UPDATE SET value = excluded.value "
+                             "WHERE c.value < excluded.value RETURNING c.value")
 
     async def load(self, conn: Connection) -> None:
         self._counters = {row["name"]: int(row["value"])
@@ -80,7 +84,8 @@ class PgProducerIdStorage:
 
     def set_counter(self, change: AtomicChange, name: str, value: int) -> None:
         assert isinstance(change, PgChange), "a change made by another engine"
-        change.execute(self._put_counter, name, value)
+        change.fence(self._put_counter, name, value, refused=lambda: StorageError(
+            f"counter {name}: {value} was already taken through another gateway; retry"))
 
         def durable() -> None:
             self._counters[name] = max(value, self._counters.get(name, value))

@@ -9,10 +9,14 @@ change is one ``PgChange`` through the node's writer: a topic's row with its
 partitions' rows; a deletion (one cascading delete: partitions, batches and
 their bytes, producers); new partitions; config overrides.
 
-At start-up (``load``) the node claims every partition: one statement bumps
-every partition's leader epoch, so a gateway started later on the same
-database fences this one's writes (``PgAppends``), and the logs are built
-from the rows as claimed.
+At start-up (``load``), a gateway alone (no cluster) claims every
+partition: one statement bumps every partition's leader epoch, so a gateway
+started later on the same database fences this one's writes
+(``PgAppends``), and the logs are built from the rows as claimed. In a
+cluster (``claim=False``) nothing is claimed: every log starts closed
+(``fenced``) and ``pgstore.cluster`` opens those the gateway comes to lead;
+each topic change then also notifies the other gateways (``notify``), which
+reread the catalog (``refresh``).
 """
 
 from __future__ import annotations
@@ -96,6 +100,11 @@ class PgTopicCatalog:
         self.topics: dict[str, PgTopic] = {}
         self.by_id: dict[UUID, PgTopic] = {}
         self.by_collision_key: dict[str, PgTopic] = {}
+        # In a cluster: logs start closed, and each change tells the others.
+        self.claims = True
+        self.notify: Callable[[PgChange, str], None] | None = None
+        self._creating: set[str] = set()  # registered, not yet committed
+        self._deleting: set[UUID] = set()  # unregistered, not yet committed
         s = context.sql.schema
         self._sql_topic = (f"INSERT INTO {s}.topics (topic_id, name, configs, created_ms) "
                            "VALUES ($1, $2, $3::jsonb, $4)")
@@ -107,11 +116,14 @@ class PgTopicCatalog:
         self._sql_configs = f"UPDATE {s}.topics SET configs = $2::jsonb WHERE topic_id = $1"
 
     # ------------------------------------------------------------ start-up
-    async def load(self, conn: Connection) -> None:
-        """Claim every partition (its leader epoch bumped) and build the logs."""
+    async def load(self, conn: Connection, claim: bool = True) -> None:
+        """Build the logs; with ``claim``, claim every partition first (its
+        leader epoch bumped), else every log starts closed."""
         s = self.context.sql.schema
+        self.claims = claim
         async with conn.transaction():
-            await conn.execute(f"UPDATE {s}.partitions SET leader_epoch = leader_epoch + 1")
+            if claim:
+                await conn.execute(f"UPDATE {s}.partitions SET leader_epoch = leader_epoch + 1")
             topics = await conn.fetch(f"SELECT topic_id, name, configs FROM {s}.topics")
             rows = await conn.fetch(f"""
                 SELECT p.log_id, p.topic_id, p.partition, p.leader_epoch, p.log_start_offset,
@@ -143,6 +155,43 @@ class PgTopicCatalog:
                                                   producers.get(loaded.log_id, [])))
             self._register(topic)
         self._share_tail_budget()
+
+    async def refresh(self, conn: Connection) -> None:
+        """Catch up with topic changes other gateways made: topics made (their
+        logs closed), deleted (released), new partitions, changed configs."""
+        s = self.context.sql.schema
+        async with conn.transaction(isolation="repeatable_read", readonly=True):
+            topics = await conn.fetch(f"SELECT topic_id, name, configs FROM {s}.topics")
+            rows = await conn.fetch(f"SELECT log_id, topic_id, partition, leader_epoch "
+                                    f"FROM {s}.partitions ORDER BY topic_id, partition")
+        by_topic: dict[UUID, list[Any]] = defaultdict(list)
+        for row in rows:
+            by_topic[row["topic_id"]].append(row)
+        present = {record["topic_id"] for record in topics}
+        for topic in list(self.topics.values()):
+            if topic.topic_id not in present and topic.name not in self._creating:
+                self._unregister(topic)
+                for partition in topic.partitions:
+                    partition.release()
+                log.info("topic %s was deleted by another gateway", topic.name)
+        for record in topics:
+            if record["topic_id"] in self._deleting:
+                continue
+            known_topic = self.by_id.get(record["topic_id"])
+            if known_topic is None:
+                if record["name"] in self._creating or record["name"] in self.topics:
+                    continue  # a create of this name is in flight here
+                known_topic = PgTopic(record["name"], record["topic_id"],
+                                      json.loads(record["configs"]))
+                self._register(known_topic)
+                log.info("topic %s was made by another gateway", known_topic.name)
+            topic = known_topic
+            configs = json.loads(record["configs"])
+            if configs != topic.configs:
+                topic.configs, topic.settings = configs, None
+            known = len(topic.partitions)
+            self._add_logs(topic, [r for r in by_topic.get(topic.topic_id, [])
+                                   if int(r["partition"]) >= known])
 
     # ------------------------------------------------------------- lookups
     def list_topics(self) -> list[PgTopic]:
@@ -207,16 +256,20 @@ class PgTopicCatalog:
         stored = self.check_new_topic(name, partitions, 1, dict(configs))
         topic = PgTopic(name, uuid.uuid4(), stored)
         self._register(topic)  # before the write lands, so a concurrent create sees it
+        self._creating.add(name)
         change = self.context.writer.begin()
         change.execute(self._sql_topic, topic.topic_id, name, json.dumps(stored), now_ms())
         rows: list[Any] = []
         change.fetch(self._sql_partitions, topic.topic_id, 0, partitions - 1,
                      into=lambda found: rows.__setitem__(slice(None), found))
+        self._announce(change, name)
         try:
             await self.context.writer.commit(change)
         except BaseException:
             self._unregister(topic)
             raise
+        finally:
+            self._creating.discard(name)
         self._add_logs(topic, rows)
         log.info("created topic %s (%d partitions, id %s)", name, partitions, topic.topic_id)
         return topic
@@ -231,7 +284,12 @@ class PgTopicCatalog:
         offsets = self._offsets()
         if offsets is not None:
             offsets.drop_topic(name, change)
-        await self.context.writer.commit(change)
+        self._announce(change, name)
+        self._deleting.add(topic.topic_id)
+        try:
+            await self.context.writer.commit(change)
+        finally:
+            self._deleting.discard(topic.topic_id)
         self._share_tail_budget()
         log.info("deleted topic %s", name)
         return topic
@@ -252,6 +310,7 @@ class PgTopicCatalog:
         rows: list[Any] = []
         change.fetch(self._sql_partitions, topic.topic_id, len(topic.partitions), count - 1,
                      into=lambda found: rows.__setitem__(slice(None), found))
+        self._announce(change, name)
         await self.context.writer.commit(change)
         self._add_logs(topic, rows)
 
@@ -262,24 +321,33 @@ class PgTopicCatalog:
         refuse_compaction(effective(stored, self.settings.topic_defaults))
         change = self.context.writer.begin()
         change.execute(self._sql_configs, topic.topic_id, json.dumps(stored))
+        self._announce(change, name)
         await self.context.writer.commit(change)
         topic.configs = stored
         topic.settings = None
 
     # ------------------------------------------------------------ internals
+    def _announce(self, change: PgChange, name: str) -> None:
+        if self.notify is not None:
+            self.notify(change, name)
+
     def _log(self, topic: PgTopic, index: int, row: LogRow,
              producers: list[tuple[int, ProducerEntry]]) -> PgPartitionLog:
         def settings() -> TabletSettings:
             return self.settings_of(topic)
 
         sql = self.context.sql
-        return PgPartitionLog(self.context, topic.topic_id, index, topic.name, row, settings,
-                              PgProducerRows(sql, row.log_id, producers),
-                              self.settings.tail_cache_bytes)
+        partition = PgPartitionLog(self.context, topic.topic_id, index, topic.name, row,
+                                   settings, PgProducerRows(sql, row.log_id, producers),
+                                   self.settings.tail_cache_bytes)
+        partition.fenced = not self.claims  # in a cluster: opened once led (pgstore.cluster)
+        return partition
 
     def _add_logs(self, topic: PgTopic, rows: list[Any]) -> None:
         for row in sorted(rows, key=lambda r: int(r["partition"])):
             index = int(row["partition"])
+            if index < len(topic.partitions):
+                continue  # already known (a reread raced with this gateway's own change)
             assert index == len(topic.partitions), "partitions are numbered in order"
             topic.partitions.append(self._log(
                 topic, index, LogRow(int(row["log_id"]), int(row["leader_epoch"]), 0, 0, 0, -1),

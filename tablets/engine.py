@@ -245,6 +245,10 @@ class StorageEngine:
                                                            self.writer)
         return found
 
+    def cluster(self) -> None:
+        """One node alone: it leads every partition and coordinates every key."""
+        return None
+
     def transaction_storage(self) -> RocksTransactionStorage:
         """What the transaction coordinator may ask of this engine."""
         assert self.writer is not None, "engine not started"

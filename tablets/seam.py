@@ -20,7 +20,10 @@ Protocols), at run time by ``tests/test_seam.py``, and by the import rule of
     and the important consumer groups' holds;
   - node records: small node-wide records of one kind (ACLs, SCRAM
     credentials), whole in memory, changed atomically (``node_records``);
-  - consumer offsets: ``consumer_offsets`` (a ``ConsumerOffsetStore``).
+  - consumer offsets: ``consumer_offsets`` (a ``ConsumerOffsetStore``);
+  - the cluster: ``cluster()``, a ``ClusterView`` when several gateways share
+    the store (who is live, who leads each partition, who coordinates each
+    key), None when this node is alone and leads everything (RocksDB).
 
 ``PartitionLog`` -- one partition (Kafka's ``UnifiedLog``), what a handler calls:
   append one batch (idempotence and sequence checks included; acknowledged only
@@ -453,6 +456,49 @@ class NodeStorage(Protocol):
     # the transaction coordinator's side
     def transaction_storage(self) -> TransactionStorage: ...
 
+    # the cluster (None: this node alone leads every partition and coordinates every key)
+    def cluster(self) -> ClusterView | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerAddress:
+    """A live gateway as Metadata and FindCoordinator name it."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+class ClusterView(Protocol):
+    """Several gateways over one store: the view as this gateway last read it.
+    Answers are hints for routing; every write is fenced by the store itself."""
+
+    def brokers(self, listener: str) -> Sequence[BrokerAddress]:
+        """The live gateways, by node id, at their advertised address for the
+        listener of that name (else their first listener)."""
+        ...
+
+    def partition_leader(self, topic: str, index: int) -> int | None:
+        """The node leading the partition (None: no live leader right now)."""
+        ...
+
+    def leader_epoch(self, topic: str, index: int) -> int:
+        """The partition's leader epoch as this gateway knows it (its own when
+        it leads the partition; -1: no leader known)."""
+        ...
+
+    def leads(self, topic: str, index: int) -> bool:
+        """This gateway leads the partition and has opened its log."""
+        ...
+
+    def coordinator(self, key: str) -> int | None:
+        """The node coordinating a group or transactional id (None: none now)."""
+        ...
+
+    def coordinates(self, key: str) -> bool:
+        """This gateway coordinates the key and has loaded its state."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RecoveredBlob:
@@ -550,8 +596,10 @@ __all__ = [
     "AppendResult",
     "AtomicChange",
     "BlobSink",
+    "BrokerAddress",
     "ChangeWriter",
     "CleanerStats",
+    "ClusterView",
     "CommittedOffset",
     "CompactionStatus",
     "ConsumerOffsetStore",

@@ -253,6 +253,11 @@ def describe_groups(groups: Iterable[str], version: int = 5) -> Any:
                  include_authorized_operations=False)
 
 
+def list_groups(states: Iterable[str] = (), version: int = 4) -> Any:
+    s = _schema(16, version)
+    return build(s.ListGroupsRequest, states_filter=tuple(states))
+
+
 def find_coordinator(keys: Iterable[str], key_type: int = 0, version: int = 4) -> Any:
     """``keys``: group ids (key type 0) or transactional ids (1); one before v4."""
     s = _schema(10, version)

@@ -18,7 +18,7 @@ from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, InvalidGroupId, error_code
 from ..groups.coordinator import is_valid_group_id
-from ..security.authorizer import authorize_txn
+from ..routing import authorize_txn_coordinated
 
 if TYPE_CHECKING:
     from kio.schema.add_offsets_to_txn.v0 import request as v0
@@ -41,7 +41,7 @@ async def handle(broker: HandlerContext, request: Request[AddOffsetsToTxnRequest
     schema = response_schema(API_KEY, request.version)
     code = ErrorCode.none
     try:
-        authorize_txn(broker, request, body.transactional_id, body.group_id)
+        authorize_txn_coordinated(broker, request, body.transactional_id, body.group_id)
         if not is_valid_group_id(body.group_id, allow_empty=False):
             raise InvalidGroupId()
         await broker.txns.add_offsets(body.transactional_id, body.producer_id,

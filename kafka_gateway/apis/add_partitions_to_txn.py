@@ -20,8 +20,9 @@ from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
+from ..routing import authorize_txn_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize_txn, denied_names
+from ..security.authorizer import denied_names
 from ..slicing import sliced
 
 if TYPE_CHECKING:
@@ -47,7 +48,8 @@ async def handle(broker: HandlerContext, request: Request[AddPartitionsToTxnRequ
                                         for index in topic.partitions)]
     unknown = {tp async for tp in sliced(wanted) if not broker.engine.has_partition(*tp)}
     codes: dict[tuple[str, int], ErrorCode]
-    txn_denied = code_of(authorize_txn, broker, request, body.v3_and_below_transactional_id)
+    txn_denied = code_of(authorize_txn_coordinated, broker, request,
+                         body.v3_and_below_transactional_id)
     denied = {} if txn_denied else denied_names(broker, request, Operation.WRITE,
                                                 ResourceType.TOPIC, (t for t, _i in wanted))
     if txn_denied:

@@ -18,8 +18,8 @@ from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import error_code
+from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
 
 if TYPE_CHECKING:
     from kio.schema.delete_groups.v0 import request as v0
@@ -42,7 +42,7 @@ async def handle(broker: HandlerContext, request: Request[DeleteGroupsRequest]) 
         return build(schema.DeletableGroupResult, group_id=group_id, error_code=code)
 
     async def delete(group_id: str) -> object:
-        authorize(broker, request, Operation.DELETE, ResourceType.GROUP, group_id)
+        authorize_coordinated(broker, request, Operation.DELETE, ResourceType.GROUP, group_id)
         return answer(group_id, await broker.group_offsets.delete_group(group_id))
 
     results = await answer_each(request.body.groups_names, delete,

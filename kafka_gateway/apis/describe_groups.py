@@ -20,8 +20,8 @@ from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
+from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
 from ..slicing import sliced
 
 if TYPE_CHECKING:
@@ -53,8 +53,8 @@ async def handle(broker: HandlerContext, request: Request[DescribeGroupsRequest]
                   else _NOT_REQUESTED)
     groups = []
     async for group_id in sliced(body.groups):
-        if code := code_of(authorize, broker, request, Operation.DESCRIBE, ResourceType.GROUP,
-                           group_id):
+        if code := code_of(authorize_coordinated, broker, request, Operation.DESCRIBE,
+                           ResourceType.GROUP, group_id):
             groups.append(build(schema.DescribedGroup, error_code=code, group_id=group_id,
                                 group_state="", protocol_type="", protocol_data="",
                                 authorized_operations=_NOT_REQUESTED, members=()))

@@ -24,7 +24,7 @@ from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
-from ..security.authorizer import authorize_txn
+from ..routing import authorize_txn_coordinated
 
 if TYPE_CHECKING:
     from kio.schema.end_txn.v0 import request as v0
@@ -46,7 +46,7 @@ async def handle(broker: HandlerContext, request: Request[EndTxnRequest]) -> Res
     schema = response_schema(API_KEY, request.version)
     code = ErrorCode.none
     try:
-        authorize_txn(broker, request, body.transactional_id)
+        authorize_txn_coordinated(broker, request, body.transactional_id)
         await broker.txns.end_txn(body.transactional_id, body.producer_id, body.producer_epoch,
                                   body.committed, request.connection)
     except EXPECTED as exc:

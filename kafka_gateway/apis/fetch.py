@@ -37,6 +37,7 @@ from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
 from ..leader_epoch import leader_epoch_error
 from ..metrics import Metrics
+from ..routing import leader_epoch
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 from ..slicing import LARGE_RESPONSE_ITEMS, off_loop, sliced
@@ -153,7 +154,11 @@ def _resolve(broker: HandlerContext, key: str | UUID, part: FetchPartition,
         error = ErrorCode.unknown_topic_id if by_id else ErrorCode.unknown_topic_or_partition
     elif not 0 <= part.partition < len(topic.partitions):
         error = ErrorCode.unknown_topic_or_partition
-    elif (fenced := leader_epoch_error(max(getattr(part, "current_leader_epoch", -1), -1))).value:
+    elif (cluster := broker.engine.cluster()) is not None and not cluster.leads(
+            topic.name, part.partition):
+        error = ErrorCode.not_leader_or_follower  # another gateway leads it (routing.py)
+    elif (fenced := leader_epoch_error(max(getattr(part, "current_leader_epoch", -1), -1),
+                                       leader_epoch(broker, topic.name, part.partition))).value:
         error = fenced  # v9+ clients name the epoch they know; Kafka ignores negative ones
     else:
         tablet = topic.partitions[part.partition]

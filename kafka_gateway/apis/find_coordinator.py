@@ -1,5 +1,8 @@
-"""FindCoordinator (key 10), v0-4: this node coordinates every group and
-every transactional id (one node; the scale path places them by hash).
+"""FindCoordinator (key 10), v0-4: the node coordinating a group or a
+transactional id. A node alone coordinates every key; in a cluster of
+gateways over PostgreSQL, the leader of the key's slot (Kafka's placement
+by hash, ``pgstore.leadership``), or COORDINATOR_NOT_AVAILABLE while the
+slot has no live leader (clients retry).
 
 v0 asks for a group; v1-3 add the key type (0 group, 1 transaction); v4
 batches keys and answers one coordinator per key. An unknown key type gets
@@ -20,7 +23,8 @@ from kio.schema.find_coordinator.v4 import request as v4
 from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
-from ..errors import InvalidGroupId, InvalidRequest, code_of
+from ..errors import CoordinatorNotAvailable, InvalidGroupId, InvalidRequest, code_of
+from ..routing import brokers, coordinator
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import authorize
 
@@ -50,6 +54,8 @@ def _check(broker: HandlerContext, request: Request[object], key_type: int, key:
     authorize(broker, request, Operation.DESCRIBE, rtype, key)
     if key_type == GROUP_KEY and "\x00" in key:
         raise InvalidGroupId()
+    if coordinator(broker, key) is None:
+        raise CoordinatorNotAvailable()
 
 
 def _error_for(broker: HandlerContext, request: Request[object], key_type: int,
@@ -61,25 +67,28 @@ async def handle(broker: HandlerContext, request: Request[FindCoordinatorRequest
     schema = response_schema(API_KEY, request.version)
     body = request.body
     key_type = getattr(body, "key_type", GROUP_KEY)
-    host, port = broker.advertised(request)
-    node = broker.node_id
+    live = {b.node_id: b for b in brokers(broker, request)}
 
     # As Kafka: a success says "NONE" (v1-3) or "" (v4, per key).
     success = "" if request.version >= 4 else "NONE"
 
-    def answer(code: ErrorCode) -> dict[str, Any]:
-        """A key's answer: the coordinator (this node), or the error."""
-        ok = code is ErrorCode.none
-        return {"throttle_time": NO_THROTTLE, "error_code": code,
-                "error_message": success if ok else code.name.upper(),
-                "node_id": node if ok else -1, "host": host if ok else "",
-                "port": port if ok else -1}
+    def answer(key: str) -> dict[str, Any]:
+        """A key's answer: its coordinator, or the error."""
+        code = _error_for(broker, request, key_type, key)
+        node = coordinator(broker, key) if code is ErrorCode.none else None
+        if code is ErrorCode.none and node not in live:  # not live as this gateway last read
+            code = ErrorCode.coordinator_not_available
+        if code is not ErrorCode.none or node is None:
+            return {"throttle_time": NO_THROTTLE, "error_code": code,
+                    "error_message": code.name.upper(), "node_id": -1, "host": "", "port": -1}
+        found = live[node]
+        return {"throttle_time": NO_THROTTLE, "error_code": code, "error_message": success,
+                "node_id": node, "host": found.host, "port": found.port}
 
     if isinstance(body, v4.FindCoordinatorRequest):  # v4: a batch of keys
         return build_response(
             schema.FindCoordinatorResponse, throttle_time=NO_THROTTLE, coordinators=tuple(
-                build(schema.Coordinator, key=key,
-                      **answer(_error_for(broker, request, key_type, key)))
+                build(schema.Coordinator, key=key, **answer(key))
                 for key in body.coordinator_keys))
     return build_response(schema.FindCoordinatorResponse,
-                          **answer(_error_for(broker, request, key_type, body.key)))
+                          **answer(body.key))

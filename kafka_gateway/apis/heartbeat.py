@@ -17,8 +17,8 @@ from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
+from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
 
 if TYPE_CHECKING:
     from kio.schema.heartbeat.v0 import request as v0
@@ -39,7 +39,8 @@ VERSIONS = (0, 4)
 
 async def handle(broker: HandlerContext, request: Request[HeartbeatRequest]) -> Response:
     body = request.body
-    code = code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+    code = code_of(authorize_coordinated, broker, request, Operation.READ, ResourceType.GROUP,
+                   body.group_id)
     if not code:
         code = broker.groups.heartbeat(body.group_id, body.generation_id, body.member_id,
                                        getattr(body, "group_instance_id", None))

@@ -28,11 +28,11 @@ from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
+from ..routing import authorize_txn_coordinated
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import (
     authorize_any,
     authorize_cluster,
-    authorize_txn,
     cluster_allowed,
 )
 
@@ -56,7 +56,7 @@ VERSIONS = (0, 4)
 def _authorize(broker: HandlerContext, request: Request[object],
                transactional_id: str | None) -> None:
     if transactional_id is not None:
-        authorize_txn(broker, request, transactional_id)
+        authorize_txn_coordinated(broker, request, transactional_id)
     elif cluster_allowed(broker, request, Operation.IDEMPOTENT_WRITE):
         pass
     elif authorize_any(broker, request, Operation.WRITE, ResourceType.TOPIC):

@@ -31,8 +31,8 @@ from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
 from ..groups import JoinRequest
+from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
 
 if TYPE_CHECKING:
     from kio.schema.join_group.v1 import request as v1
@@ -61,7 +61,7 @@ _MS = datetime.timedelta(milliseconds=1)
 async def handle(broker: HandlerContext, request: Request[JoinGroupRequest]) -> Response:
     body = request.body
     version = request.version
-    if code := code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
+    if code := code_of(authorize_coordinated, broker, request, Operation.READ, ResourceType.GROUP,
                        body.group_id):
         schema = response_schema(API_KEY, version)
         return build_response(schema.JoinGroupResponse, throttle_time=NO_THROTTLE, error_code=code,

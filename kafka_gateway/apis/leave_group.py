@@ -20,8 +20,8 @@ from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
+from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
 
 if TYPE_CHECKING:
     from kio.schema.leave_group.v3 import request as v3
@@ -41,7 +41,7 @@ VERSIONS = (0, 5)
 async def handle(broker: HandlerContext, request: Request[LeaveGroupRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
-    if code := code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
+    if code := code_of(authorize_coordinated, broker, request, Operation.READ, ResourceType.GROUP,
                        body.group_id):
         return build_response(schema.LeaveGroupResponse, throttle_time=NO_THROTTLE, error_code=code,
                               members=())

@@ -3,6 +3,8 @@
 Groups with members, and groups known only by their committed offsets
 (listed as Empty with protocol type "", e.g. after a restart or for
 ``assign()`` consumers). v4 filters by state names, case-insensitively.
+In a cluster of gateways, only the groups this gateway coordinates (as each
+Kafka broker lists its own; admin clients ask every broker).
 
 With DESCRIBE on the cluster every group is listed; else only those the
 principal may DESCRIBE.
@@ -17,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
+from ..routing import coordinates
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, cluster_allowed
 
@@ -49,7 +52,8 @@ async def handle(broker: HandlerContext, request: Request[ListGroupsRequest]) ->
             build(schema.ListedGroup, group_id=group_id, protocol_type=protocol_type,
                   group_state=state)
             for group_id, protocol_type, state in broker.groups.list_groups(states)
-            if everything or allowed(broker, request, Operation.DESCRIBE, ResourceType.GROUP,
-                                     group_id)
+            if coordinates(broker, group_id)
+            and (everything or allowed(broker, request, Operation.DESCRIBE, ResourceType.GROUP,
+                                       group_id))
         ),
     )

@@ -29,6 +29,7 @@ from ..context import HandlerContext
 from ..contract import Response
 from ..errors import InvalidRequest, error_class, error_code
 from ..leader_epoch import leader_epoch_error
+from ..routing import check_leader, leader_epoch
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
 
@@ -77,12 +78,16 @@ async def handle(broker: HandlerContext, request: Request[ListOffsetsRequest]) -
         refuse_denied(denied, topic.name)
         if asked[topic.name, part.partition_index] > 1:  # as Kafka: ambiguous
             raise InvalidRequest()
-        code = leader_epoch_error(getattr(part, "current_leader_epoch", -1))
+        check_leader(broker, topic.name, part.partition_index)
+        epoch = (leader_epoch(broker, topic.name, part.partition_index)
+                 if broker.engine.has_partition(topic.name, part.partition_index)
+                 else LEADER_EPOCH)
+        code = leader_epoch_error(getattr(part, "current_leader_epoch", -1), epoch)
         if code is not ErrorCode.none:
             raise error_class(code)()
         tablet = broker.engine.partition(topic.name, part.partition_index)
         offset, timestamp = await _lookup(tablet, part.timestamp)
-        return _answer(schema, part.partition_index, ErrorCode.none, offset, timestamp)
+        return _answer(schema, part.partition_index, ErrorCode.none, offset, timestamp, epoch)
 
     topics: tuple[ListOffsetsTopic, ...] = request.body.topics
     answered = await each_partition(
@@ -106,7 +111,7 @@ async def _lookup(tablet: PartitionLog, timestamp: int) -> tuple[int, int]:
 
 
 def _answer(schema: ModuleType, index: int, code: ErrorCode, offset: int = -1,
-            timestamp: int = -1) -> object:
+            timestamp: int = -1, epoch: int = LEADER_EPOCH) -> object:
     return build(
         schema.ListOffsetsPartitionResponse,
         partition_index=index,
@@ -114,5 +119,5 @@ def _answer(schema: ModuleType, index: int, code: ErrorCode, offset: int = -1,
         timestamp=timestamp,
         offset=offset,
         # As Kafka: no epoch when no offset was found.
-        leader_epoch=LEADER_EPOCH if code is ErrorCode.none and offset != -1 else -1,
+        leader_epoch=epoch if code is ErrorCode.none and offset != -1 else -1,
     )

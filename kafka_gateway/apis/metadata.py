@@ -1,7 +1,15 @@
-"""Metadata (key 3), v0-12: this node as the only broker and the controller.
+"""Metadata (key 3), v0-12: the live brokers and who leads each partition.
 
-Every partition is led by this node at leader epoch 0 with itself as the only
-replica. Topics are reported with their ids (v10+, Fetch v13 uses them). A
+A node alone (RocksDB) is the only broker and the controller, and leads
+every partition. In a cluster of gateways over PostgreSQL
+(``kafka_gateway/routing.py``) the brokers are the live gateways, each
+partition names its leader (LEADER_NOT_AVAILABLE while it has none, as
+Kafka during an election), with its leader epoch (which grows with every
+change of leader), and this gateway is named the controller. Each
+partition's replica and ISR are its leader alone: the gateways share one log
+in PostgreSQL.
+
+Topics are reported with their ids (v10+, Fetch v13 uses them). A
 requested topic that does not exist is auto-created when the request allows it
 (v4+; always for v0-3) and ``auto.create.topics.enable`` is on; a bad name gets
 INVALID_TOPIC_EXCEPTION.
@@ -22,12 +30,13 @@ from kio.schema.errors import ErrorCode
 
 from tablets import check_topic_name
 from tablets.errors import InvalidTopicName
-from tablets.seam import LEADER_EPOCH, TopicView
+from tablets.seam import TopicView
 
 from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
+from ..routing import brokers, leader_epoch, partition_leader
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, authorize, cluster_allowed
 from ..slicing import sliced
@@ -64,7 +73,6 @@ async def handle(broker: HandlerContext, request: Request[MetadataRequest]) -> R
     schema = response_schema(API_KEY, request.version)
     body = request.body
     version = request.version
-    node = broker.node_id
     requested = body.topics
     if version == 0 and not requested:
         requested = None  # v0: an empty list means every topic
@@ -73,7 +81,7 @@ async def handle(broker: HandlerContext, request: Request[MetadataRequest]) -> R
     topics = []
     secured = broker.authorizer is not None
     if requested is None:
-        topics = [await _topic(schema, t, node)
+        topics = [await _topic(schema, t, broker)
                   async for t in sliced(broker.engine.list_topics())
                   if not secured or allowed(broker, request, Operation.DESCRIBE,
                                             ResourceType.TOPIC, t.name)]
@@ -88,21 +96,20 @@ async def handle(broker: HandlerContext, request: Request[MetadataRequest]) -> R
                 elif secured and (code := _describe(broker, request, topic.name)):
                     topics.append(_error(schema, None, code, topic_id))  # ids are not secret
                 else:
-                    topics.append(await _topic(schema, topic, node))
+                    topics.append(await _topic(schema, topic, broker))
                 continue
             if secured and (code := _describe(broker, request, name or "")):
                 topics.append(_error(schema, name, code))
                 continue
-            topics.append(await _named(broker, request, schema, name or "", allow_create, node))
+            topics.append(await _named(broker, request, schema, name or "", allow_create))
 
-    host, port = broker.advertised(request)
     return build_response(
         schema.MetadataResponse,
         throttle_time=NO_THROTTLE,
-        brokers=(build(schema.MetadataResponseBroker, node_id=node, host=host, port=port,
-                       rack=None),),
+        brokers=tuple(build(schema.MetadataResponseBroker, node_id=b.node_id, host=b.host,
+                            port=b.port, rack=None) for b in brokers(broker, request)),
         cluster_id=broker.cluster_id,
-        controller_id=node,
+        controller_id=broker.node_id,
         topics=tuple(topics),
     )
 
@@ -113,10 +120,10 @@ def _describe(broker: HandlerContext, request: Request[object], name: str) -> Er
 
 
 async def _named(broker: HandlerContext, request: Request[object], schema: ModuleType, name: str,
-                 allow_create: bool, node: int) -> object:
+                 allow_create: bool) -> object:
     topic = broker.engine.find_topic(name)
     if topic is not None:
-        return await _topic(schema, topic, node)
+        return await _topic(schema, topic, broker)
     creating = allow_create and broker.config.auto_create_topics
     if creating and broker.authorizer is not None and not cluster_allowed(
             broker, request, Operation.CREATE) and (code := code_of(
@@ -132,10 +139,10 @@ async def _named(broker: HandlerContext, request: Request[object], schema: Modul
         topic = await broker.auto_create(name)
     except EXPECTED as exc:
         return _error(schema, name, error_code(exc))
-    return await _topic(schema, topic, node)
+    return await _topic(schema, topic, broker)
 
 
-async def _topic(schema: ModuleType, topic: TopicView, node: int) -> object:
+async def _topic(schema: ModuleType, topic: TopicView, broker: HandlerContext) -> object:
     # A topic may have 10,000 partitions and a node hundreds of thousands: in slices.
     return build(
         schema.MetadataResponseTopic,
@@ -144,19 +151,22 @@ async def _topic(schema: ModuleType, topic: TopicView, node: int) -> object:
         topic_id=topic.topic_id,
         is_internal=False,
         partitions=tuple([
-            build(
-                schema.MetadataResponsePartition,
-                error_code=ErrorCode.none,
-                partition_index=index,
-                leader_id=node,
-                leader_epoch=LEADER_EPOCH,
-                replica_nodes=(node,),
-                isr_nodes=(node,),
-                offline_replicas=(),
-            )
+            _partition(schema, index, partition_leader(broker, topic.name, index),
+                       leader_epoch(broker, topic.name, index))
             async for index in sliced(range(len(topic.partitions)))
         ]),
     )
+
+
+def _partition(schema: ModuleType, index: int, leader: int | None, epoch: int) -> object:
+    if leader is None:  # no live leader right now: clients retry, as during an election
+        return build(schema.MetadataResponsePartition,
+                     error_code=ErrorCode.leader_not_available, partition_index=index,
+                     leader_id=-1, leader_epoch=-1, replica_nodes=(), isr_nodes=(),
+                     offline_replicas=())
+    return build(schema.MetadataResponsePartition, error_code=ErrorCode.none,
+                 partition_index=index, leader_id=leader, leader_epoch=epoch,
+                 replica_nodes=(leader,), isr_nodes=(leader,), offline_replicas=())
 
 
 def _error(schema: ModuleType, name: str | None, code: ErrorCode,

@@ -37,8 +37,9 @@ from ..errors import (
     error_class,
     error_code,
 )
+from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, denied_names
+from ..security.authorizer import denied_names
 from ..slicing import sliced
 
 if TYPE_CHECKING:
@@ -78,8 +79,8 @@ async def handle(broker: HandlerContext, request: Request[OffsetCommitRequest]) 
     body = request.body
     max_metadata = broker.config.offset_metadata_max_bytes
     commits: dict[tuple[str, int], OffsetCommit] = {}
-    group_denied = code_of(authorize, broker, request, Operation.READ, ResourceType.GROUP,
-                           body.group_id)
+    group_denied = code_of(authorize_coordinated, broker, request, Operation.READ,
+                           ResourceType.GROUP, body.group_id)
     denied = {} if group_denied else denied_names(broker, request, Operation.READ,
                                                   ResourceType.TOPIC,
                                                   (topic.name for topic in body.topics))

@@ -21,8 +21,9 @@ from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, GroupSubscribedToTopic, UnknownTopicOrPartition, code_of, error_code
+from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, denied_names
+from ..security.authorizer import denied_names
 
 if TYPE_CHECKING:
     from kio.schema.offset_delete.v0 import request as v0
@@ -41,8 +42,8 @@ VERSIONS = (0, 0)
 async def handle(broker: HandlerContext, request: Request[OffsetDeleteRequest]) -> Response:
     schema = response_schema(API_KEY, request.version)
     body = request.body
-    group_code = code_of(authorize, broker, request, Operation.DELETE, ResourceType.GROUP,
-                         body.group_id)
+    group_code = code_of(authorize_coordinated, broker, request, Operation.DELETE,
+                         ResourceType.GROUP, body.group_id)
     protected = None
     if not group_code:
         group_code, protected = broker.group_offsets.check_offset_delete(body.group_id)

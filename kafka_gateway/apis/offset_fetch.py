@@ -29,8 +29,9 @@ from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import code_of
+from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize, denied_names
+from ..security.authorizer import denied_names
 from ..slicing import sliced
 
 if TYPE_CHECKING:
@@ -83,7 +84,8 @@ async def handle(broker: HandlerContext, request: Request[OffsetFetchRequest]) -
 
 
 def _group_denied(broker: HandlerContext, request: Request[object], group_id: str) -> ErrorCode:
-    return code_of(authorize, broker, request, Operation.DESCRIBE, ResourceType.GROUP, group_id)
+    return code_of(authorize_coordinated, broker, request, Operation.DESCRIBE,
+                   ResourceType.GROUP, group_id)
 
 
 async def _group(broker: HandlerContext, request: Request[object], schema: ModuleType,

@@ -1,8 +1,13 @@
 """OffsetForLeaderEpoch (key 23), v2-4: where a leader epoch ends.
 
 Clients ask it to detect log truncation after a leader change (KIP-320).
-This node has one epoch, so epoch 0 ends at the high watermark; any other
+A node alone has one epoch, so epoch 0 ends at the high watermark; any other
 epoch is unknown here and gets the undefined answer (-1, -1), as in Kafka.
+In a cluster of gateways over PostgreSQL, the leaders share one log that is
+never truncated, and every batch is stamped with epoch 0: any epoch up to
+the partition's current one ends at the high watermark (so a client never
+finds a divergence), and a partition led elsewhere answers
+NOT_LEADER_OR_FOLLOWER.
 Needs DESCRIBE on each topic, or CLUSTER_ACTION on the cluster
 (TOPIC_AUTHORIZATION_FAILED).
 """
@@ -21,6 +26,7 @@ from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
 from ..leader_epoch import leader_epoch_error
+from ..routing import check_leader, leader_epoch
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import cluster_allowed, denied_names
 from ..slicing import sliced
@@ -58,10 +64,15 @@ async def handle(broker: HandlerContext, request: Request[OffsetForLeaderEpochRe
             epoch, end = -1, -1
             try:
                 refuse_denied(denied, topic.topic)
-                code = leader_epoch_error(part.current_leader_epoch)
                 tablet = broker.engine.partition(topic.topic, part.partition)
-                if code is ErrorCode.none and part.leader_epoch == LEADER_EPOCH:
-                    epoch, end = LEADER_EPOCH, tablet.high_watermark
+                check_leader(broker, topic.topic, part.partition)
+                current = leader_epoch(broker, topic.topic, part.partition)
+                code = leader_epoch_error(part.current_leader_epoch, current)
+                clustered = broker.engine.cluster() is not None
+                if code is ErrorCode.none and (
+                        part.leader_epoch == LEADER_EPOCH
+                        or (clustered and 0 <= part.leader_epoch <= current)):
+                    epoch, end = part.leader_epoch, tablet.high_watermark
             except EXPECTED as exc:
                 code = error_code(exc)
             partitions.append(build(schema.EpochEndOffset, error_code=code,

@@ -22,8 +22,8 @@ from ..codec import NO_THROTTLE, Request, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import KafkaError
+from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize
 
 if TYPE_CHECKING:
     from kio.schema.sync_group.v0 import request as v0
@@ -46,7 +46,8 @@ async def handle(broker: HandlerContext, request: Request[SyncGroupRequest]) -> 
     body = request.body
     schema = response_schema(API_KEY, request.version)
     try:
-        authorize(broker, request, Operation.READ, ResourceType.GROUP, body.group_id)
+        authorize_coordinated(broker, request, Operation.READ, ResourceType.GROUP,
+                              body.group_id)
     except KafkaError as exc:
         return build_response(schema.SyncGroupResponse, throttle_time=NO_THROTTLE,
                               error_code=exc.code,

@@ -36,8 +36,9 @@ from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, code_of, error_code
 from ..groups.coordinator import is_valid_group_id, member_tag
+from ..routing import authorize_txn_offsets
 from ..security.acls import Operation, ResourceType
-from ..security.authorizer import authorize_txn, denied_names
+from ..security.authorizer import denied_names
 from ..slicing import sliced
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ async def handle(broker: HandlerContext, request: Request[TxnOffsetCommitRequest
             part.committed_offset, getattr(part, "committed_leader_epoch", -1),
             part.committed_metadata or "")
         async for topic, part in sliced((t, p) for t in body.topics for p in t.partitions)}
-    refused = code_of(authorize_txn, broker, request, body.transactional_id, body.group_id)
+    refused = code_of(authorize_txn_offsets, broker, request, body.transactional_id, body.group_id)
     denied = denied_names(broker, request, Operation.READ, ResourceType.TOPIC,
                           (topic for topic, _index in wanted)) if not refused else {}
     codes = {tp: refused or denied[tp[0]] for tp in wanted if refused or tp[0] in denied}

@@ -1,0 +1,351 @@
+"""Three gateway processes on one throwaway PostgreSQL (docs/cluster.md):
+Metadata from any of them lists the three and balanced leaders;
+confluent-kafka produces to and consumes from a multi-partition topic
+through the cluster (following the leaders); kill -9 of one gateway in the
+middle of an idempotent, acks=all produce: the producer carries on through
+the others once the lease ran out, and every acknowledged record is read
+back exactly once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+
+import asyncpg
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
+
+from kafka_gateway.client import KafkaClient
+from testkit import kafka_requests as rq
+from testkit import postgres
+from testkit.batches import make_batch
+from testkit.gateway import GatewayProcess
+from testkit.postgres import PostgresServer
+
+pg_server = postgres.server_fixture("module")
+TIMEOUT = 60
+LEASE_MS = 3000  # broker.session.timeout.ms: failover within it plus a third
+PARTITIONS = 6
+
+
+@pytest.fixture(scope="module")
+def cluster(pg_server: PostgresServer, tmp_path_factory) -> Iterator[list[GatewayProcess]]:
+    base = tmp_path_factory.mktemp("pg-cluster")
+    gateways = [GatewayProcess(base / f"data-{node}", "--store", pg_server.dsn,
+                               "--node-id", str(node),
+                               "--broker-session-timeout-ms", str(LEASE_MS))
+                for node in (1, 2, 3)]
+    try:
+        for gateway in gateways:
+            gateway.start()
+        yield gateways
+    finally:
+        for gateway in gateways:
+            gateway.kill()
+
+
+def leaders(gateway: GatewayProcess, topic: str) -> tuple[set[int], dict[int, int]]:
+    """(broker ids, partition -> leader id) as one gateway's Metadata says."""
+    meta = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics(topic, timeout=10)
+    found = meta.topics[topic]
+    return set(meta.brokers), {p.id: p.leader for p in found.partitions.values()}
+
+
+def wait_balanced(gateways: list[GatewayProcess], topic: str, live: set[int],
+                  balanced: bool = True) -> tuple[float, dict[int, int]]:
+    """Seconds until every gateway's Metadata lists exactly ``live`` and every
+    partition led by one of them, with ``balanced`` within the topic (counts
+    within one: a topic made while all of ``live`` were up; the cluster
+    balances all partitions together), and the leaders then (partition ->
+    node)."""
+    start = time.monotonic()
+    last: object = None
+    while time.monotonic() - start < TIMEOUT:
+        views = [leaders(g, topic) for g in gateways]
+        last = views
+        if all(brokers == live and len(parts) == PARTITIONS
+               and set(parts.values()) <= live for brokers, parts in views):
+            counts = Counter(views[0][1].values())
+            if not balanced or max(counts.values()) - min(counts[n] for n in live) <= 1:
+                return time.monotonic() - start, views[0][1]
+        time.sleep(0.1)
+    raise AssertionError(f"not balanced over {live} in {TIMEOUT} s: {last}")
+
+
+def create(gateway: GatewayProcess, topic: str) -> None:
+    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
+    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS,
+                                  replication_factor=1)])[topic].result(TIMEOUT)
+
+
+def consume_all(gateway: GatewayProcess, topic: str, count: int) -> list[bytes]:
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": f"{topic}-reader",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    values: list[bytes] = []
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while len(values) < count and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            values.append(message.value())
+        # Anything beyond ``count`` would be a duplicate: read a little longer.
+        quiet = time.monotonic() + 2
+        while time.monotonic() < quiet:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                values.append(message.value())
+    finally:
+        consumer.close()
+    return values
+
+
+def test_metadata_from_any_gateway_lists_three_brokers_and_balanced_leaders(
+        cluster: list[GatewayProcess]) -> None:
+    create(cluster[0], "pg-cluster-meta")
+    _, parts = wait_balanced(cluster, "pg-cluster-meta", {1, 2, 3})
+    assert sorted(Counter(parts.values()).values()) == [2, 2, 2], parts
+
+
+def test_confluent_kafka_produces_and_consumes_through_the_cluster(
+        cluster: list[GatewayProcess]) -> None:
+    topic = "pg-cluster-e2e"
+    create(cluster[1], topic)
+    wait_balanced(cluster, topic, {1, 2, 3})
+    values = [b"v-%d" % i for i in range(600)]
+    producer = Producer({"bootstrap.servers": cluster[0].bootstrap,
+                         "enable.idempotence": True, "linger.ms": 5})
+    failures: list[object] = []
+    for index, value in enumerate(values):
+        producer.produce(topic, value, key=b"%d" % index,
+                         on_delivery=lambda err, _m: err and failures.append(err))
+    assert producer.flush(TIMEOUT) == 0
+    assert failures == []
+    got = consume_all(cluster[2], topic, len(values))
+    assert sorted(got) == sorted(values)
+
+
+def test_requests_to_a_gateway_that_does_not_lead_or_coordinate_are_refused(
+        cluster: list[GatewayProcess]) -> None:
+    """Raw requests, no client's retries: FindCoordinator names the same
+    gateway from all three; the others answer the group's requests
+    NOT_COORDINATOR and a partition's NOT_LEADER_OR_FOLLOWER (storing
+    nothing); the leader and the coordinator answer them."""
+    topic = "pg-cluster-route"
+    create(cluster[0], topic)
+    _, parts = wait_balanced(cluster, topic, {1, 2, 3})
+    by_node = {node: gateway for node, gateway in zip((1, 2, 3), cluster, strict=True)}
+    group = "pg-cluster-route-group"
+
+    async def ask(gateway: GatewayProcess, body: object) -> object:
+        client = await KafkaClient.connect(*gateway.host_port)
+        try:
+            return await client.request(body)
+        finally:
+            await client.close()
+
+    async def body() -> None:
+        found = [(await ask(g, rq.find_coordinator([group]))).coordinators[0] for g in cluster]
+        assert {c.error_code for c in found} == {ErrorCode.none}, found
+        assert len({(c.node_id, c.port) for c in found}) == 1, found
+        coordinator = found[0].node_id
+        assert by_node[coordinator].port == found[0].port
+        for node, gateway in by_node.items():
+            answer = await ask(gateway, rq.offset_fetch(group, topic, [0]))
+            code = answer.groups[0].error_code
+            assert code is (ErrorCode.none if node == coordinator
+                            else ErrorCode.not_coordinator), (node, code)
+            answer = await ask(gateway, rq.heartbeat(group, 1, "nobody"))
+            assert (answer.error_code is ErrorCode.not_coordinator) == (node != coordinator)
+        leader = parts[0]
+        for node, gateway in by_node.items():
+            answer = await ask(gateway, rq.produce([(topic, 0, make_batch([b"%d" % node]))]))
+            code = answer.responses[0].partition_responses[0].error_code
+            assert code is (ErrorCode.none if node == leader
+                            else ErrorCode.not_leader_or_follower), (node, code)
+            answer = await ask(gateway, rq.list_offsets(topic, [(0, -1)]))
+            part = answer.topics[0].partitions[0]
+            if node == leader:
+                assert (part.error_code, part.offset) == (ErrorCode.none, 1)
+                assert part.leader_epoch > 0  # the epoch PostgreSQL gave the leader
+            else:
+                assert part.error_code is ErrorCode.not_leader_or_follower
+
+    asyncio.run(asyncio.wait_for(body(), TIMEOUT))
+
+
+def test_kill_9_of_a_gateway_mid_produce_loses_and_duplicates_nothing_acknowledged(
+        cluster: list[GatewayProcess]) -> None:
+    topic = "pg-cluster-kill"
+    create(cluster[0], topic)
+    _, before = wait_balanced(cluster, topic, {1, 2, 3})
+    victim = cluster[2]  # node 3
+    assert 3 in before.values(), before  # the fault hits partitions it leads
+    producer = Producer({"bootstrap.servers": f"{cluster[0].bootstrap},{cluster[1].bootstrap}",
+                         "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+                         "message.timeout.ms": 60_000})
+    acked: list[bytes] = []
+    failed: list[object] = []
+    lock = threading.Lock()
+
+    def delivered(err: object, message: object) -> None:
+        with lock:
+            if err:
+                failed.append(err)
+            else:
+                acked.append(message.value())  # type: ignore[attr-defined]
+
+    sent = 0
+
+    def produce_for(seconds: float) -> None:
+        nonlocal sent
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            producer.produce(topic, b"k-%d" % sent, key=b"%d" % sent, on_delivery=delivered)
+            sent += 1
+            producer.poll(0.002)
+
+    produce_for(1.5)
+    acked_before = len(acked)
+    assert acked_before > 0, "nothing acknowledged before the kill"
+    victim.kill()
+    killed_at = time.monotonic()
+    assert victim.process is not None and victim.process.poll() is not None  # the fault landed
+    produce_for(0.5)
+    # Failover: until the survivors' Metadata has every partition led by them.
+    wait_balanced(cluster[:2], topic, {1, 2}, balanced=False)
+    failover = time.monotonic() - killed_at
+    produce_for(1.0)
+    assert producer.flush(TIMEOUT) == 0
+    print(f"failover (kill -9 to every partition led by a survivor, lease "
+          f"{LEASE_MS} ms): {failover:.2f} s; acknowledged {len(acked)} of {sent}")
+    assert failed == [], failed[:5]
+    assert len(acked) == sent
+    got = consume_all(cluster[0], topic, sent)
+    counts = Counter(got)
+    duplicates = [v for v, n in counts.items() if n > 1]
+    assert duplicates == [], duplicates[:5]
+    assert set(acked) <= set(got), f"lost {len(set(acked) - set(got))} acknowledged records"
+    assert failover < LEASE_MS / 1000 * 4 / 3 + 5, f"failover took {failover:.2f} s"
+
+
+def produce_values(gateway: GatewayProcess, topic: str, values: list[bytes]) -> None:
+    producer = Producer({"bootstrap.servers": gateway.bootstrap,
+                         "enable.idempotence": True, "linger.ms": 5})
+    failures: list[object] = []
+    for index, value in enumerate(values):  # keyed: every partition gets some
+        producer.produce(topic, value, key=b"%d" % index,
+                         on_delivery=lambda err, _m: err and failures.append(err))
+    assert producer.flush(TIMEOUT) == 0
+    assert failures == []
+
+
+def test_a_consumer_group_across_the_cluster_consumes_and_commits(
+        cluster: list[GatewayProcess]) -> None:
+    """The group's coordinator is the leader of its slot (FindCoordinator);
+    the others answer its requests NOT_COORDINATOR. The consumer reads every
+    record and commits its ends; ListGroups names the group on its
+    coordinator alone."""
+    topic = "pg-cluster-group-topic"
+    group = "pg-cluster-group"
+    running = {node: g for node, g in enumerate(cluster, start=1)
+               if g.process is not None and g.process.poll() is None}
+    live = list(running.values())
+    create(live[0], topic)
+    wait_balanced(live, topic, set(running), balanced=False)
+    produce_values(live[0], topic, [b"g-%d" % i for i in range(300)])
+    consumer = Consumer({"bootstrap.servers": live[-1].bootstrap, "group.id": group,
+                         "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    consumer.subscribe([topic])
+    count = 0
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while count < 300 and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None:
+                assert message.error() is None, message.error()
+                count += 1
+        assert count == 300, f"consumed {count} of 300"
+        consumer.commit(asynchronous=False)
+        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        committed = consumer.committed(parts, TIMEOUT)
+        ends = [consumer.get_watermark_offsets(tp, TIMEOUT)[1] for tp in parts]
+        assert sum(ends) == 300 and 0 not in ends, ends
+        assert [tp.offset for tp in committed] == ends
+    finally:
+        consumer.close()
+
+    async def listed() -> list[list[str]]:
+        out = []
+        for gateway in live:
+            client = await KafkaClient.connect(*gateway.host_port)
+            try:
+                answer = await client.request(rq.list_groups())
+            finally:
+                await client.close()
+            out.append([g.group_id for g in answer.groups])
+        return out
+
+    names = asyncio.run(asyncio.wait_for(listed(), TIMEOUT))
+    assert sum(found.count(group) for found in names) == 1, names
+
+
+async def leaders_in_db(pg: PostgresServer) -> Counter[int | None]:
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        return Counter(row["leader_node"] for row in await conn.fetch(
+            "SELECT leader_node FROM kafka_gateway.partitions"))
+    finally:
+        await conn.close()
+
+
+def test_a_restarted_gateway_takes_its_share_back_and_clients_follow(
+        cluster: list[GatewayProcess], pg_server: PostgresServer) -> None:
+    """Node 3 (killed above) starts again: a new incarnation, which the live
+    gateways hand partitions over to while a producer and a consumer run
+    through the cluster; nothing is lost or read twice."""
+    topic = "pg-cluster-back"
+    victim = cluster[2]
+    victim.kill()  # down already after the kill test; here too when run alone
+    create(cluster[0], topic)
+    produce_values(cluster[0], topic, [b"first-%d" % i for i in range(600)])
+    _, before = wait_balanced(cluster[:2], topic, {1, 2}, balanced=False)
+    assert 3 not in before.values()
+    start = time.monotonic()
+    while 3 in asyncio.run(leaders_in_db(pg_server)):  # the lease of the killed one ran out
+        assert time.monotonic() - start < TIMEOUT
+        time.sleep(0.2)
+    producer = Producer({"bootstrap.servers": cluster[0].bootstrap,
+                         "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+    failures: list[object] = []
+    values = [b"back-%d" % i for i in range(900)]
+    for value in values[:300]:
+        producer.produce(topic, value, on_delivery=lambda err, _m: err and failures.append(err))
+    producer.poll(0)
+    victim.start()
+    for value in values[300:]:
+        producer.produce(topic, value, on_delivery=lambda err, _m: err and failures.append(err))
+        producer.poll(0.001)
+    wait_balanced(cluster, topic, {1, 2, 3}, balanced=False)
+    start = time.monotonic()
+    while True:  # the newcomer's share of all partitions (of every topic)
+        counts = asyncio.run(leaders_in_db(pg_server))
+        if set(counts) == {1, 2, 3} and max(counts.values()) - min(counts.values()) <= 1:
+            break
+        assert time.monotonic() - start < TIMEOUT, counts
+        time.sleep(0.2)
+    assert producer.flush(TIMEOUT) == 0
+    assert failures == []
+    got = consume_all(cluster[2], topic, 600 + len(values))
+    counts = Counter(got)
+    assert [v for v, n in counts.items() if n > 1] == []
+    assert set(values) <= set(got)
+    assert len(got) == 600 + len(values)

@@ -1,0 +1,380 @@
+"""The PostgreSQL engine in a cluster of gateways (``PgCluster``, held by
+``PgNodeStorage`` once it joins): membership, leadership, the topic catalog
+kept current, and the routing view the protocol layer reads (the seam's
+``ClusterView``). docs/cluster.md says how to run it.
+
+    cluster = PgCluster(storage, ClusterSettings(node_id=1, lease_seconds=9))
+    await cluster.join([Listener("PLAINTEXT", "gw1", 9092)])
+    ...
+    await cluster.leave()       # a clean stop: gives up its rows, deregisters
+
+- **Joining** registers the gateway (``pgstore.membership``: node.id, its
+  advertised listeners, a lease renewed every lease/3) and starts its
+  ``pgstore.leadership`` passes. The catalog was loaded without claiming
+  anything: every partition's log starts *closed* (``fenced``: appends
+  answer NOT_LEADER_OR_FOLLOWER, reads are refused by ``leads``).
+- **A partition gained** at an epoch is *opened*: its row and producers are
+  read again (another gateway may have written since), the log takes that
+  epoch and is unfenced. A partition *lost* is closed at once: its tail is
+  dropped, its long-polls woken, its appends fenced (and in PostgreSQL the
+  epoch already moved, so nothing of a write in flight lands).
+- **A coordinator slot gained** has the committed offsets of its groups read
+  again (``load_group``) before ``coordinates`` says yes for its keys.
+- **Topics made by any gateway are seen by all**: a topic change notifies
+  the channel ``<schema>_topics`` inside its own transaction; each gateway
+  listens and rereads the catalog (``PgTopicCatalog.refresh``), also after
+  its listening connection was lost, and when a pass hands it a partition
+  of a topic it does not know yet.
+- **Membership lost**: everything is closed at once. A lease that ran out
+  (the process was paused or cut off) makes the gateway join again as a new
+  incarnation; a newer process of the same node.id (``Superseded``) wins,
+  and this one stays out (it leads nothing; a misconfiguration to fix).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import asyncpg
+
+from tablets.in_memory_batches import InMemoryBatches
+from tablets.seam import BrokerAddress
+
+from .leadership import Leadership, LeadershipChange, coordinator_slot
+from .log_notices import LogNotices
+from .log_sql import load_row
+from .membership import (
+    DEFAULT_LEASE_SECONDS,
+    Listener,
+    Membership,
+    MembershipLost,
+    Superseded,
+)
+from .membership import session_settings as session_settings
+from .migrate import quoted
+from .producer_rows import PgProducerRows
+
+if TYPE_CHECKING:
+    from .partition_log import PgPartitionLog
+    from .topics import PgTopicCatalog
+    from .writer import PgChange
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    node_id: int = 0
+    # broker.session.timeout.ms: a gateway that stops renewing is replaced
+    # as leader within this, plus one pass period (lease/3).
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+
+
+def topics_channel(schema: str) -> str:
+    return f"{schema}_topics"
+
+
+def announce_topics(change: PgChange, schema: str, name: str) -> None:
+    """Tell every gateway, once ``change`` commits, that topic ``name`` changed."""
+    change.execute("SELECT pg_notify($1, $2)", topics_channel(schema), name)
+
+
+class TopicNotices(LogNotices):
+    """One connection listening on the topics' channel; any notice (and every
+    reconnection) makes the gateway reread its catalog."""
+
+    def __init__(self, dsn: str, schema: str, on_topics: Callable[[], None],
+                 on_resync: Callable[[], Awaitable[None]]) -> None:
+        super().__init__(dsn, schema, lambda _log_id, _end: None, on_resync)
+        self.channel = topics_channel(schema)
+        self._on_topics = on_topics
+
+    def _notice(self, _conn: object, _pid: int, _channel: str, payload: object, /) -> None:
+        self.notices += 1
+        self._on_topics()
+
+
+class PgCluster:
+    """This gateway's part in the cluster (see the module's docstring)."""
+
+    def __init__(self, dsn: str, schema: str, catalog: PgTopicCatalog,
+                 settings: ClusterSettings, offsets: object | None = None) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.catalog = catalog
+        self.settings = settings
+        self.node_id = settings.node_id
+        self._offsets = offsets  # PgConsumerOffsets (load_group), or None
+        self._pool: asyncpg.Pool | None = None  # opening logs, rereading topics and groups
+        # The lease's renewals and the passes have their own connections, so
+        # a burst of opening never makes a renewal wait past the lease.
+        self._lease_pool: asyncpg.Pool | None = None
+        self.membership: Membership | None = None
+        self.leadership: Leadership | None = None
+        self._listeners: tuple[Listener, ...] = ()
+        self._notices: TopicNotices | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._open_slots: set[int] = set()  # gained and loaded
+        self._refresh: asyncio.Task[None] | None = None
+        self._refresh_again = False
+        self._leaving = False
+        self.opened = 0  # partitions opened so far (statistics, tests)
+        self.rejoins = 0
+
+    # ------------------------------------------------------------ lifecycle
+    async def join(self, listeners: Sequence[Listener]) -> None:
+        self._listeners = tuple(listeners)
+        settings = session_settings(self.settings.lease_seconds)
+        self._lease_pool = await asyncpg.create_pool(self.dsn, min_size=2, max_size=2,
+                                                     server_settings=settings)
+        self._pool = await asyncpg.create_pool(self.dsn, min_size=1, max_size=2,
+                                               server_settings=settings)
+        self._notices = TopicNotices(self.dsn, self.schema, self.topics_changed,
+                                     self._resync_topics)
+        await self._notices.start()
+        await self._register()
+
+    async def _register(self) -> None:
+        assert self._lease_pool is not None
+        membership = Membership(self._lease_pool, self.schema, self.node_id, self._listeners,
+                                self.settings.lease_seconds, on_lost=self._lost)
+        await membership.start()
+        leadership = Leadership(membership, on_change=self._changed)
+        self.membership, self.leadership = membership, leadership
+        await leadership.start()
+        log.info("node %d joined the cluster (incarnation %d, lease %.1f s): leads %d "
+                 "partitions, %d coordinator slots", self.node_id, membership.incarnation,
+                 self.settings.lease_seconds, len(leadership.led_partitions),
+                 len(leadership.led_slots))
+
+    async def leave(self) -> None:
+        """A clean stop: every row given up (the others take it at their next
+        pass), the node deregistered."""
+        self._leaving = True
+        if self.leadership is not None:
+            with contextlib.suppress(Exception):
+                await self.leadership.stop(give_up=True)
+        if self.membership is not None:
+            with contextlib.suppress(Exception):
+                await self.membership.stop()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._notices is not None:
+            await self._notices.close()
+        for pool in (self._pool, self._lease_pool):
+            if pool is not None:
+                await pool.close()
+
+    async def lead_new(self) -> None:
+        """A pass now, and the partitions it gains opened (a topic was just
+        made here: its partitions need leaders, and this gateway's share is
+        writable when the create is answered). A failure is left to the
+        next periodic pass."""
+        if self.leadership is None or self._leaving:
+            return
+        try:
+            await self.leadership.run_pass()
+        except Exception as exc:
+            log.warning("node %d: pass after a topic change failed: %r", self.node_id, exc)
+            return
+        opening = [t for t in self._tasks if t.get_name() == "open partitions"]
+        if opening:
+            await asyncio.wait(opening)
+
+    def _lost(self, lost: MembershipLost) -> None:
+        if isinstance(lost, Superseded):
+            log.error("node %d: a newer process of this node.id registered (%s): this one "
+                      "leads nothing from now on", self.node_id, lost)
+            return
+        log.error("node %d lost its membership (%s): it leads nothing now and joins again",
+                  self.node_id, lost)
+        if not self._leaving:
+            self._spawn(self._rejoin(), "rejoin")
+
+    async def _rejoin(self) -> None:
+        old = self.leadership
+        if old is not None:
+            await old.stop(give_up=False)  # drops everything (on_change) if not done yet
+        while not self._leaving:
+            try:
+                self.rejoins += 1
+                await self._register()
+                return
+            except Exception as exc:
+                log.warning("node %d: joining again failed (%r); retrying", self.node_id, exc)
+                await asyncio.sleep(self.settings.lease_seconds / 3)
+
+    def _spawn(self, work: Coroutine[object, object, None], name: str) -> None:
+        task = asyncio.get_running_loop().create_task(work, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("node %d: %s failed: %r", self.node_id, task.get_name(), exc)
+
+    # ------------------------------------------------------------ leadership changes
+    def _changed(self, change: LeadershipChange) -> None:
+        by_id = self._logs_by_id()
+        for log_id in change.partitions_lost:
+            found = by_id.get(log_id)
+            if found is not None:
+                close(found)
+        for slot in change.slots_lost:
+            self._open_slots.discard(slot)
+        if change.partitions_gained:
+            self._spawn(self._open_all(dict(change.partitions_gained)), "open partitions")
+        if change.slots_gained:
+            self._spawn(self._open_slots_of(set(change.slots_gained)), "open slots")
+
+    def _logs_by_id(self) -> dict[int, PgPartitionLog]:
+        return {p.log_id: p for p in self.catalog.logs()}
+
+    def _current(self) -> bool:
+        """This process is the node's live incarnation, as last read (another
+        process of the same node.id would lead the same rows)."""
+        lead, member = self.leadership, self.membership
+        return (lead is not None and member is not None and member.active
+                and any(n.node_id == self.node_id and n.incarnation == member.incarnation
+                        for n in lead.nodes))
+
+    async def _open_all(self, gained: dict[int, int]) -> None:
+        assert self._pool is not None
+        if not self._current():
+            return
+        by_id = self._logs_by_id()
+        if any(log_id not in by_id for log_id in gained):
+            await self.refresh_topics()  # a topic another gateway made
+            by_id = self._logs_by_id()
+        sql = self.catalog.context.sql
+        async with self._pool.acquire() as conn:
+            for log_id, epoch in sorted(gained.items()):
+                partition = by_id.get(log_id)
+                if partition is None or partition.deleted:
+                    continue
+                row = await load_row(conn, sql, log_id, partition.mean_batch_bytes)
+                producers = await PgProducerRows.fetch(conn, sql, log_id)
+                if (row is None or row.leader_epoch != epoch or not self._current()
+                        or self.leadership is None
+                        or self.leadership.partition_epoch(log_id) != epoch):
+                    continue  # moved again meanwhile: the next change says so
+                partition.leader_epoch = epoch
+                partition.reset_from(row)
+                partition.producer_rows.loaded = producers.loaded
+                partition.producer_states.load()
+                partition.fenced = False
+                self.opened += 1
+        log.info("node %d opened %d partitions", self.node_id, len(gained))
+
+    async def _open_slots_of(self, slots: set[int]) -> None:
+        """Reread the committed offsets of the slots' groups (another
+        coordinator may have committed), then coordinate them."""
+        assert self._pool is not None
+        load_group = getattr(self._offsets, "load_group", None)
+        if load_group is not None:
+            async with self._pool.acquire() as conn:
+                groups = await conn.fetch(
+                    f"SELECT DISTINCT group_id FROM {quoted(self.schema)}.consumer_offsets")
+                for row in groups:
+                    if coordinator_slot(row["group_id"]) in slots:
+                        await load_group(conn, row["group_id"])
+        lead = self.leadership
+        if lead is not None and self._current():
+            self._open_slots |= {s for s in slots if lead.slot_epoch(s) is not None}
+
+    # ------------------------------------------------------------ topics
+    def topics_changed(self) -> None:
+        """A topic notice: reread the catalog (one reread at a time; a notice
+        during one makes another follow)."""
+        if self._refresh is not None and not self._refresh.done():
+            self._refresh_again = True
+            return
+        self._refresh = asyncio.get_running_loop().create_task(self._refresh_loop(),
+                                                               name="topic refresh")
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            self._refresh_again = False
+            try:
+                await self.refresh_topics()
+            except Exception as exc:
+                log.warning("node %d: topic catalog reread failed: %r", self.node_id, exc)
+            if not self._refresh_again:
+                return
+
+    async def _resync_topics(self) -> None:
+        if self._pool is not None and self.leadership is not None:
+            await self.refresh_topics()
+
+    async def refresh_topics(self) -> None:
+        assert self._pool is not None
+        async with self._pool.acquire() as conn:
+            await self.catalog.refresh(conn)
+        if self.leadership is not None:  # partitions led here whose log was not known yet
+            by_id = self._logs_by_id()
+            missing = {log_id: epoch for log_id, epoch in self.leadership.led_partitions.items()
+                       if log_id in by_id and by_id[log_id].fenced}
+            if missing:
+                self._spawn(self._open_all(missing), "open partitions")
+
+    # ------------------------------------------------------------ the seam's ClusterView
+    def brokers(self, listener: str) -> list[BrokerAddress]:
+        lead = self.leadership
+        if lead is None:
+            return []
+        out = []
+        for node in lead.nodes:
+            if not node.listeners:
+                continue
+            chosen = next((x for x in node.listeners if x.name == listener), node.listeners[0])
+            out.append(BrokerAddress(node.node_id, chosen.host, chosen.port))
+        return out
+
+    def partition_leader(self, topic: str, index: int) -> int | None:
+        lead = self.leadership
+        if lead is None:
+            return None
+        found = lead.partition_leader(self.catalog.partition(topic, index).log_id)
+        if found is None or found.leader_node is None or found.leader_node not in lead.live:
+            return None
+        return found.leader_node
+
+    def leader_epoch(self, topic: str, index: int) -> int:
+        partition = self.catalog.partition(topic, index)
+        if not partition.fenced and not partition.deleted:
+            return partition.leader_epoch
+        lead = self.leadership
+        found = None if lead is None else lead.partition_leader(partition.log_id)
+        return -1 if found is None or found.leader_node is None else found.epoch
+
+    def leads(self, topic: str, index: int) -> bool:
+        partition = self.catalog.partition(topic, index)
+        return not partition.fenced and not partition.deleted
+
+    def coordinator(self, key: str) -> int | None:
+        lead = self.leadership
+        if lead is None:
+            return None
+        _, found = lead.coordinator(key)
+        if found is None or found.leader_node is None or found.leader_node not in lead.live:
+            return None
+        return found.leader_node
+
+    def coordinates(self, key: str) -> bool:
+        lead = self.leadership
+        slot = coordinator_slot(key)
+        return lead is not None and slot in self._open_slots and lead.slot_epoch(slot) is not None
+
+
+def close(partition: PgPartitionLog) -> None:
+    """This gateway no longer leads the partition: refuse its writes, drop its
+    tail, wake its long-polls (their next read is refused)."""
+    partition.fenced = True
+    partition.tail = InMemoryBatches()
+    partition.wake_waiters()
