@@ -22,6 +22,11 @@ fresh cluster in a temporary directory, on a free loopback port.
   it (``-m immediate``) and deletes its directory when this process dies
   without stopping it (``kill -9`` of the test run: the watchdog sees its pipe
   from us close).
+- Faults: ``kill`` SIGKILLs the postmaster (a crash) and returns once it and
+  its processes are gone and the port is closed; ``start_again`` starts it
+  again (crash recovery); ``restart`` is ``pg_ctl stop -m fast`` then start,
+  on the same port; ``promote`` is ``pg_ctl promote -w``; ``psql`` runs SQL.
+  A primary with a streaming standby: ``testkit/pg_replication.py``.
 """
 
 from __future__ import annotations
@@ -130,12 +135,16 @@ class PostgresServer:
 
     @property
     def pid(self) -> int | None:
-        """The postmaster's pid, from its pid file (None when it is not running)."""
+        """The postmaster's pid, from its pid file (None when it is not running:
+        no file, or the file left by a killed server, whose pid may since name
+        another process)."""
         try:
             first = (self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0]
-        except (FileNotFoundError, AssertionError):
+            pid = int(first)
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, AssertionError, ValueError):
             return None
-        return int(first)
+        return pid if alive(pid) and str(self.data_dir).encode() in command else None
 
     # ------------------------------------------------------------ lifecycle
     def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -155,30 +164,113 @@ class PostgresServer:
                 [sys.executable, "-c", _WATCHDOG, str(self.root), str(self.bin / "pg_ctl"),
                  *_as_owner()],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            init = self._run(str(self.bin / "initdb"), "-D", str(self.data_dir), "-U", USER,
-                             "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync")
-            if init.returncode != 0:
-                raise RuntimeError(f"initdb failed ({init.returncode}):\n{init.stdout}"
-                                   f"{init.stderr}")
+            self._create_data()
             self.port = free_port()
-            options = {
-                "port": str(self.port),
-                "listen_addresses": "127.0.0.1",
-                "unix_socket_directories": str(self.root),
-                **self.settings,
-            }
-            line = " ".join(f"-c {name}={value}" for name, value in options.items())
-            started = self._run(str(self.bin / "pg_ctl"), "start", "-D", str(self.data_dir),
-                                "-l", str(self.log_path), "-o", line, "-w",
-                                "-t", str(int(self.startup_timeout)))
-            if started.returncode != 0:
-                raise RuntimeError(f"pg_ctl start failed ({started.returncode}):\n"
-                                   f"{started.stdout}{started.stderr}\n--- server log:\n"
-                                   f"{self._log_tail()}")
+            self._launch()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _create_data(self) -> None:
+        """Make the data directory (here ``initdb``; a standby copies its primary's)."""
+        init = self._run(str(self.bin / "initdb"), "-D", str(self.data_dir), "-U", USER,
+                         "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync")
+        if init.returncode != 0:
+            raise RuntimeError(f"initdb failed ({init.returncode}):\n{init.stdout}"
+                               f"{init.stderr}")
+
+    def _launch(self) -> None:
+        """``pg_ctl start -w`` on the existing data directory, at ``self.port``."""
+        options = {
+            "port": str(self.port),
+            "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": str(self.root),
+            **self.settings,
+        }
+        line = " ".join(f"-c {name}={value}" for name, value in options.items())
+        started = self._run(str(self.bin / "pg_ctl"), "start", "-D", str(self.data_dir),
+                            "-l", str(self.log_path), "-o", line, "-w",
+                            "-t", str(int(self.startup_timeout)),
+                            timeout=self.startup_timeout + 60)
+        if started.returncode != 0:
+            raise RuntimeError(f"pg_ctl start failed ({started.returncode}):\n"
+                               f"{started.stdout}{started.stderr}\n--- server log:\n"
+                               f"{self._log_tail()}")
+
+    # ------------------------------------------------------------ faults and HA
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        """Run ``sql`` with psql over TCP (unaligned, tuples only); its output.
+        Raises when psql fails."""
+        done = self._run(str(self.bin / "psql"), "-X", "-h", "127.0.0.1", "-p",
+                         str(self.port), "-U", USER, "-d", database, "-v", "ON_ERROR_STOP=1",
+                         "-At", "-c", sql,
+                         timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"psql on port {self.port} failed ({done.returncode}): "
+                               f"{done.stderr.strip()}")
+        return done.stdout.strip()
+
+    def restart(self, mode: str = "fast") -> None:
+        """Stop the server (``pg_ctl stop -m mode``: sessions are ended, nothing
+        committed is lost) and start it again on the same port."""
+        stopped = self._run(str(self.bin / "pg_ctl"), "stop", "-D", str(self.data_dir),
+                            "-m", mode, "-w", "-t", str(STOP_TIMEOUT),
+                            timeout=STOP_TIMEOUT + 30)
+        if stopped.returncode != 0:
+            raise RuntimeError(f"pg_ctl stop -m {mode} failed: {stopped.stderr}")
+        self._launch()
+
+    def kill(self, wait: float = 30.0) -> int:
+        """SIGKILL the postmaster (a crash: no shutdown checkpoint, no goodbye to
+        clients or standbys); return its pid once it and every process it had
+        started are gone and its port is closed. The backends notice their
+        postmaster's death and exit on their own; one still there after
+        ``wait`` seconds is SIGKILLed too (shared memory must be free for a
+        later ``start_again``)."""
+        pid = self.pid
+        assert pid is not None and alive(pid), "kill: the server is not running"
+        children = _children(pid)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + wait
+        while alive(pid) or any(alive(child) for child in children):
+            if time.monotonic() > deadline:
+                for child in children:
+                    if alive(child):
+                        os.kill(child, signal.SIGKILL)
+                deadline = time.monotonic() + wait
+            time.sleep(0.02)
+        assert not alive(pid), f"the postmaster {pid} survived SIGKILL"
+        deadline = time.monotonic() + wait
+        while port_open(self.port):
+            assert time.monotonic() < deadline, f"port {self.port} still open after the kill"
+            time.sleep(0.02)
+        return pid
+
+    def start_again(self) -> None:
+        """Start a server that was killed or stopped (crash recovery after a
+        kill), on the same port."""
+        assert self.pid is None, "start_again: the server is running"
+        # A killed postmaster's pid file names a process that is gone, or a
+        # zombie nobody reaped yet (this machine's init is slow to), which the
+        # new postmaster would take for a running server: ``kill`` waited for
+        # every process of the old one, so the file is stale.
+        # The same holds for its Unix socket's lock file.
+        assert self.root is not None
+        (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
+        (self.root / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
+        self._launch()
+
+    def promote(self) -> None:
+        """``pg_ctl promote -w``: a standby becomes a primary (returns once it
+        accepts writes)."""
+        done = self._run(str(self.bin / "pg_ctl"), "promote", "-D", str(self.data_dir),
+                         "-w", "-t", str(int(self.startup_timeout)),
+                         timeout=self.startup_timeout + 30)
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl promote failed ({done.returncode}): "
+                               f"{done.stdout}{done.stderr}\n--- server log:\n"
+                               f"{self._log_tail()}")
 
     def _log_tail(self, limit: int = 4000) -> str:
         try:
@@ -225,6 +317,21 @@ def _kill_if_alive(pid: int, wait: float = 10.0) -> None:
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + wait
         time.sleep(0.05)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of the processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            found.append(int(entry.name))
+    return found
 
 
 def alive(pid: int) -> bool:
