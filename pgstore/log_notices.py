@@ -113,7 +113,11 @@ class LogNotices:
                     await self._listen()
                     break
                 except (TimeoutError, OSError, asyncpg.PostgresError,
-                        asyncpg.InterfaceError) as exc:
+                        asyncpg.InterfaceError,
+                        # among them TargetServerAttributeNotMatched: every
+                        # host of a multi-host URL answered, none takes writes
+                        # (a switchover under way); it must not end the loop
+                        asyncpg.InternalClientError) as exc:
                     log.warning("PostgreSQL log notices: reconnect failed: %s", exc)
 
     def _notice(self, _conn: Any, _pid: int, _channel: str, payload: object, /) -> None:

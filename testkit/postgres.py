@@ -24,8 +24,9 @@ fresh cluster in a temporary directory, on a free loopback port.
   from us close).
 - Faults: ``kill`` SIGKILLs the postmaster (a crash) and returns once it and
   its processes are gone and the port is closed; ``start_again`` starts it
-  again (crash recovery); ``restart`` is ``pg_ctl stop -m fast`` then start,
-  on the same port; ``promote`` is ``pg_ctl promote -w``; ``psql`` runs SQL.
+  again (crash recovery; also after ``halt``, a ``pg_ctl stop -m fast`` that
+  keeps the directory); ``restart`` is ``halt`` then start, on the same
+  port; ``promote`` is ``pg_ctl promote -w``; ``psql`` runs SQL.
   A primary with a streaming standby: ``testkit/pg_replication.py``.
 """
 
@@ -211,14 +212,18 @@ class PostgresServer:
                                f"{done.stderr.strip()}")
         return done.stdout.strip()
 
-    def restart(self, mode: str = "fast") -> None:
+    def halt(self, mode: str = "fast") -> None:
         """Stop the server (``pg_ctl stop -m mode``: sessions are ended, nothing
-        committed is lost) and start it again on the same port."""
+        committed is lost) and keep its directory, for ``start_again``."""
         stopped = self._run(str(self.bin / "pg_ctl"), "stop", "-D", str(self.data_dir),
                             "-m", mode, "-w", "-t", str(STOP_TIMEOUT),
                             timeout=STOP_TIMEOUT + 30)
         if stopped.returncode != 0:
             raise RuntimeError(f"pg_ctl stop -m {mode} failed: {stopped.stderr}")
+
+    def restart(self, mode: str = "fast") -> None:
+        """``halt`` then start again, on the same port."""
+        self.halt(mode)
         self._launch()
 
     def kill(self, wait: float = 30.0) -> int:
