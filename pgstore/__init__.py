@@ -16,6 +16,8 @@ What exists so far:
   behind the seam;
 - ``writer``: the group-commit writer (one PostgreSQL transaction per group
   of changes);
+- ``connect``: a connection to the host of a multi-host URL that takes
+  writes, each host within its own time limit (PostgreSQL failover);
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
   and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
 - ``important``: important consumer groups' hold on a retention pass;

@@ -26,12 +26,14 @@ fresh cluster in a temporary directory, on a free loopback port.
   its processes are gone and the port is closed; ``start_again`` starts it
   again (crash recovery; also after ``halt``, a ``pg_ctl stop -m fast`` that
   keeps the directory); ``restart`` is ``halt`` then start, on the same
-  port; ``promote`` is ``pg_ctl promote -w``; ``psql`` runs SQL.
+  port; ``promote`` is ``pg_ctl promote -w``; ``freeze`` SIGSTOPs the
+  server's processes (a host gone silent) until ``thaw``; ``psql`` runs SQL.
   A primary with a streaming standby: ``testkit/pg_replication.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -114,6 +116,7 @@ class PostgresServer:
         self.port = 0
         self.root: Path | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
+        self._frozen: list[int] = []  # pids stopped by ``freeze``
 
     # ------------------------------------------------------------ where
     @property
@@ -252,6 +255,26 @@ class PostgresServer:
             time.sleep(0.02)
         return pid
 
+    def freeze(self) -> list[int]:
+        """SIGSTOP the postmaster and every process it started: a server that
+        hangs (a machine gone silent, a network that drops its packets). The
+        kernel still completes TCP handshakes on its port, and nothing ever
+        answers. Returns the pids stopped; ``thaw`` resumes them."""
+        pid = self.pid
+        assert pid is not None, "freeze: the server is not running"
+        self._frozen = [pid, *_children(pid)]
+        for each in self._frozen:
+            os.kill(each, signal.SIGSTOP)
+        for each in self._frozen:
+            _wait_state(each, "T")
+        return list(self._frozen)
+
+    def thaw(self) -> None:
+        for each in self._frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(each, signal.SIGCONT)
+        self._frozen = []
+
     def start_again(self) -> None:
         """Start a server that was killed or stopped (crash recovery after a
         kill), on the same port."""
@@ -288,6 +311,7 @@ class PostgresServer:
         and delete its directory. Safe to call twice, or after a failed start."""
         if self.root is None:
             return
+        self.thaw()  # a frozen server could not stop
         pid = self.pid
         try:
             if pid is not None:
@@ -337,6 +361,20 @@ def _children(pid: int) -> list[int]:
         if ppid == pid:
             found.append(int(entry.name))
     return found
+
+
+def _wait_state(pid: int, state: str, within: float = 10.0) -> None:
+    """Until ``pid``'s state in /proc is ``state`` (T: stopped), or it is gone."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            now = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        if now == state:
+            return
+        assert time.monotonic() < deadline, f"pid {pid} in state {now}, not {state}"
+        time.sleep(0.01)
 
 
 def alive(pid: int) -> bool:
