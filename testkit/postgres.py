@@ -97,6 +97,18 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 root, pg_ctl, *as_owner = sys.argv[1:]
 sys.stdin.buffer.read()
 data = os.path.join(root, "data")
+try:  # a frozen server (``freeze``) must be resumed to be stopped
+    pid = int(open(os.path.join(data, "postmaster.pid")).readline())
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if int(entry) == pid or ppid == pid:
+                os.kill(int(entry), signal.SIGCONT)
+except (OSError, ValueError):
+    pass
 if os.path.exists(os.path.join(data, "postmaster.pid")):
     subprocess.run([*as_owner, pg_ctl, "stop", "-D", data, "-m", "immediate", "-w", "-t", "60"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -219,8 +219,11 @@ class Load:
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        await self.writer.close()
-        await self.notices.close()
+        # Bounded: after a failed check the writer may still be stuck on a
+        # server that hangs, and the test must end all the same.
+        for closing in (self.writer.close(), self.notices.close()):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(closing, 15)
         if self.pool is not None:
             self.pool.terminate()
 
