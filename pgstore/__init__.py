@@ -18,6 +18,8 @@ What exists so far:
   ``producer_rows``; ``producer_id_storage`` (what the engine hands the
   coordinator today: producer ids, no transactions);
   ``engine_seam_check`` holds them to the Protocols under mypy.
+- ``connect``: a connection to the host of a multi-host URL that takes
+  writes, each host within its own time limit (PostgreSQL failover);
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
   and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
 - ``important``: important consumer groups' hold on a retention pass;

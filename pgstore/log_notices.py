@@ -18,7 +18,8 @@ A notice is a hint, never the truth: LISTEN does not survive a broken
 connection, and notices sent while it was down are lost. So after every
 reconnection (and the first connection) ``on_resync()`` runs, for the
 gateway to reread the log ends of the partitions it leads. Reconnection is
-retried, with a growing pause, until ``close``.
+retried, with a growing pause, until ``close``. A ping every ``ping_seconds``
+finds a connection to a server that hangs, which is never reported lost.
 """
 
 from __future__ import annotations
@@ -31,12 +32,25 @@ from typing import Any
 
 import asyncpg
 
+from .connect import connect as connect_any
 from .writer import PgChange
 
 log = logging.getLogger(__name__)
 
 RECONNECT_PAUSE_SECONDS = (0.05, 0.2, 1.0, 2.0)  # then 2 s each time
 CONNECT_TIMEOUT_SECONDS = 10.0
+# A connection to a server that hangs (its machine gone silent, a frozen
+# primary after a failover) is never reported lost: no FIN, no RST, and its
+# kernel may even answer TCP keepalives. So the listener pings every
+# PING_SECONDS, and a ping unanswered after PING_TIMEOUT_SECONDS counts as a
+# lost connection.
+PING_SECONDS = 5.0
+PING_TIMEOUT_SECONDS = 10.0
+_LOST_ERRORS: tuple[type[BaseException], ...] = (
+    TimeoutError, OSError, asyncpg.PostgresError, asyncpg.InterfaceError,
+    # among them TargetServerAttributeNotMatched: every host of a multi-host
+    # URL answered, none takes writes (a switchover under way)
+    asyncpg.InternalClientError)
 
 
 def channel(schema: str) -> str:
@@ -56,8 +70,12 @@ class LogNotices:
 
     def __init__(self, dsn: str, schema: str, on_log_end: Callable[[int, int], None],
                  on_resync: Callable[[], Awaitable[None]], *,
-                 connect: Callable[..., Any] = asyncpg.connect) -> None:
+                 connect: Callable[..., Any] = connect_any,
+                 ping_seconds: float = PING_SECONDS,
+                 ping_timeout: float = PING_TIMEOUT_SECONDS) -> None:
         self.dsn = dsn
+        self._ping_seconds = ping_seconds
+        self._ping_timeout = ping_timeout
         self.channel = channel(schema)
         self._on_log_end = on_log_end
         self._on_resync = on_resync
@@ -100,7 +118,7 @@ class LogNotices:
 
     async def _keep(self) -> None:
         while not self._closing:
-            await self._lost.wait()
+            await self._watch()
             if self._closing:
                 return
             log.warning("PostgreSQL log notices: connection lost; reconnecting")
@@ -112,9 +130,27 @@ class LogNotices:
                 try:
                     await self._listen()
                     break
-                except (TimeoutError, OSError, asyncpg.PostgresError,
-                        asyncpg.InterfaceError) as exc:
+                except _LOST_ERRORS as exc:  # none may end the loop
                     log.warning("PostgreSQL log notices: reconnect failed: %s", exc)
+
+    async def _watch(self) -> None:
+        """Until the connection is lost, or fails to answer a ping in time."""
+        while True:
+            try:
+                await asyncio.wait_for(self._lost.wait(), self._ping_seconds)
+                return
+            except TimeoutError:
+                pass
+            conn = self._conn
+            if conn is None:
+                return
+            try:
+                await asyncio.wait_for(conn.fetchval("SELECT 1"), self._ping_timeout)
+            except _LOST_ERRORS as exc:
+                log.warning("PostgreSQL log notices: no answer to a ping (%r)", exc)
+                conn.terminate()
+                self._lost.set()
+                return
 
     def _notice(self, _conn: Any, _pid: int, _channel: str, payload: object, /) -> None:
         try:

@@ -38,8 +38,11 @@ fail with ``StoreUnavailable``. When it broke after, PostgreSQL may or may not
 have committed: they fail with ``OutcomeUnknown``, and a caller that keeps
 state in memory (a partition's log end) rereads it before writing again. The
 next group opens a new connection (a multi-host URL with
-``target_session_attrs=read-write`` finds a promoted standby), so the writer
-itself never stays failed. Both errors are ``StorageError``s: clients retry.
+``target_session_attrs=read-write`` finds a promoted standby, each host tried
+within its own time limit: ``pgstore.connect``), so the writer itself never
+stays failed. A group not finished within ``group_timeout`` (a server that
+hangs) has its connection terminated, and fails the same way. Both errors
+are ``StorageError``s: clients retry.
 
 Futures resolve in submission order, after the ``on_durable`` callbacks of
 every change of the group ran (in the same order), so a change made visible
@@ -61,6 +64,8 @@ import asyncpg
 from tablets.errors import StorageError
 from tablets.seam import AtomicChange, WriteStats
 
+from .connect import connect as connect_any
+
 log = logging.getLogger(__name__)
 
 # A group takes at most this many changes (a backlog is written in several).
@@ -68,6 +73,12 @@ MAX_GROUP_CHANGES = 1024
 # Whole-group rewrites after a serialisation failure or a deadlock.
 RETRIES = 3
 CONNECT_TIMEOUT_SECONDS = 10.0
+# A group's transaction that has not finished after this is given up: its
+# connection is terminated and its changes fail as any lost connection's do.
+# A server that hangs (a machine gone silent) would otherwise hold the writer,
+# and every change queued behind it, until TCP gives up (many minutes).
+# Kafka's request.timeout.ms is 30 s: the producer has given up by then.
+GROUP_TIMEOUT_SECONDS = 30.0
 
 
 class StoreUnavailable(StorageError):
@@ -168,11 +179,13 @@ _Pending = tuple[PgChange, "asyncio.Future[None]"]
 class PgWriter:
     """One connection, one writer task, one transaction per group."""
 
-    def __init__(self, dsn: str, *, connect: Callable[..., Any] = asyncpg.connect,
-                 max_group_changes: int = MAX_GROUP_CHANGES) -> None:
+    def __init__(self, dsn: str, *, connect: Callable[..., Any] = connect_any,
+                 max_group_changes: int = MAX_GROUP_CHANGES,
+                 group_timeout: float = GROUP_TIMEOUT_SECONDS) -> None:
         self.dsn = dsn
         self._connect = connect
         self._max_group = max_group_changes
+        self._group_timeout = group_timeout
         self._conn: asyncpg.Connection | None = None
         self._queue: list[_Pending] = []
         self._wake = asyncio.Event()
@@ -249,9 +262,16 @@ class PgWriter:
             committing = False
             try:
                 conn = await self._reconnect()
-                async with conn.transaction():
-                    written = await self._run_steps(conn, pending, failed)
-                    committing = True  # leaving the block sends COMMIT
+                # Terminating the connection fails whatever awaits it at once
+                # (the statement, the COMMIT, the rollback on the way out).
+                watchdog = asyncio.get_running_loop().call_later(
+                    self._group_timeout, conn.terminate)
+                try:
+                    async with conn.transaction():
+                        written = await self._run_steps(conn, pending, failed)
+                        committing = True  # leaving the block sends COMMIT
+                finally:
+                    watchdog.cancel()
             except _Refused as refused:  # rolled back: write the rest again without it
                 failed[pending[refused.index][1]] = refused.error
             except _RETRY_ERRORS as exc:

@@ -22,10 +22,18 @@ fresh cluster in a temporary directory, on a free loopback port.
   it (``-m immediate``) and deletes its directory when this process dies
   without stopping it (``kill -9`` of the test run: the watchdog sees its pipe
   from us close).
+- Faults: ``kill`` SIGKILLs the postmaster (a crash) and returns once it and
+  its processes are gone and the port is closed; ``start_again`` starts it
+  again (crash recovery; also after ``halt``, a ``pg_ctl stop -m fast`` that
+  keeps the directory); ``restart`` is ``halt`` then start, on the same
+  port; ``promote`` is ``pg_ctl promote -w``; ``freeze`` SIGSTOPs the
+  server's processes (a host gone silent) until ``thaw``; ``psql`` runs SQL.
+  A primary with a streaming standby: ``testkit/pg_replication.py``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -89,6 +97,18 @@ signal.signal(signal.SIGINT, signal.SIG_IGN)
 root, pg_ctl, *as_owner = sys.argv[1:]
 sys.stdin.buffer.read()
 data = os.path.join(root, "data")
+try:  # a frozen server (``freeze``) must be resumed to be stopped
+    pid = int(open(os.path.join(data, "postmaster.pid")).readline())
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                ppid = int(open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            if int(entry) == pid or ppid == pid:
+                os.kill(int(entry), signal.SIGCONT)
+except (OSError, ValueError):
+    pass
 if os.path.exists(os.path.join(data, "postmaster.pid")):
     subprocess.run([*as_owner, pg_ctl, "stop", "-D", data, "-m", "immediate", "-w", "-t", "60"],
                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -108,6 +128,7 @@ class PostgresServer:
         self.port = 0
         self.root: Path | None = None
         self._watchdog: subprocess.Popen[bytes] | None = None
+        self._frozen: list[int] = []  # pids stopped by ``freeze``
 
     # ------------------------------------------------------------ where
     @property
@@ -130,12 +151,16 @@ class PostgresServer:
 
     @property
     def pid(self) -> int | None:
-        """The postmaster's pid, from its pid file (None when it is not running)."""
+        """The postmaster's pid, from its pid file (None when it is not running:
+        no file, or the file left by a killed server, whose pid may since name
+        another process)."""
         try:
             first = (self.data_dir / "postmaster.pid").read_text().split("\n", 1)[0]
-        except (FileNotFoundError, AssertionError):
+            pid = int(first)
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (FileNotFoundError, ProcessLookupError, AssertionError, ValueError):
             return None
-        return int(first)
+        return pid if alive(pid) and str(self.data_dir).encode() in command else None
 
     # ------------------------------------------------------------ lifecycle
     def _run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -155,30 +180,137 @@ class PostgresServer:
                 [sys.executable, "-c", _WATCHDOG, str(self.root), str(self.bin / "pg_ctl"),
                  *_as_owner()],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            init = self._run(str(self.bin / "initdb"), "-D", str(self.data_dir), "-U", USER,
-                             "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync")
-            if init.returncode != 0:
-                raise RuntimeError(f"initdb failed ({init.returncode}):\n{init.stdout}"
-                                   f"{init.stderr}")
+            self._create_data()
             self.port = free_port()
-            options = {
-                "port": str(self.port),
-                "listen_addresses": "127.0.0.1",
-                "unix_socket_directories": str(self.root),
-                **self.settings,
-            }
-            line = " ".join(f"-c {name}={value}" for name, value in options.items())
-            started = self._run(str(self.bin / "pg_ctl"), "start", "-D", str(self.data_dir),
-                                "-l", str(self.log_path), "-o", line, "-w",
-                                "-t", str(int(self.startup_timeout)))
-            if started.returncode != 0:
-                raise RuntimeError(f"pg_ctl start failed ({started.returncode}):\n"
-                                   f"{started.stdout}{started.stderr}\n--- server log:\n"
-                                   f"{self._log_tail()}")
+            self._launch()
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _create_data(self) -> None:
+        """Make the data directory (here ``initdb``; a standby copies its primary's)."""
+        init = self._run(str(self.bin / "initdb"), "-D", str(self.data_dir), "-U", USER,
+                         "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync")
+        if init.returncode != 0:
+            raise RuntimeError(f"initdb failed ({init.returncode}):\n{init.stdout}"
+                               f"{init.stderr}")
+
+    def _launch(self) -> None:
+        """``pg_ctl start -w`` on the existing data directory, at ``self.port``."""
+        options = {
+            "port": str(self.port),
+            "listen_addresses": "127.0.0.1",
+            "unix_socket_directories": str(self.root),
+            **self.settings,
+        }
+        line = " ".join(f"-c {name}={value}" for name, value in options.items())
+        started = self._run(str(self.bin / "pg_ctl"), "start", "-D", str(self.data_dir),
+                            "-l", str(self.log_path), "-o", line, "-w",
+                            "-t", str(int(self.startup_timeout)),
+                            timeout=self.startup_timeout + 60)
+        if started.returncode != 0:
+            raise RuntimeError(f"pg_ctl start failed ({started.returncode}):\n"
+                               f"{started.stdout}{started.stderr}\n--- server log:\n"
+                               f"{self._log_tail()}")
+
+    # ------------------------------------------------------------ faults and HA
+    def psql(self, sql: str, database: str = "postgres") -> str:
+        """Run ``sql`` with psql over TCP (unaligned, tuples only); its output.
+        Raises when psql fails."""
+        done = self._run(str(self.bin / "psql"), "-X", "-h", "127.0.0.1", "-p",
+                         str(self.port), "-U", USER, "-d", database, "-v", "ON_ERROR_STOP=1",
+                         "-At", "-c", sql,
+                         timeout=60)
+        if done.returncode != 0:
+            raise RuntimeError(f"psql on port {self.port} failed ({done.returncode}): "
+                               f"{done.stderr.strip()}")
+        return done.stdout.strip()
+
+    def halt(self, mode: str = "fast") -> None:
+        """Stop the server (``pg_ctl stop -m mode``: sessions are ended, nothing
+        committed is lost) and keep its directory, for ``start_again``."""
+        stopped = self._run(str(self.bin / "pg_ctl"), "stop", "-D", str(self.data_dir),
+                            "-m", mode, "-w", "-t", str(STOP_TIMEOUT),
+                            timeout=STOP_TIMEOUT + 30)
+        if stopped.returncode != 0:
+            raise RuntimeError(f"pg_ctl stop -m {mode} failed: {stopped.stderr}")
+
+    def restart(self, mode: str = "fast") -> None:
+        """``halt`` then start again, on the same port."""
+        self.halt(mode)
+        self._launch()
+
+    def kill(self, wait: float = 30.0) -> int:
+        """SIGKILL the postmaster (a crash: no shutdown checkpoint, no goodbye to
+        clients or standbys); return its pid once it and every process it had
+        started are gone and its port is closed. The backends notice their
+        postmaster's death and exit on their own; one still there after
+        ``wait`` seconds is SIGKILLed too (shared memory must be free for a
+        later ``start_again``)."""
+        pid = self.pid
+        assert pid is not None and alive(pid), "kill: the server is not running"
+        children = _children(pid)
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + wait
+        while alive(pid) or any(alive(child) for child in children):
+            if time.monotonic() > deadline:
+                for child in children:
+                    if alive(child):
+                        os.kill(child, signal.SIGKILL)
+                deadline = time.monotonic() + wait
+            time.sleep(0.02)
+        assert not alive(pid), f"the postmaster {pid} survived SIGKILL"
+        deadline = time.monotonic() + wait
+        while port_open(self.port):
+            assert time.monotonic() < deadline, f"port {self.port} still open after the kill"
+            time.sleep(0.02)
+        return pid
+
+    def freeze(self) -> list[int]:
+        """SIGSTOP the postmaster and every process it started: a server that
+        hangs (a machine gone silent, a network that drops its packets). The
+        kernel still completes TCP handshakes on its port, and nothing ever
+        answers. Returns the pids stopped; ``thaw`` resumes them."""
+        pid = self.pid
+        assert pid is not None, "freeze: the server is not running"
+        self._frozen = [pid, *_children(pid)]
+        for each in self._frozen:
+            os.kill(each, signal.SIGSTOP)
+        for each in self._frozen:
+            _wait_state(each, "T")
+        return list(self._frozen)
+
+    def thaw(self) -> None:
+        for each in self._frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(each, signal.SIGCONT)
+        self._frozen = []
+
+    def start_again(self) -> None:
+        """Start a server that was killed or stopped (crash recovery after a
+        kill), on the same port."""
+        assert self.pid is None, "start_again: the server is running"
+        # A killed postmaster's pid file names a process that is gone, or a
+        # zombie nobody reaped yet (this machine's init is slow to), which the
+        # new postmaster would take for a running server: ``kill`` waited for
+        # every process of the old one, so the file is stale.
+        # The same holds for its Unix socket's lock file.
+        assert self.root is not None
+        (self.data_dir / "postmaster.pid").unlink(missing_ok=True)
+        (self.root / f".s.PGSQL.{self.port}.lock").unlink(missing_ok=True)
+        self._launch()
+
+    def promote(self) -> None:
+        """``pg_ctl promote -w``: a standby becomes a primary (returns once it
+        accepts writes)."""
+        done = self._run(str(self.bin / "pg_ctl"), "promote", "-D", str(self.data_dir),
+                         "-w", "-t", str(int(self.startup_timeout)),
+                         timeout=self.startup_timeout + 30)
+        if done.returncode != 0:
+            raise RuntimeError(f"pg_ctl promote failed ({done.returncode}): "
+                               f"{done.stdout}{done.stderr}\n--- server log:\n"
+                               f"{self._log_tail()}")
 
     def _log_tail(self, limit: int = 4000) -> str:
         try:
@@ -191,6 +323,7 @@ class PostgresServer:
         and delete its directory. Safe to call twice, or after a failed start."""
         if self.root is None:
             return
+        self.thaw()  # a frozen server could not stop
         pid = self.pid
         try:
             if pid is not None:
@@ -225,6 +358,35 @@ def _kill_if_alive(pid: int, wait: float = 10.0) -> None:
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + wait
         time.sleep(0.05)
+
+
+def _children(pid: int) -> list[int]:
+    """The pids of the processes whose parent is ``pid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            found.append(int(entry.name))
+    return found
+
+
+def _wait_state(pid: int, state: str, within: float = 10.0) -> None:
+    """Until ``pid``'s state in /proc is ``state`` (T: stopped), or it is gone."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            now = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return
+        if now == state:
+            return
+        assert time.monotonic() < deadline, f"pid {pid} in state {now}, not {state}"
+        time.sleep(0.01)
 
 
 def alive(pid: int) -> bool:
