@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -43,14 +44,15 @@ from tablets.errors import (
     NotLeader,
     StorageError,
     TabletError,
-    TransactionsUnavailable,
     UnknownPartition,
+    UnsupportedRecordKind,
 )
-from tablets.producer_rules import CachedBatch, next_seq
+from tablets.producer_rules import REFUSED, CachedBatch, next_seq
 from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink
 
 from .log_sql import load_row
 from .producer_rows import PgProducerRows
+from .txn_publication import log_ref_of
 
 if TYPE_CHECKING:
     from tablets.tablet_settings import TabletSettings
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# A batch header's producer id, epoch and base sequence (bytes 43 to 56).
+_PRODUCER_IDENTITY = slice(43, 57)
 RECENT_BATCHES = 64  # the mean batch size (reads' bound) is over about this many
 
 
@@ -77,6 +81,7 @@ class _Item:
     header: batch_header.BatchHeader
     settings: TabletSettings
     now_ms: int
+    sink: BlobSink | None  # a transactional batch's transaction
 
 
 class PgAppends:
@@ -97,29 +102,50 @@ class PgAppends:
         the producer's sequence or the fence show."""
         log = self._log
         log.check_writable()
-        if sink is not None:
-            raise TransactionsUnavailable(
-                "transactions are not yet available on the PostgreSQL store")
         view = memoryview(records)
         settings = log.settings()
         header = validate.check_header(view, settings)
-        if header.is_transactional:
-            raise TransactionsUnavailable(
-                "transactional batches: transactions are not yet available on the PostgreSQL "
-                "store")
+        if header.is_transactional != (sink is not None):
+            raise UnsupportedRecordKind(
+                "transactional batches need an open transaction" if sink is None else
+                "a transaction's record set holds only transactional batches")
+        if sink is not None and log.context.pending is None:
+            raise UnsupportedRecordKind(f"{log.name}: no transaction storage on this log")
         loop = asyncio.get_running_loop()
         checked: asyncio.Future[int]
         if validate.runs_inline(header):
             checked = loop.create_future()
             checked.set_result(validate.check_records(view, header, settings, now_ms, log.name))
+            if sink is not None:
+                sink.expect()  # settled exactly once from here on
         else:
-            checked = asyncio.wrap_future(log.validators.submit(
-                validate.check_records, view, header, settings, now_ms, log.name), loop=loop)
+            if sink is not None:
+                sink.expect()
+            try:
+                checked = asyncio.wrap_future(log.validators.submit(
+                    validate.check_records, view, header, settings, now_ms, log.name),
+                    loop=loop)
+            except BaseException:
+                if sink is not None:
+                    sink.settled()
+                raise
             checked.add_done_callback(lambda _: self._drain())
         appended: asyncio.Future[AppendResult] = loop.create_future()
-        self._queue.append(_Item(checked, appended, view, header, settings, now_ms))
+        self._queue.append(_Item(checked, appended, view, header, settings, now_ms, sink))
         self._drain()
         return appended
+
+    @property
+    def in_doubt(self) -> bool:
+        """A change failed: no offsets are taken until the row is reread."""
+        return self._doubt
+
+    def doubt(self) -> None:
+        """A change carrying this log's offsets (a commit's) failed or its
+        outcome is unknown: reread the row before taking offsets again."""
+        self._failures += 1
+        self._doubt = True
+        self._maybe_reread()
 
     # ------------------------------------------------------------ in order
     def _drain(self) -> None:
@@ -132,6 +158,8 @@ class PgAppends:
                 return
             item = queue.popleft()
             if item.appended.done():
+                if item.sink is not None:
+                    item.sink.settled()
                 continue
             error: BaseException | None
             if item.checked.cancelled():
@@ -141,9 +169,16 @@ class PgAppends:
             if error is None:
                 try:
                     self._log.check_writable()
-                    self._assign(item)
+                    if item.sink is not None:
+                        self._assign_pending(item, item.sink)
+                    else:
+                        self._assign(item)
                 except TabletError as exc:
                     error = exc
+                    if item.sink is not None:
+                        item.sink.settled()
+            elif item.sink is not None:
+                item.sink.settled()
             if error is not None and not item.appended.done():
                 item.appended.set_exception(error)
 
@@ -183,7 +218,7 @@ class PgAppends:
         change.nbytes = len(data)
         failures = self._failures
         change.on_durable(
-            lambda: log.published(base, end, data, in_order=failures == self._failures))
+            lambda: log.append_durable(base, end, data, in_order=failures == self._failures))
         log.log_end_offset = end
         log.size_bytes += len(data)
         log.running_max_timestamp = running
@@ -192,6 +227,103 @@ class PgAppends:
         append_time = item.now_ms if settings.log_append_time else -1
         self._submit(change, item.appended,
                      AppendResult(base, append_time, log.log_start_offset))
+
+    def _assign_pending(self, item: _Item, sink: BlobSink) -> None:
+        """A transactional batch: stored once as a pending row of its
+        transaction (``PgTransactionStorage.stage_pending``), nothing in the
+        log; its transaction learns of it (``added``) once it is durable,
+        and settles it either way. Raising a TabletError means nothing was
+        staged (the caller settles)."""
+        log = self._log
+        assert log.context.pending is not None  # checked by ``append``
+        header = item.header
+        log_ref = log_ref_of(log.log_id)
+        # First: a batch whose transaction ended stores nothing, not even
+        # its sequence.
+        ref = sink.next_key(log_ref)
+        cached: CachedBatch | None = None
+        if header.producer_id >= 0:
+            first = header.base_sequence
+            last = next_seq(first, header.record_count - 1)
+            duplicate = log.producer_states.check(header.producer_id, header.producer_epoch,
+                                                  first, last)
+            if duplicate is not None:
+                self._answer_pending_retry(item, duplicate, sink, ref)
+                return
+            cached = CachedBatch(first, last, -1)
+        settings = item.settings
+        data = batch_header.stamp(item.view, header, 0, LEADER_EPOCH)
+        max_timestamp = item.checked.result()
+        if settings.log_append_time:
+            data = batch_header.set_max_timestamp(data, item.now_ms, log_append_time=True)
+        elif max_timestamp != header.max_timestamp:
+            data = batch_header.set_max_timestamp(data, max_timestamp)
+        try:
+            sink.admit(len(data))
+        except TabletError as exc:
+            self._refuse_pending(item, exc, cached, sink)
+            return
+        # Where the commit puts it at the earliest (the transaction's batches
+        # of this partition go in order at the log end, which only grows):
+        # kept for a retry, answered if the topic opts in.
+        bound = log.log_end_offset + sink.pending_records(log_ref)
+        change = log.writer.begin()
+        stored = log.context.pending.stage_pending(change, log, ref, data)  # type: ignore[arg-type]
+        if cached is not None:
+            log.producer_states.stage(header.producer_id, header.producer_epoch,
+                                      CachedBatch(cached.first_seq, cached.last_seq, bound),
+                                      item.now_ms, change)
+        change.on_durable(lambda: sink.added(ref, stored))
+        append_time = item.now_ms if settings.log_append_time else -1
+        offset = bound if settings.txn_offset_lower_bound else -1
+        self._submit(change, item.appended,
+                     AppendResult(offset, append_time, log.log_start_offset), sink.settled)
+
+    def _answer_pending_retry(self, item: _Item, duplicate: CachedBatch, sink: BlobSink,
+                              ref: bytes) -> None:
+        """A retry of a recent transactional batch: answered once the original
+        is durable, if its pending row is there (the producer's id, epoch and
+        first sequence in its header), storing nothing."""
+        log = self._log
+        if duplicate.base_offset == REFUSED:
+            raise BatchRefused(f"{log.name}: producer {item.header.producer_id} sequence "
+                               f"{duplicate.first_seq}..{duplicate.last_seq} was refused "
+                               "before; nothing of it is stored")
+        instance = int.from_bytes(ref[8:16], "big", signed=True)
+        identity = bytes(item.view[_PRODUCER_IDENTITY])
+        change = log.writer.begin()
+        change.fence(log.sql.pending_landed, log.log_id, log.leader_epoch, instance, identity,
+                     refused=lambda: _FenceMiss(f"{log.name}: the original batch did not land"))
+        offset = duplicate.base_offset if item.settings.txn_offset_lower_bound else -1
+        self._submit(change, item.appended, AppendResult(offset, -1, log.log_start_offset),
+                     sink.settled)
+
+    def _refuse_pending(self, item: _Item, error: TabletError, cached: CachedBatch | None,
+                        sink: BlobSink) -> None:
+        """The transaction refuses the batch (a limit; it is abort-only now):
+        nothing of it is stored, but its sequence numbers are kept
+        (``producer_rules.REFUSED``), so the producer's next batch may follow
+        them or use them again, and a retry is never answered as stored."""
+        log = self._log
+        if cached is None:
+            raise error
+        header = item.header
+        change = log.writer.begin()
+        change.fence(log.sql.epoch_fence, log.log_id, log.leader_epoch,
+                     refused=lambda: NotLeader(f"{log.name}: this gateway no longer leads it"))
+        log.producer_states.stage(header.producer_id, header.producer_epoch,
+                                  CachedBatch(cached.first_seq, cached.last_seq, REFUSED),
+                                  item.now_ms, change)
+        appended = item.appended
+        done = log.writer.commit(change)
+
+        def on_written(fut: asyncio.Future[None]) -> None:
+            sink.settled()
+            if not appended.done():
+                appended.set_exception(error if fut.cancelled() or fut.exception() is None
+                                       else fut.exception())  # type: ignore[arg-type]
+
+        done.add_done_callback(on_written)
 
     def _answer_retry(self, item: _Item, duplicate: CachedBatch) -> None:
         """A retry of a recent batch: answered with the original's offset once
@@ -209,12 +341,16 @@ class PgAppends:
                      AppendResult(duplicate.base_offset, -1, log.log_start_offset))
 
     def _submit(self, change: PgChange, appended: asyncio.Future[AppendResult],
-                result: AppendResult) -> None:
+                result: AppendResult, settle: Callable[[], None] | None = None) -> None:
+        """Queue ``change``; answer ``appended`` once written (``settle``
+        runs first, either way: after the change's durable callbacks)."""
         self._in_flight += 1
         done = self._log.writer.commit(change)
 
         def on_written(fut: asyncio.Future[None]) -> None:
             self._in_flight -= 1
+            if settle is not None:
+                settle()
             error = StorageError("write cancelled") if fut.cancelled() else fut.exception()
             if error is None:
                 if not appended.done():
@@ -280,6 +416,9 @@ class PgAppends:
     def _fail_waiting(self, error: StorageError) -> None:
         misses, self._fence_misses = self._fence_misses, []
         waiting = [item.appended for item in self._queue if item.checked.done()]
+        for item in self._queue:
+            if item.checked.done() and item.sink is not None:
+                item.sink.settled()
         self._queue = deque(item for item in self._queue if not item.checked.done())
         for future in [*misses, *waiting]:
             if not future.done():

@@ -44,9 +44,9 @@ class TxnPartition(Protocol):
         from the partition row, under its lock."""
         ...
 
-    def published(self, base: int, end: int) -> None:
-        """The offsets [base, end) are durable: the log end and high
-        watermark move to ``end`` (waiting long-polls wake)."""
+    def published(self, base: int, end: int, nbytes: int) -> None:
+        """The offsets [base, end), ``nbytes`` of batches, are durable: the
+        log end and high watermark move to ``end`` (waiting long-polls wake)."""
         ...
 
     def in_doubt(self) -> None:

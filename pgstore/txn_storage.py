@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator, Mapping
 from uuid import UUID
 
 from tablets import batch as batch_header
+from tablets.errors import StorageError
 from tablets.seam import (
     AtomicChange,
     CommittedOffset,
@@ -91,7 +92,7 @@ from .writer import PgChange, PgWriter
 class PgTransactionStorage:
     """The engine's writer and tables, as the transaction coordinator sees them."""
 
-    def __init__(self, writer: PgWriter, offsets: PgConsumerOffsets,
+    def __init__(self, writer: PgWriter, offsets: PgConsumerOffsets | None,
                  schema: str = DEFAULT_SCHEMA, *,
                  partition: Callable[[str, int], PartitionLog],
                  has_partition: Callable[[str, int], bool],
@@ -133,8 +134,14 @@ class PgTransactionStorage:
                 PENDING_REF.pack(log_id, instance, ordinal), ordinal, bytes(row["header"]),
                 int(row["size"])))
 
+    def connect_offsets(self, offsets: PgConsumerOffsets) -> None:
+        """The consumer offsets, when made after this storage (the engine's start)."""
+        self._offsets = offsets
+
     @property
     def consumer_offsets(self) -> PgConsumerOffsets:
+        if self._offsets is None:
+            raise StorageError("consumer offsets are not connected to this PostgreSQL store")
         return self._offsets
 
     def partition(self, name: str, index: int) -> PartitionLog:
@@ -305,7 +312,7 @@ class PgTransactionStorage:
 
         def publish() -> None:
             end = base + plan.count if base is not None else found[0]
-            part.published(end - plan.count, end)
+            part.published(end - plan.count, end, plan_bytes)
             self._recovered.pop((log_id, plan.instance), None)
 
         return publish
@@ -315,12 +322,13 @@ class PgTransactionStorage:
                       committer: str, members: Mapping[TopicPartition, str] | None,
                       ) -> dict[TopicPartition, CommittedOffset]:
         pg = as_txn_change(change)
-        staged = self._offsets.stage(
+        offsets = self.consumer_offsets
+        staged = offsets.stage(
             group, commits, now_ms, pg, committer, members,
             refused=lambda: OffsetsMoved(
                 f"group {group}: offsets committed by another gateway since this one read "
                 f"them; the transaction of {committer} was not committed"))
-        pg.on_failure(lambda: self._offsets.forget(group, staged))
+        pg.on_failure(lambda: offsets.forget(group, staged))
         return staged
 
     def abort_pending(self, change: AtomicChange, log_ref: bytes, instance: int) -> None:

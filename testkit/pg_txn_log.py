@@ -55,7 +55,7 @@ class TxnLog:
         self.log_end_offset += count
         return base
 
-    def published(self, base: int, end: int) -> None:
+    def published(self, base: int, end: int, nbytes: int) -> None:
         self.publications.append((base, end))
         self.log_end_offset = max(self.log_end_offset, end)
         self.high_watermark = max(self.high_watermark, end)
