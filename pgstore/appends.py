@@ -173,7 +173,8 @@ class PgAppends:
                         self._assign_pending(item, item.sink)
                     else:
                         self._assign(item)
-                except TabletError as exc:
+                except Exception as exc:  # nothing of the batch staged
+                    # (a TabletError, or the transaction's own: it ended)
                     error = exc
                     if item.sink is not None:
                         item.sink.settled()

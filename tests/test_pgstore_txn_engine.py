@@ -11,8 +11,11 @@ coordinator drives it, on a throwaway PostgreSQL:
   rules (the tail never answers for offsets it does not hold);
 - an abort deletes the pending rows and their bytes: nothing of the
   aborted batches ever appears in the log;
-- a retried transactional batch is answered without storing it again;
-- a transactional batch outside a transaction (and the reverse) is refused.
+- a retried transactional batch is answered without storing it again; a
+  batch whose transaction ended meanwhile stores nothing and is settled;
+- a transactional batch outside a transaction (and the reverse) is refused;
+- a commit refused whole (its pending batches aborted meanwhile) gives its
+  reserved offsets back: the log rereads its row and goes on.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import asyncpg
 import pytest
 
 from pgstore.node import PgNodeSettings, PgNodeStorage
+from pgstore.txn_publication import MissingPending
 from pgstore.txn_storage import PgTransactionStorage
 from tablets import batch as batch_header
 from tablets.control import commit_marker
@@ -58,6 +62,10 @@ def txn_batch(values: list[bytes | None], seq: int) -> bytes:
                       base_sequence=seq, attributes=batch_header.ATTR_TRANSACTIONAL)
 
 
+class Ended(Exception):
+    """What the transaction raises (as txn/ raises InvalidTxnState)."""
+
+
 class Sink:
     """One open transaction of one partition, as ``txn.pending`` is: it counts
     what it expects and what settled, and keeps what was added."""
@@ -69,6 +77,7 @@ class Sink:
         self.expected = 0
         self.settles = 0
         self.blobs: list[PendingBlob] = []
+        self.ended = False
 
     def expect(self) -> None:
         self.expected += 1
@@ -82,6 +91,8 @@ class Sink:
         return sum(batch_header.record_count_of(b.header) for b in self.blobs)
 
     def next_key(self, partition_prefix: bytes) -> bytes:
+        if self.ended:
+            raise Ended("the transaction ended before this batch was stored")
         self.ordinal += 1
         return self.storage.pending_ref(partition_prefix, self.instance, self.ordinal)
 
@@ -146,6 +157,12 @@ def test_pending_batches_stay_out_of_the_log_until_their_commit_publishes_them(
         with pytest.raises(UnsupportedRecordKind):  # a plain batch in one
             log.append(make_batch([b"x"], base_timestamp=now()), now(), sink)
         assert sink.expected == sink.settles == 3
+        sink.ended = True  # the transaction ended (committed or aborted) meanwhile
+        with pytest.raises(Ended):
+            await log.append(txn_batch([b"late"], 3), now(), sink)
+        assert sink.expected == sink.settles == 4 and len(sink.blobs) == 2
+        assert log.log_end_offset == 1
+        await log.append(make_batch([b"on"], base_timestamp=now()), now())  # the log goes on
         await node.close()
 
     async def second() -> None:
@@ -165,14 +182,14 @@ def test_pending_batches_stay_out_of_the_log_until_their_commit_publishes_them(
         after = log.append(make_batch([b"after"], base_timestamp=now()), now())
         await committed
         publish()
-        assert (await after).base_offset == 6  # 2 + 3 records + the marker
-        assert log.high_watermark == log.last_stable_offset == log.log_end_offset == 7
+        assert (await after).base_offset == 7  # 3 + 3 records + the marker
+        assert log.high_watermark == log.last_stable_offset == log.log_end_offset == 8
         whole = values_of(raw(await log.read(0, 1 << 20)))
         assert [(o, control) for o, control, _ in whole] == [
-            (0, False), (1, False), (2, False), (4, False), (5, True), (6, False)]
+            (0, False), (1, False), (2, False), (3, False), (5, False), (6, True), (7, False)]
         assert [v for _, control, v in whole if not control] == [
-            [b"plain"], [b"before"], [b"t1", b"t2"], [b"t3"], [b"after"]]
-        for start in range(7):  # below the tail (the database) and in it
+            [b"plain"], [b"on"], [b"before"], [b"t1", b"t2"], [b"t3"], [b"after"]]
+        for start in range(8):  # below the tail (the database) and in it
             read = await log.read(start, 1 << 20)
             got = raw(read)
             assert got, start
@@ -210,6 +227,39 @@ def test_an_abort_leaves_nothing_of_its_batches(pg_server: PostgresServer) -> No
         await log.append(make_batch([b"kept"], base_timestamp=now()), now())
         read = await log.read(0, 1 << 20)
         assert values_of(raw(read)) == [(0, False, [b"kept"])]
+        await node.close()
+
+    run(body)
+
+
+def test_a_commit_that_fails_leaves_the_log_whole(pg_server: PostgresServer) -> None:
+    """A commit naming pending batches aborted meanwhile is refused whole;
+    the offsets it reserved are given back by a reread of the row, so the
+    next append lands right after what is stored."""
+    schema = f"txe_{uuid.uuid4().hex[:10]}"
+
+    async def body() -> None:
+        node = PgNodeStorage(pg_server.dsn, PgNodeSettings(schema=schema))
+        await node.start()
+        await node.create_topic("t", 1, {})
+        storage = node.transaction_storage()
+        log = node.partition("t", 0)
+        await log.append(make_batch([b"first"], base_timestamp=now()), now())
+        sink = Sink(storage, 4)
+        await log.append(txn_batch([b"gone"], 0), now(), sink)
+        change = storage.begin()
+        storage.abort_pending(change, storage.log_ref(log), 4)
+        await storage.commit(change)
+        change = storage.begin()
+        storage.stage_commit(change, log, sink.blobs, commit_marker(PRODUCER, 0, now()))
+        assert log.log_end_offset == 3  # reserved: the batch and the marker
+        with pytest.raises(MissingPending):
+            await storage.commit(change)
+        assert log.high_watermark == 1
+        result = await log.append(make_batch([b"next"], base_timestamp=now()), now())
+        assert result.base_offset == 1 and log.log_end_offset == log.high_watermark == 2
+        read = await log.read(0, 1 << 20)
+        assert values_of(raw(read)) == [(0, False, [b"first"]), (1, False, [b"next"])]
         await node.close()
 
     run(body)
