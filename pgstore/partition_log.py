@@ -47,7 +47,7 @@ from tablets.errors import NotLeader, OffsetOutOfRange, UnknownPartition
 from tablets.in_memory_batches import InMemoryBatches
 from tablets.producer_rules import ProducerStates
 from tablets.records import first_record_at_or_after
-from tablets.seam import AppendResult, BlobSink, ReadResult
+from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink, ReadResult
 
 from .appends import PgAppends
 from .batch_log import _INT64, read_cap
@@ -156,6 +156,14 @@ class PgPartitionLog:
             self.wake_waiters()
 
     # ---------------------------------- pgstore.txn_publication.TxnPartition
+    @property
+    def batch_epoch(self) -> int:
+        # Batches carry the epoch Metadata and Fetch answer (one, until
+        # leadership is wired into the gateway), never the fencing epoch of
+        # the partition row: a Java consumer validates its position with the
+        # epoch of the records it read (OffsetForLeaderEpoch).
+        return LEADER_EPOCH
+
     def reserve(self, count: int) -> int | None:
         """Offsets for a commit's publication at the log end, taken in order
         with the appends'; None while the log is in doubt (the database then

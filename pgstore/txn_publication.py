@@ -37,6 +37,12 @@ class TxnPartition(Protocol):
         pending batch lands only while the partition row still holds it."""
         ...
 
+    @property
+    def batch_epoch(self) -> int:
+        """The partition leader epoch stamped on the batches stored (what
+        Metadata, Fetch and OffsetForLeaderEpoch answer for the partition)."""
+        ...
+
     def reserve(self, count: int) -> int | None:
         """Take ``count`` offsets at the log end for a commit's publication
         (as an append takes its own), returning the first; None when this

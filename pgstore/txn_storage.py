@@ -251,7 +251,7 @@ class PgTransactionStorage:
     def stage_pending(self, change: PgChange, log: TxnPartition, ref: bytes,
                       batch: bytes | memoryview) -> bytes:
         """Add a transactional batch to ``change`` (the engine's append): its
-        bytes once, stamped with base offset 0 and the log's leader epoch, and
+        bytes once, stamped with base offset 0 and the log's batch epoch, and
         its pending row, only while the partition is at that epoch (else the
         change is refused with ``PublicationFenced``). Returns the bytes stored."""
         log_id, instance, ordinal = parse_pending_ref(ref)
@@ -261,7 +261,7 @@ class PgTransactionStorage:
         parsed = batch_header.parse_batches(view, verify_crc=False)
         if len(parsed) != 1:
             raise ValueError(f"one batch per pending blob, not {len(parsed)}")
-        data = batch_header.stamp(view, parsed[0], 0, log.leader_epoch)
+        data = batch_header.stamp(view, parsed[0], 0, log.batch_epoch)
         epoch = log.leader_epoch
         change.fence(self._sql.pending_fence, log_id, epoch, refused=lambda: PublicationFenced(
             f"log {log_id}: not at leader epoch {epoch} any more: transactional batch not "
@@ -297,7 +297,8 @@ class PgTransactionStorage:
                          f"log {log_id}: pending batches of the commit are not stored "
                          "(aborted meanwhile?): the commit was not written"))
         stamped = batch_header.stamp(marker_view, marker_header,
-                                     0 if base is None else base + plan.count - 1, epoch)
+                                     0 if base is None else base + plan.count - 1,
+                                     part.batch_epoch)
         pg.execute(self._sql.publish_marker, log_id, stamped, marker_header.max_timestamp,
                    len(stamped), base is None)
         pg.nbytes += len(stamped)

@@ -48,6 +48,10 @@ class TxnLog:
         return cls(pool, schema, log_id, int(row["leader_epoch"]), end, end, leads)
 
     # ----------------------------------------------- pgstore.txn_publication.TxnPartition
+    @property
+    def batch_epoch(self) -> int:
+        return self.leader_epoch
+
     def reserve(self, count: int) -> int | None:
         if not self.leads:
             return None

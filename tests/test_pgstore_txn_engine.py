@@ -35,7 +35,7 @@ from pgstore.txn_storage import PgTransactionStorage
 from tablets import batch as batch_header
 from tablets.control import commit_marker
 from tablets.errors import UnsupportedRecordKind
-from tablets.seam import PendingBlob, ReadResult
+from tablets.seam import LEADER_EPOCH, PendingBlob, ReadResult
 from testkit import postgres
 from testkit.batches import decode_batches, make_batch
 from testkit.postgres import PostgresServer
@@ -189,6 +189,13 @@ def test_pending_batches_stay_out_of_the_log_until_their_commit_publishes_them(
             (0, False), (1, False), (2, False), (3, False), (5, False), (6, True), (7, False)]
         assert [v for _, control, v in whole if not control] == [
             [b"plain"], [b"on"], [b"before"], [b"t1", b"t2"], [b"t3"], [b"after"]]
+        # Stamped with the epoch Fetch and Metadata answer, not the row's
+        # fencing epoch (bumped by each start: a Java consumer validates its
+        # position with the records' epoch).
+        assert log.leader_epoch > LEADER_EPOCH
+        stamped = {int.from_bytes(b[12:16], "big", signed=True)
+                   for b in raw(await log.read(0, 1 << 20))}
+        assert stamped == {LEADER_EPOCH}
         for start in range(8):  # below the tail (the database) and in it
             read = await log.read(start, 1 << 20)
             got = raw(read)
