@@ -182,7 +182,8 @@ run_pytest env "KAFKA_GATEWAY_EXPECT_PYSPARK=$SPARK_VERSION" \
 # deselected there (compat_tests/conftest.py).
 PG_STORE_TESTS=(
   compat_tests/test_txn_confluent.py compat_tests/test_txn_kafka_python.py
-  compat_tests/test_txn_java.py
+  compat_tests/test_txn_java.py compat_tests/test_txn_pending_limits_clients.py
+  compat_tests/test_cli.py
   compat_tests/test_confluent_kafka.py compat_tests/test_kafka_python.py
   compat_tests/test_aiokafka.py
   compat_tests/test_groups_confluent.py compat_tests/test_groups_kafka_python.py
