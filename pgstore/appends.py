@@ -26,6 +26,9 @@ its producers) has been reread; the appends queued meanwhile then go on from
 the row's log end. A reread that finds another epoch fences the partition:
 this append and every later one fail with ``NotLeader``
 (NOT_LEADER_OR_FOLLOWER), and nothing of them is stored.
+
+A transactional batch takes the same queue, then goes to its transaction
+instead of the log (``pending_appends``).
 """
 
 from __future__ import annotations
@@ -34,7 +37,6 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tablets import batch as batch_header
@@ -47,47 +49,29 @@ from tablets.errors import (
     UnknownPartition,
     UnsupportedRecordKind,
 )
-from tablets.producer_rules import REFUSED, CachedBatch, next_seq
+from tablets.producer_rules import CachedBatch, next_seq
 from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink
 
+from . import pending_appends
+from .append_items import FenceMiss, Item
 from .log_sql import load_row
 from .producer_rows import PgProducerRows
-from .txn_publication import log_ref_of
 
 if TYPE_CHECKING:
-    from tablets.tablet_settings import TabletSettings
 
     from .log_state import LogState
     from .writer import PgChange
 
 logger = logging.getLogger(__name__)
 
-# A batch header's producer id, epoch and base sequence (bytes 43 to 56).
-_PRODUCER_IDENTITY = slice(43, 57)
 RECENT_BATCHES = 64  # the mean batch size (reads' bound) is over about this many
-
-
-class _FenceMiss(StorageError):
-    """The partition row was not at this leader's epoch and log end: an
-    earlier change did not land, or another gateway claimed the partition.
-    Answered once the row is reread (``NotLeader``, or retriable)."""
-
-
-@dataclass(slots=True)
-class _Item:
-    checked: asyncio.Future[int]  # the records' max timestamp, once checked
-    appended: asyncio.Future[AppendResult]
-    view: memoryview
-    header: batch_header.BatchHeader
-    settings: TabletSettings
-    now_ms: int
-    sink: BlobSink | None  # a transactional batch's transaction
 
 
 class PgAppends:
     def __init__(self, log: LogState) -> None:
         self._log = log
-        self._queue: deque[_Item] = deque()
+        self.log = log  # for ``pending_appends``
+        self._queue: deque[Item] = deque()
         self._in_flight = 0  # changes queued in the writer, not yet settled
         self._doubt = False  # a change failed: reread the row before assigning offsets
         self._rereading: asyncio.Task[None] | None = None
@@ -131,7 +115,7 @@ class PgAppends:
                 raise
             checked.add_done_callback(lambda _: self._drain())
         appended: asyncio.Future[AppendResult] = loop.create_future()
-        self._queue.append(_Item(checked, appended, view, header, settings, now_ms, sink))
+        self._queue.append(Item(checked, appended, view, header, settings, now_ms, sink))
         self._drain()
         return appended
 
@@ -170,7 +154,7 @@ class PgAppends:
                 try:
                     self._log.check_writable()
                     if item.sink is not None:
-                        self._assign_pending(item, item.sink)
+                        pending_appends.assign(self, item, item.sink)
                     else:
                         self._assign(item)
                 except Exception as exc:  # nothing of the batch staged
@@ -183,7 +167,7 @@ class PgAppends:
             if error is not None and not item.appended.done():
                 item.appended.set_exception(error)
 
-    def _assign(self, item: _Item) -> None:
+    def _assign(self, item: Item) -> None:
         log = self._log
         header = item.header
         cached: CachedBatch | None = None
@@ -212,7 +196,7 @@ class PgAppends:
         change = log.writer.begin()
         change.fence(sql.append, log.log_id, log.leader_epoch, base, end, len(data), data,
                      end - 1, max_timestamp, running,
-                     refused=lambda: _FenceMiss(f"{log.name}: the partition row moved"))
+                     refused=lambda: FenceMiss(f"{log.name}: the partition row moved"))
         if cached is not None:
             log.producer_states.stage(header.producer_id, header.producer_epoch, cached,
                                       item.now_ms, change)
@@ -226,107 +210,10 @@ class PgAppends:
         log.mean_batch_bytes += ((len(data) - log.mean_batch_bytes) /
                                  (RECENT_BATCHES if log.mean_batch_bytes else 1))
         append_time = item.now_ms if settings.log_append_time else -1
-        self._submit(change, item.appended,
+        self.submit(change, item.appended,
                      AppendResult(base, append_time, log.log_start_offset))
 
-    def _assign_pending(self, item: _Item, sink: BlobSink) -> None:
-        """A transactional batch: stored once as a pending row of its
-        transaction (``PgTransactionStorage.stage_pending``), nothing in the
-        log; its transaction learns of it (``added``) once it is durable,
-        and settles it either way. Raising a TabletError means nothing was
-        staged (the caller settles)."""
-        log = self._log
-        assert log.context.pending is not None  # checked by ``append``
-        header = item.header
-        log_ref = log_ref_of(log.log_id)
-        # First: a batch whose transaction ended stores nothing, not even
-        # its sequence.
-        ref = sink.next_key(log_ref)
-        cached: CachedBatch | None = None
-        if header.producer_id >= 0:
-            first = header.base_sequence
-            last = next_seq(first, header.record_count - 1)
-            duplicate = log.producer_states.check(header.producer_id, header.producer_epoch,
-                                                  first, last)
-            if duplicate is not None:
-                self._answer_pending_retry(item, duplicate, sink, ref)
-                return
-            cached = CachedBatch(first, last, -1)
-        settings = item.settings
-        data = batch_header.stamp(item.view, header, 0, LEADER_EPOCH)
-        max_timestamp = item.checked.result()
-        if settings.log_append_time:
-            data = batch_header.set_max_timestamp(data, item.now_ms, log_append_time=True)
-        elif max_timestamp != header.max_timestamp:
-            data = batch_header.set_max_timestamp(data, max_timestamp)
-        try:
-            sink.admit(len(data))
-        except TabletError as exc:
-            self._refuse_pending(item, exc, cached, sink)
-            return
-        # Where the commit puts it at the earliest (the transaction's batches
-        # of this partition go in order at the log end, which only grows):
-        # kept for a retry, answered if the topic opts in.
-        bound = log.log_end_offset + sink.pending_records(log_ref)
-        change = log.writer.begin()
-        stored = log.context.pending.stage_pending(change, log, ref, data)  # type: ignore[arg-type]
-        if cached is not None:
-            log.producer_states.stage(header.producer_id, header.producer_epoch,
-                                      CachedBatch(cached.first_seq, cached.last_seq, bound),
-                                      item.now_ms, change)
-        change.on_durable(lambda: sink.added(ref, stored))
-        append_time = item.now_ms if settings.log_append_time else -1
-        offset = bound if settings.txn_offset_lower_bound else -1
-        self._submit(change, item.appended,
-                     AppendResult(offset, append_time, log.log_start_offset), sink.settled)
-
-    def _answer_pending_retry(self, item: _Item, duplicate: CachedBatch, sink: BlobSink,
-                              ref: bytes) -> None:
-        """A retry of a recent transactional batch: answered once the original
-        is durable, if its pending row is there (the producer's id, epoch and
-        first sequence in its header), storing nothing."""
-        log = self._log
-        if duplicate.base_offset == REFUSED:
-            raise BatchRefused(f"{log.name}: producer {item.header.producer_id} sequence "
-                               f"{duplicate.first_seq}..{duplicate.last_seq} was refused "
-                               "before; nothing of it is stored")
-        instance = int.from_bytes(ref[8:16], "big", signed=True)
-        identity = bytes(item.view[_PRODUCER_IDENTITY])
-        change = log.writer.begin()
-        change.fence(log.sql.pending_landed, log.log_id, log.leader_epoch, instance, identity,
-                     refused=lambda: _FenceMiss(f"{log.name}: the original batch did not land"))
-        offset = duplicate.base_offset if item.settings.txn_offset_lower_bound else -1
-        self._submit(change, item.appended, AppendResult(offset, -1, log.log_start_offset),
-                     sink.settled)
-
-    def _refuse_pending(self, item: _Item, error: TabletError, cached: CachedBatch | None,
-                        sink: BlobSink) -> None:
-        """The transaction refuses the batch (a limit; it is abort-only now):
-        nothing of it is stored, but its sequence numbers are kept
-        (``producer_rules.REFUSED``), so the producer's next batch may follow
-        them or use them again, and a retry is never answered as stored."""
-        log = self._log
-        if cached is None:
-            raise error
-        header = item.header
-        change = log.writer.begin()
-        change.fence(log.sql.epoch_fence, log.log_id, log.leader_epoch,
-                     refused=lambda: NotLeader(f"{log.name}: this gateway no longer leads it"))
-        log.producer_states.stage(header.producer_id, header.producer_epoch,
-                                  CachedBatch(cached.first_seq, cached.last_seq, REFUSED),
-                                  item.now_ms, change)
-        appended = item.appended
-        done = log.writer.commit(change)
-
-        def on_written(fut: asyncio.Future[None]) -> None:
-            sink.settled()
-            if not appended.done():
-                appended.set_exception(error if fut.cancelled() or fut.exception() is None
-                                       else fut.exception())  # type: ignore[arg-type]
-
-        done.add_done_callback(on_written)
-
-    def _answer_retry(self, item: _Item, duplicate: CachedBatch) -> None:
+    def _answer_retry(self, item: Item, duplicate: CachedBatch) -> None:
         """A retry of a recent batch: answered with the original's offset once
         the original is durable (its change comes first, and this one checks
         the log end reached past it), storing nothing."""
@@ -337,11 +224,11 @@ class PgAppends:
         change = log.writer.begin()
         change.fence(log.sql.landed, log.log_id, log.leader_epoch,
                      duplicate.base_offset + item.header.record_count,
-                     refused=lambda: _FenceMiss(f"{log.name}: the original batch did not land"))
-        self._submit(change, item.appended,
+                     refused=lambda: FenceMiss(f"{log.name}: the original batch did not land"))
+        self.submit(change, item.appended,
                      AppendResult(duplicate.base_offset, -1, log.log_start_offset))
 
-    def _submit(self, change: PgChange, appended: asyncio.Future[AppendResult],
+    def submit(self, change: PgChange, appended: asyncio.Future[AppendResult],
                 result: AppendResult, settle: Callable[[], None] | None = None) -> None:
         """Queue ``change``; answer ``appended`` once written (``settle``
         runs first, either way: after the change's durable callbacks)."""
@@ -359,7 +246,7 @@ class PgAppends:
             else:
                 self._failures += 1
                 self._doubt = True
-                if isinstance(error, _FenceMiss):
+                if isinstance(error, FenceMiss):
                     self._fence_misses.append(appended)
                 elif not appended.done():
                     appended.set_exception(error)
