@@ -14,8 +14,9 @@ What exists so far:
   is the engine's);
 - the engine behind the seam: ``node`` (``NodeStorage``), ``topics``
   (``TopicView``s, Kafka's checks, the claim of every partition at start),
-  ``partition_log`` (``PartitionLog``) with ``appends``, ``truncation`` and
-  ``producer_rows`` (the log is also the ``TxnPartition`` of transactions);
+  ``partition_log`` (``PartitionLog``) with ``appends`` (transactional
+  batches: ``pending_appends``), ``truncation`` and ``producer_rows`` (the
+  log is also the ``TxnPartition`` of transactions);
   ``engine_seam_check`` holds them to the Protocols under mypy.
 - ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
   and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
