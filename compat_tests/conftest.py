@@ -14,7 +14,7 @@ from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
 from tablets.batch import parse_batches
-from testkit import jvm
+from testkit import jvm, pg_store_mode
 from testkit import kafka_requests as rq
 from testkit.differential import TALLY
 from testkit.gateway import GatewayProcess
@@ -120,3 +120,21 @@ def pytest_terminal_summary(terminalreporter):
     """The differential tests' total: how many fields were compared with Kafka."""
     if TALLY.checks:
         terminalreporter.write_line(TALLY.summary())
+
+
+def pytest_collection_modifyitems(config, items):
+    """On the PostgreSQL store (``testkit.pg_store_mode``), the runs of a
+    scenario against Apache Kafka alone (a ``server`` parameter "kafka") say
+    nothing about the store: they are deselected (counted as such by pytest)."""
+    if not pg_store_mode.enabled():
+        return
+    reference = [item for item in items
+                 if getattr(getattr(item, "callspec", None), "params", {}).get("server")
+                 == "kafka"]
+    if reference:
+        config.hook.pytest_deselected(items=reference)
+        items[:] = [item for item in items if item not in reference]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    pg_store_mode.stop()  # the run's PostgreSQL, if it started one

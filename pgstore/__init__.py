@@ -14,9 +14,9 @@ What exists so far:
   is the engine's);
 - the engine behind the seam: ``node`` (``NodeStorage``), ``topics``
   (``TopicView``s, Kafka's checks, the claim of every partition at start),
-  ``partition_log`` (``PartitionLog``) with ``appends``, ``truncation`` and
-  ``producer_rows``; ``producer_id_storage`` (what the engine hands the
-  coordinator today: producer ids, no transactions);
+  ``partition_log`` (``PartitionLog``) with ``appends`` (transactional
+  batches: ``pending_appends``), ``truncation`` and ``producer_rows`` (the
+  log is also the ``TxnPartition`` of transactions);
   ``engine_seam_check`` holds them to the Protocols under mypy.
 - ``connect``: a connection to the host of a multi-host URL that takes
   writes, each host within its own time limit (PostgreSQL failover);
@@ -37,7 +37,8 @@ What exists so far:
 - ``txn_storage`` (with ``txn_publication``, ``txn_statements``): the seam's
   ``TransactionStorage``: the coordinator's state, pending batches, a
   commit's publication across partitions in one transaction; what it needs
-  of a partition log is ``txn_publication.TxnPartition``;
+  of a partition log is ``txn_publication.TxnPartition``; the engine hands
+  it to the coordinator and to its logs' transactional appends;
 - ``writer``'s companions: ``log_notices`` (log ends told to every gateway
   by LISTEN/NOTIFY).
 

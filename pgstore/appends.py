@@ -26,6 +26,9 @@ its producers) has been reread; the appends queued meanwhile then go on from
 the row's log end. A reread that finds another epoch fences the partition:
 this append and every later one fail with ``NotLeader``
 (NOT_LEADER_OR_FOLLOWER), and nothing of them is stored.
+
+A transactional batch takes the same queue, then goes to its transaction
+instead of the log (``pending_appends``).
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from tablets import batch as batch_header
@@ -43,17 +46,18 @@ from tablets.errors import (
     NotLeader,
     StorageError,
     TabletError,
-    TransactionsUnavailable,
     UnknownPartition,
+    UnsupportedRecordKind,
 )
 from tablets.producer_rules import CachedBatch, next_seq
 from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink
 
+from . import pending_appends
+from .append_items import FenceMiss, Item
 from .log_sql import load_row
 from .producer_rows import PgProducerRows
 
 if TYPE_CHECKING:
-    from tablets.tablet_settings import TabletSettings
 
     from .log_state import LogState
     from .writer import PgChange
@@ -63,26 +67,11 @@ logger = logging.getLogger(__name__)
 RECENT_BATCHES = 64  # the mean batch size (reads' bound) is over about this many
 
 
-class _FenceMiss(StorageError):
-    """The partition row was not at this leader's epoch and log end: an
-    earlier change did not land, or another gateway claimed the partition.
-    Answered once the row is reread (``NotLeader``, or retriable)."""
-
-
-@dataclass(slots=True)
-class _Item:
-    checked: asyncio.Future[int]  # the records' max timestamp, once checked
-    appended: asyncio.Future[AppendResult]
-    view: memoryview
-    header: batch_header.BatchHeader
-    settings: TabletSettings
-    now_ms: int
-
-
 class PgAppends:
     def __init__(self, log: LogState) -> None:
         self._log = log
-        self._queue: deque[_Item] = deque()
+        self.log = log  # for ``pending_appends``
+        self._queue: deque[Item] = deque()
         self._in_flight = 0  # changes queued in the writer, not yet settled
         self._doubt = False  # a change failed: reread the row before assigning offsets
         self._rereading: asyncio.Task[None] | None = None
@@ -97,29 +86,50 @@ class PgAppends:
         the producer's sequence or the fence show."""
         log = self._log
         log.check_writable()
-        if sink is not None:
-            raise TransactionsUnavailable(
-                "transactions are not yet available on the PostgreSQL store")
         view = memoryview(records)
         settings = log.settings()
         header = validate.check_header(view, settings)
-        if header.is_transactional:
-            raise TransactionsUnavailable(
-                "transactional batches: transactions are not yet available on the PostgreSQL "
-                "store")
+        if header.is_transactional != (sink is not None):
+            raise UnsupportedRecordKind(
+                "transactional batches need an open transaction" if sink is None else
+                "a transaction's record set holds only transactional batches")
+        if sink is not None and log.context.pending is None:
+            raise UnsupportedRecordKind(f"{log.name}: no transaction storage on this log")
         loop = asyncio.get_running_loop()
         checked: asyncio.Future[int]
         if validate.runs_inline(header):
             checked = loop.create_future()
             checked.set_result(validate.check_records(view, header, settings, now_ms, log.name))
+            if sink is not None:
+                sink.expect()  # settled exactly once from here on
         else:
-            checked = asyncio.wrap_future(log.validators.submit(
-                validate.check_records, view, header, settings, now_ms, log.name), loop=loop)
+            if sink is not None:
+                sink.expect()
+            try:
+                checked = asyncio.wrap_future(log.validators.submit(
+                    validate.check_records, view, header, settings, now_ms, log.name),
+                    loop=loop)
+            except BaseException:
+                if sink is not None:
+                    sink.settled()
+                raise
             checked.add_done_callback(lambda _: self._drain())
         appended: asyncio.Future[AppendResult] = loop.create_future()
-        self._queue.append(_Item(checked, appended, view, header, settings, now_ms))
+        self._queue.append(Item(checked, appended, view, header, settings, now_ms, sink))
         self._drain()
         return appended
+
+    @property
+    def in_doubt(self) -> bool:
+        """A change failed: no offsets are taken until the row is reread."""
+        return self._doubt
+
+    def doubt(self) -> None:
+        """A change carrying this log's offsets (a commit's) failed or its
+        outcome is unknown: reread the row before taking offsets again."""
+        self._failures += 1
+        self._doubt = True
+        self._maybe_reread()
 
     # ------------------------------------------------------------ in order
     def _drain(self) -> None:
@@ -132,6 +142,8 @@ class PgAppends:
                 return
             item = queue.popleft()
             if item.appended.done():
+                if item.sink is not None:
+                    item.sink.settled()
                 continue
             error: BaseException | None
             if item.checked.cancelled():
@@ -141,13 +153,21 @@ class PgAppends:
             if error is None:
                 try:
                     self._log.check_writable()
-                    self._assign(item)
-                except TabletError as exc:
+                    if item.sink is not None:
+                        pending_appends.assign(self, item, item.sink)
+                    else:
+                        self._assign(item)
+                except Exception as exc:  # nothing of the batch staged
+                    # (a TabletError, or the transaction's own: it ended)
                     error = exc
+                    if item.sink is not None:
+                        item.sink.settled()
+            elif item.sink is not None:
+                item.sink.settled()
             if error is not None and not item.appended.done():
                 item.appended.set_exception(error)
 
-    def _assign(self, item: _Item) -> None:
+    def _assign(self, item: Item) -> None:
         log = self._log
         header = item.header
         cached: CachedBatch | None = None
@@ -176,24 +196,24 @@ class PgAppends:
         change = log.writer.begin()
         change.fence(sql.append, log.log_id, log.leader_epoch, base, end, len(data), data,
                      end - 1, max_timestamp, running,
-                     refused=lambda: _FenceMiss(f"{log.name}: the partition row moved"))
+                     refused=lambda: FenceMiss(f"{log.name}: the partition row moved"))
         if cached is not None:
             log.producer_states.stage(header.producer_id, header.producer_epoch, cached,
                                       item.now_ms, change)
         change.nbytes = len(data)
         failures = self._failures
         change.on_durable(
-            lambda: log.published(base, end, data, in_order=failures == self._failures))
+            lambda: log.append_durable(base, end, data, in_order=failures == self._failures))
         log.log_end_offset = end
         log.size_bytes += len(data)
         log.running_max_timestamp = running
         log.mean_batch_bytes += ((len(data) - log.mean_batch_bytes) /
                                  (RECENT_BATCHES if log.mean_batch_bytes else 1))
         append_time = item.now_ms if settings.log_append_time else -1
-        self._submit(change, item.appended,
+        self.submit(change, item.appended,
                      AppendResult(base, append_time, log.log_start_offset))
 
-    def _answer_retry(self, item: _Item, duplicate: CachedBatch) -> None:
+    def _answer_retry(self, item: Item, duplicate: CachedBatch) -> None:
         """A retry of a recent batch: answered with the original's offset once
         the original is durable (its change comes first, and this one checks
         the log end reached past it), storing nothing."""
@@ -204,17 +224,21 @@ class PgAppends:
         change = log.writer.begin()
         change.fence(log.sql.landed, log.log_id, log.leader_epoch,
                      duplicate.base_offset + item.header.record_count,
-                     refused=lambda: _FenceMiss(f"{log.name}: the original batch did not land"))
-        self._submit(change, item.appended,
+                     refused=lambda: FenceMiss(f"{log.name}: the original batch did not land"))
+        self.submit(change, item.appended,
                      AppendResult(duplicate.base_offset, -1, log.log_start_offset))
 
-    def _submit(self, change: PgChange, appended: asyncio.Future[AppendResult],
-                result: AppendResult) -> None:
+    def submit(self, change: PgChange, appended: asyncio.Future[AppendResult],
+                result: AppendResult, settle: Callable[[], None] | None = None) -> None:
+        """Queue ``change``; answer ``appended`` once written (``settle``
+        runs first, either way: after the change's durable callbacks)."""
         self._in_flight += 1
         done = self._log.writer.commit(change)
 
         def on_written(fut: asyncio.Future[None]) -> None:
             self._in_flight -= 1
+            if settle is not None:
+                settle()
             error = StorageError("write cancelled") if fut.cancelled() else fut.exception()
             if error is None:
                 if not appended.done():
@@ -222,7 +246,7 @@ class PgAppends:
             else:
                 self._failures += 1
                 self._doubt = True
-                if isinstance(error, _FenceMiss):
+                if isinstance(error, FenceMiss):
                     self._fence_misses.append(appended)
                 elif not appended.done():
                     appended.set_exception(error)
@@ -280,6 +304,9 @@ class PgAppends:
     def _fail_waiting(self, error: StorageError) -> None:
         misses, self._fence_misses = self._fence_misses, []
         waiting = [item.appended for item in self._queue if item.checked.done()]
+        for item in self._queue:
+            if item.checked.done() and item.sink is not None:
+                item.sink.settled()
         self._queue = deque(item for item in self._queue if not item.checked.done())
         for future in [*misses, *waiting]:
             if not future.done():

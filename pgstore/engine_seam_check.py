@@ -10,8 +10,9 @@ from tablets.seam import ChangeWriter, NodeStorage, PartitionLog, TopicView, Tra
 
 from .node import PgNodeStorage
 from .partition_log import PgPartitionLog
-from .producer_id_storage import PgProducerIdStorage
 from .topics import PgTopic
+from .txn_publication import TxnPartition
+from .txn_storage import PgTransactionStorage
 
 
 def node(storage: PgNodeStorage) -> NodeStorage:
@@ -26,9 +27,13 @@ def topic(found: PgTopic) -> TopicView:
     return found
 
 
-def transaction_storage(storage: PgProducerIdStorage) -> TransactionStorage:
+def transaction_storage(storage: PgTransactionStorage) -> TransactionStorage:
     return storage
 
 
-def change_writer(storage: PgProducerIdStorage) -> ChangeWriter:
+def change_writer(storage: PgTransactionStorage) -> ChangeWriter:
     return storage
+
+
+def txn_partition(log: PgPartitionLog) -> TxnPartition:
+    return log

@@ -54,6 +54,13 @@ class LogSql:
         # log end never moves back, so reaching past it means it landed.
         self.landed = (f"SELECT 1 FROM {s}.partitions "
                        "WHERE log_id = $1 AND leader_epoch = $2 AND log_end_offset >= $3")
+        # A transactional retry is answered once its original's pending row
+        # is durable: $3 the transaction's instance, $4 the producer id,
+        # epoch and base sequence as in the batch header (bytes 43 to 56).
+        self.pending_landed = (
+            f"SELECT 1 FROM {s}.partitions p WHERE p.log_id = $1 AND p.leader_epoch = $2 "
+            f"AND EXISTS (SELECT 1 FROM {s}.pending_batches b WHERE b.log_id = $1 "
+            "AND b.instance = $3 AND substring(b.header FROM 44 FOR 14) = $4)")
         self.epoch_fence = (f"SELECT 1 FROM {s}.partitions WHERE log_id = $1 "
                             "AND leader_epoch = $2 FOR UPDATE")
         self.put_producer = f"""

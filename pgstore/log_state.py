@@ -18,7 +18,15 @@ if TYPE_CHECKING:
 
     from .log_sql import LogRow, LogSql
     from .producer_rows import PgProducerRows
+    from .txn_publication import TxnPartition
     from .writer import PgChange, PgWriter
+
+
+class PendingStore(Protocol):
+    """Where a transactional append stages its batch (``PgTransactionStorage``)."""
+
+    def stage_pending(self, change: PgChange, log: TxnPartition, ref: bytes,
+                      batch: bytes | memoryview) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -29,6 +37,8 @@ class LogContext:
     pool: asyncpg.Pool  # reads
     sql: LogSql
     validators: Executor  # checks compressed and large batches off the event loop
+    # Transactional batches' storage (None: transactional appends are refused).
+    pending: PendingStore | None = None
 
 
 class LogState(Protocol):
@@ -48,6 +58,7 @@ class LogState(Protocol):
     deleted: bool
     fenced: bool
     tail: InMemoryBatches
+    tail_end: int
     producer_rows: PgProducerRows
     producer_states: ProducerStates[PgChange]
 
@@ -55,7 +66,8 @@ class LogState(Protocol):
     def name(self) -> str: ...
 
     def check_writable(self) -> None: ...
-    def published(self, base_offset: int, end: int, data: bytes, in_order: bool) -> None: ...
+    def append_durable(self, base_offset: int, end: int, data: bytes,
+                       in_order: bool) -> None: ...
     def reset_from(self, row: LogRow) -> None: ...
     def release(self) -> None: ...
     def wake_waiters(self) -> None: ...

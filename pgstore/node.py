@@ -24,17 +24,18 @@ What it keeps, and what is not on this store yet:
 - statistics: the writer's ``WriteStats``; ``store_failure`` is always None
   (a failed write fails alone, and the writer reconnects: it never stays
   failed);
-- the transaction coordinator's storage (``producer_id_storage``): producer ids
-  only; whatever a transactional id needs raises ``TransactionsUnavailable``,
-  answered INVALID_TXN_STATE (not retried by clients);
+- the transaction coordinator's storage (``txn_storage.PgTransactionStorage``:
+  producer ids and transaction instances from ``counters``, the
+  coordinator's state, pending batches), loaded at start, so open
+  transactions are recovered; every partition log stages its transactional
+  batches there (``LogContext.pending``);
 - the cluster (``settings.cluster`` set): ``start`` then claims nothing
   (every log starts closed), and ``join_cluster`` (once the listeners are
   bound, so their addresses can be advertised) registers the gateway and
   leads its share (``pgstore.cluster``); ``cluster()`` is the routing view.
   Without it, the gateway claims every partition at start (one gateway per
   database; tests of the engine alone);
-- not yet: transactions, compacted topics
-  (refused at create and alter with INVALID_CONFIG).
+- not yet: compacted topics (refused at create and alter with INVALID_CONFIG).
 """
 
 from __future__ import annotations
@@ -56,22 +57,25 @@ from tablets.seam import (
     NodeRecordKind,
     NodeRecordStore,
     PartitionCompaction,
+    PartitionLog,
     RunStats,
     TopicView,
     WriteStats,
 )
 
 from .cluster import ClusterSettings, PgCluster, announce_topics
+from .consumer_offsets import PgConsumerOffsets
 from .important import PgImportantConsumers
 from .log_sql import LogSql
 from .log_state import LogContext
 from .membership import Listener
 from .migrate import migrate, quoted
 from .partition_log import PgPartitionLog
-from .producer_id_storage import PgProducerIdStorage
 from .retention import NodeRetention
 from .schema import DEFAULT_SCHEMA
 from .topics import PgTopic, PgTopicCatalog
+from .txn_publication import TxnPartition
+from .txn_storage import PgTransactionStorage
 from .writer import PgChange, PgWriter
 
 if TYPE_CHECKING:
@@ -135,9 +139,9 @@ class PgNodeStorage:
         self._records: dict[str, LoadedRecords] = {}
         self._pool: asyncpg.Pool | None = None
         self._catalog: PgTopicCatalog | None = None
-        self._txn_storage = PgProducerIdStorage(self.writer, self.settings.schema,
-                                                 lambda: self.consumer_offsets, self.partition,
-                                                 self.has_partition)
+        self._txn_storage = PgTransactionStorage(
+            self.writer, None, self.settings.schema, partition=self.partition,
+            has_partition=self.has_partition, txn_partition=_txn_partition)
         self.retention = NodeRetention(None, self.settings.producer_id_expiration_ms)
         self._cleaner_stats = CleanerStats()  # no compaction on this store: stays zero
         self.cluster_id = ""
@@ -154,7 +158,8 @@ class PgNodeStorage:
             self._pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=self.settings.read_connections)
             await self.writer.start()
-            context = LogContext(self.writer, self._pool, LogSql(schema), self.validators)
+            context = LogContext(self.writer, self._pool, LogSql(schema), self.validators,
+                                 self._txn_storage)
             self._catalog = PgTopicCatalog(context, self.settings, lambda: self._offsets)
             clustered = self.settings.cluster is not None
             if clustered:
@@ -164,6 +169,8 @@ class PgNodeStorage:
             if self._offsets_factory is not None:
                 offsets = self._offsets = self._offsets_factory(self.writer, schema)
                 await offsets.load(conn)
+                if isinstance(offsets, PgConsumerOffsets):  # a transaction's offsets
+                    self._txn_storage.connect_offsets(offsets)
                 offsets.is_important = self._catalog.is_important_consumer
                 self.retention.important = PgImportantConsumers(offsets, schema)
             if self._records_factory is not None:
@@ -306,6 +313,12 @@ class PgNodeStorage:
                                "store")
         return found
 
-    def transaction_storage(self) -> PgProducerIdStorage:
-        """Producer ids; nothing transactional yet (``producer_id_storage``)."""
+    def transaction_storage(self) -> PgTransactionStorage:
+        """The transaction coordinator's storage (``txn_storage``)."""
         return self._txn_storage
+
+
+def _txn_partition(log: PartitionLog) -> TxnPartition:
+    """Every log of this engine is a ``PgPartitionLog``, which is a ``TxnPartition``."""
+    assert isinstance(log, PgPartitionLog), f"not a log of the PostgreSQL store: {log!r}"
+    return log

@@ -16,6 +16,16 @@ the partition's state in memory, as the RocksDB engine's tablet does:
 - the idempotent producers' states (``tablets.producer_rules``, persisted in
   ``producers`` in each append's change, ``producer_rows``).
 
+Transactions (``pgstore.txn_storage``, through ``TxnPartition``, which this
+log implements): a transactional batch is appended to its transaction, not
+to the log (``appends``: its bytes once, as a pending row, in the append's
+change, fenced by the leader epoch); the commit publishes the transaction's
+batches and its COMMIT marker at the log end, taking offsets here
+(``reserve``) as an append does, and moves the high watermark once durable
+(``published``); an abort deletes them. Nothing uncommitted or aborted is
+ever in the log, so the last stable offset is the high watermark and a
+Fetch's aborted transactions are always none, as on the embedded store.
+
 Lookups by time use the ``batches_by_time`` index; retention and
 DeleteRecords (``truncation``) delete whole batches below the new log start,
 with their bytes, in one change fenced by the leader epoch.
@@ -37,7 +47,7 @@ from tablets.errors import NotLeader, OffsetOutOfRange, UnknownPartition
 from tablets.in_memory_batches import InMemoryBatches
 from tablets.producer_rules import ProducerStates
 from tablets.records import first_record_at_or_after
-from tablets.seam import AppendResult, BlobSink, ReadResult
+from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink, ReadResult
 
 from .appends import PgAppends
 from .batch_log import _INT64, read_cap
@@ -75,6 +85,7 @@ class PgPartitionLog:
         self.deleted = False
         self.fenced = False  # another gateway claimed it
         self.tail = InMemoryBatches()
+        self.tail_end = row.log_end_offset  # the tail holds [its first, tail_end)
         self.tail_budget = tail_budget
         self._waiters: set[asyncio.Future[None]] = set()
         self.producer_rows = producers
@@ -99,7 +110,10 @@ class PgPartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        return self.high_watermark  # no transactions on this store yet
+        # Open transactions' batches are not in the log (they are pending
+        # rows until their commit publishes them): everything below the high
+        # watermark is stable.
+        return self.high_watermark
 
     @property
     def producers(self) -> ProducerStates[PgChange]:
@@ -118,18 +132,60 @@ class PgPartitionLog:
         """Append one checked batch; resolves once PostgreSQL committed it."""
         return self.appends.append(records, now_ms, sink)
 
-    def published(self, base_offset: int, end: int, data: bytes, in_order: bool) -> None:
+    def append_durable(self, base_offset: int, end: int, data: bytes, in_order: bool) -> None:
         """A batch is durable: the high watermark moves to its end, and (when
-        every batch before it is known durable) it joins the tail."""
+        every batch before it is known durable) it joins the tail. A tail
+        that does not end where the batch starts (a transaction's commit was
+        published in between, its batches not held here) restarts with it."""
         if in_order and not self.deleted:
+            if base_offset != self.tail_end:
+                self.tail = InMemoryBatches()
             self.tail.append(base_offset, data)
+            self.tail_end = end
             self.tail.trim(self.tail_budget)
         self.advance_high_watermark(end)
 
     def advance_high_watermark(self, offset: int) -> None:
         if offset > self.high_watermark:
             self.high_watermark = offset
+            if self.tail_end != offset:
+                # The tail must reach the high watermark (reads at or past its
+                # first offset are answered from it alone): it restarts empty.
+                self.tail = InMemoryBatches()
+                self.tail_end = offset
             self.wake_waiters()
+
+    # ---------------------------------- pgstore.txn_publication.TxnPartition
+    @property
+    def batch_epoch(self) -> int:
+        # Batches carry the epoch Metadata and Fetch answer (one, until
+        # leadership is wired into the gateway), never the fencing epoch of
+        # the partition row: a Java consumer validates its position with the
+        # epoch of the records it read (OffsetForLeaderEpoch).
+        return LEADER_EPOCH
+
+    def reserve(self, count: int) -> int | None:
+        """Offsets for a commit's publication at the log end, taken in order
+        with the appends'; None while the log is in doubt (the database then
+        assigns them from the partition row, under its lock)."""
+        if self.appends.in_doubt:
+            return None
+        base = self.log_end_offset
+        self.log_end_offset += count
+        return base
+
+    def published(self, base: int, end: int, nbytes: int) -> None:
+        """A commit's batches and marker [base, end) are durable."""
+        if self.deleted:
+            return
+        self.log_end_offset = max(self.log_end_offset, end)
+        self.size_bytes += nbytes
+        self.advance_high_watermark(end)
+
+    def in_doubt(self) -> None:
+        """A commit carrying offsets reserved here failed or its outcome is
+        unknown: the partition row is reread before the next offsets."""
+        self.appends.doubt()
 
     def reset_from(self, row: LogRow) -> None:
         """Take the row reread after a doubt as the truth (nothing is in flight)."""
@@ -138,6 +194,7 @@ class PgPartitionLog:
         self.size_bytes = row.size_bytes
         self.running_max_timestamp = row.running_max_timestamp
         self.tail = InMemoryBatches()  # it may miss a batch whose outcome was unknown
+        self.tail_end = row.log_end_offset
         self.high_watermark = row.log_end_offset
         self.wake_waiters()
 

@@ -37,6 +37,12 @@ class TxnPartition(Protocol):
         pending batch lands only while the partition row still holds it."""
         ...
 
+    @property
+    def batch_epoch(self) -> int:
+        """The partition leader epoch stamped on the batches stored (what
+        Metadata, Fetch and OffsetForLeaderEpoch answer for the partition)."""
+        ...
+
     def reserve(self, count: int) -> int | None:
         """Take ``count`` offsets at the log end for a commit's publication
         (as an append takes its own), returning the first; None when this
@@ -44,9 +50,9 @@ class TxnPartition(Protocol):
         from the partition row, under its lock."""
         ...
 
-    def published(self, base: int, end: int) -> None:
-        """The offsets [base, end) are durable: the log end and high
-        watermark move to ``end`` (waiting long-polls wake)."""
+    def published(self, base: int, end: int, nbytes: int) -> None:
+        """The offsets [base, end), ``nbytes`` of batches, are durable: the
+        log end and high watermark move to ``end`` (waiting long-polls wake)."""
         ...
 
     def in_doubt(self) -> None:
@@ -67,7 +73,8 @@ class MissingPending(StorageError):
 
 class CounterMoved(StorageError):
     """Another gateway set the counter since this one read it: nothing of the
-    change was written; reread it (``load``) before taking more."""
+    change was written. The change read the row first, so this gateway's view
+    is the database's now and its next allocation starts from there."""
 
 
 class OffsetsMoved(StorageError):

@@ -55,6 +55,7 @@ from collections.abc import Callable, Iterator, Mapping
 from uuid import UUID
 
 from tablets import batch as batch_header
+from tablets.errors import StorageError
 from tablets.seam import (
     AtomicChange,
     CommittedOffset,
@@ -91,7 +92,7 @@ from .writer import PgChange, PgWriter
 class PgTransactionStorage:
     """The engine's writer and tables, as the transaction coordinator sees them."""
 
-    def __init__(self, writer: PgWriter, offsets: PgConsumerOffsets,
+    def __init__(self, writer: PgWriter, offsets: PgConsumerOffsets | None,
                  schema: str = DEFAULT_SCHEMA, *,
                  partition: Callable[[str, int], PartitionLog],
                  has_partition: Callable[[str, int], bool],
@@ -133,8 +134,14 @@ class PgTransactionStorage:
                 PENDING_REF.pack(log_id, instance, ordinal), ordinal, bytes(row["header"]),
                 int(row["size"])))
 
+    def connect_offsets(self, offsets: PgConsumerOffsets) -> None:
+        """The consumer offsets, when made after this storage (the engine's start)."""
+        self._offsets = offsets
+
     @property
     def consumer_offsets(self) -> PgConsumerOffsets:
+        if self._offsets is None:
+            raise StorageError("consumer offsets are not connected to this PostgreSQL store")
         return self._offsets
 
     def partition(self, name: str, index: int) -> PartitionLog:
@@ -169,6 +176,13 @@ class PgTransactionStorage:
     def set_counter(self, change: AtomicChange, name: str, value: int) -> None:
         expected = self._counters.get(name)
         pg = as_txn_change(change)
+        # The row as the database has it, read first (and locked): when another
+        # gateway moved it, the compare-and-set below refuses this change, and
+        # the next one starts from what was read here, so a lagging gateway
+        # loses one attempt, not one per value the other took.
+        seen: list[int] = []
+        pg.fetch(self._sql.read_counter, name,
+                 into=lambda rows: seen.extend(int(row["value"]) for row in rows))
         pg.fence(self._sql.counter, name, value, expected, refused=lambda: (
             CounterMoved(f"counter {name}: not at {expected} any more (another gateway "
                          f"set it); {value} not written")))
@@ -176,10 +190,11 @@ class PgTransactionStorage:
 
         def failed() -> None:  # not written (in doubt: the next set is refused)
             if self._counters.get(name) == value:
-                if expected is None:
+                newest = max([*seen, *([] if expected is None else [expected])], default=None)
+                if newest is None:
                     self._counters.pop(name, None)
                 else:
-                    self._counters[name] = expected
+                    self._counters[name] = newest
 
         pg.on_failure(failed)
 
@@ -244,7 +259,7 @@ class PgTransactionStorage:
     def stage_pending(self, change: PgChange, log: TxnPartition, ref: bytes,
                       batch: bytes | memoryview) -> bytes:
         """Add a transactional batch to ``change`` (the engine's append): its
-        bytes once, stamped with base offset 0 and the log's leader epoch, and
+        bytes once, stamped with base offset 0 and the log's batch epoch, and
         its pending row, only while the partition is at that epoch (else the
         change is refused with ``PublicationFenced``). Returns the bytes stored."""
         log_id, instance, ordinal = parse_pending_ref(ref)
@@ -254,7 +269,7 @@ class PgTransactionStorage:
         parsed = batch_header.parse_batches(view, verify_crc=False)
         if len(parsed) != 1:
             raise ValueError(f"one batch per pending blob, not {len(parsed)}")
-        data = batch_header.stamp(view, parsed[0], 0, log.leader_epoch)
+        data = batch_header.stamp(view, parsed[0], 0, log.batch_epoch)
         epoch = log.leader_epoch
         change.fence(self._sql.pending_fence, log_id, epoch, refused=lambda: PublicationFenced(
             f"log {log_id}: not at leader epoch {epoch} any more: transactional batch not "
@@ -290,7 +305,8 @@ class PgTransactionStorage:
                          f"log {log_id}: pending batches of the commit are not stored "
                          "(aborted meanwhile?): the commit was not written"))
         stamped = batch_header.stamp(marker_view, marker_header,
-                                     0 if base is None else base + plan.count - 1, epoch)
+                                     0 if base is None else base + plan.count - 1,
+                                     part.batch_epoch)
         pg.execute(self._sql.publish_marker, log_id, stamped, marker_header.max_timestamp,
                    len(stamped), base is None)
         pg.nbytes += len(stamped)
@@ -305,7 +321,7 @@ class PgTransactionStorage:
 
         def publish() -> None:
             end = base + plan.count if base is not None else found[0]
-            part.published(end - plan.count, end)
+            part.published(end - plan.count, end, plan_bytes)
             self._recovered.pop((log_id, plan.instance), None)
 
         return publish
@@ -315,12 +331,13 @@ class PgTransactionStorage:
                       committer: str, members: Mapping[TopicPartition, str] | None,
                       ) -> dict[TopicPartition, CommittedOffset]:
         pg = as_txn_change(change)
-        staged = self._offsets.stage(
+        offsets = self.consumer_offsets
+        staged = offsets.stage(
             group, commits, now_ms, pg, committer, members,
             refused=lambda: OffsetsMoved(
                 f"group {group}: offsets committed by another gateway since this one read "
                 f"them; the transaction of {committer} was not committed"))
-        pg.on_failure(lambda: self._offsets.forget(group, staged))
+        pg.on_failure(lambda: offsets.forget(group, staged))
         return staged
 
     def abort_pending(self, change: AtomicChange, log_ref: bytes, instance: int) -> None:

@@ -88,11 +88,6 @@ class UnsupportedRecordKind(TabletError):
     """Transactional or control batches where this node does not take them."""
 
 
-class TransactionsUnavailable(UnsupportedRecordKind):
-    """The storage engine does not keep transactions yet (the PostgreSQL store):
-    answered as INVALID_TXN_STATE, which no client retries."""
-
-
 class NotLeader(TabletError):
     """This node no longer leads the partition: its leader epoch moved (another
     gateway claimed it). Nothing of the refused write was stored; clients
@@ -133,7 +128,6 @@ __all__ = [
     "StorageError",
     "TabletError",
     "TopicAlreadyExists",
-    "TransactionsUnavailable",
     "UnknownPartition",
     "UnknownProducerId",
     "UnknownTopic",

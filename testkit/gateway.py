@@ -20,7 +20,7 @@ import threading
 import time
 from pathlib import Path
 
-from testkit import prom
+from testkit import pg_store_mode, prom
 
 _READY = re.compile(r"kafka-gateway ready: listening on ([\d.]+):(\d+)")
 _LISTENER = re.compile(r"(\w+)://[^,\s]*:(\d+) \(")
@@ -58,6 +58,8 @@ class GatewayProcess:
             "--listen", f"127.0.0.1:{self.port}",
             "--data-dir", str(self.data_dir),
             *self.extra_args,
+            # KAFKA_GATEWAY_TEST_STORE=postgresql: on the PostgreSQL store.
+            *pg_store_mode.store_args(self.data_dir, self.extra_args),
         ]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
@@ -82,6 +84,7 @@ class GatewayProcess:
                     f"gateway not ready in {self.startup_timeout}s:\n{self.output()}"
                 )
         threading.Thread(target=self._drain, args=(self.process,), daemon=True).start()
+        pg_store_mode.check_started(self.output(), self.extra_args)
         return self
 
     def _drain(self, process: subprocess.Popen[str]) -> None:

@@ -48,6 +48,10 @@ class TxnLog:
         return cls(pool, schema, log_id, int(row["leader_epoch"]), end, end, leads)
 
     # ----------------------------------------------- pgstore.txn_publication.TxnPartition
+    @property
+    def batch_epoch(self) -> int:
+        return self.leader_epoch
+
     def reserve(self, count: int) -> int | None:
         if not self.leads:
             return None
@@ -55,7 +59,7 @@ class TxnLog:
         self.log_end_offset += count
         return base
 
-    def published(self, base: int, end: int) -> None:
+    def published(self, base: int, end: int, nbytes: int) -> None:
         self.publications.append((base, end))
         self.log_end_offset = max(self.log_end_offset, end)
         self.high_watermark = max(self.high_watermark, end)

@@ -28,9 +28,9 @@ from tablets.errors import (
     PolicyViolation,
     RecordTooLarge,
     StorageError,
-    TransactionsUnavailable,
     UnknownPartition,
     UnknownProducerId,
+    UnsupportedRecordKind,
 )
 from testkit import postgres
 from testkit.batches import GZIP, decode_batches, make_batch
@@ -141,7 +141,7 @@ def test_checks_and_log_append_time(pg_server: PostgresServer) -> None:
         await node.create_topic("lat", 1, {"message.timestamp.type": "LogAppendTime"})
         with pytest.raises(RecordTooLarge):
             node.partition("small", 0).append(make_batch([b"x" * 300]), now())
-        with pytest.raises(TransactionsUnavailable):
+        with pytest.raises(UnsupportedRecordKind):  # outside a transaction
             node.partition("small", 0).append(
                 batch(producer_id=1, producer_epoch=0, base_sequence=0,
                       attributes=batch_header.ATTR_TRANSACTIONAL), now())

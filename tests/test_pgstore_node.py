@@ -27,7 +27,6 @@ from tablets.errors import (
     NotLeader,
     StorageError,
     TopicAlreadyExists,
-    TransactionsUnavailable,
     UnknownPartition,
     UnknownTopic,
 )
@@ -181,7 +180,7 @@ def test_a_second_gateway_on_the_same_database_fences_the_first(
     run(body)
 
 
-def test_the_coordinators_storage_hands_out_producer_ids_but_refuses_transactions(
+def test_the_coordinators_storage_keeps_producer_ids_and_transaction_states(
         pg_server: PostgresServer) -> None:
     schema = f"node_{uuid.uuid4().hex[:10]}"
 
@@ -197,18 +196,16 @@ def test_the_coordinators_storage_hands_out_producer_ids_but_refuses_transaction
             assert ids.allocate(change) == expected
             await storage.commit(change)
         change = storage.begin()
-        with pytest.raises(TransactionsUnavailable) as refused:
-            storage.put_txn_state(change, "tx", b"state")
-        answer = mapped_class(refused.value).code  # what a client hears: not retried
-        assert answer is ErrorCode.invalid_txn_state and not answer.retriable
-        with pytest.raises(TransactionsUnavailable):
-            storage.log_ref(node.partition("t", 0))
+        storage.put_txn_state(change, "tx", b"state")
+        await storage.commit(change)
         await node.close()
 
         node = PgNodeStorage(pg_server.dsn, PgNodeSettings(schema=schema))
         await node.start()  # the counter is persisted: no id is handed out twice
-        change = node.transaction_storage().begin()
-        assert ProducerIds(node.transaction_storage()).allocate(change) == 2
+        storage = node.transaction_storage()
+        assert dict(storage.txn_states()) == {"tx": b"state"}  # loaded at start-up
+        change = storage.begin()
+        assert ProducerIds(storage).allocate(change) == 2
         await node.close()
 
     run(body)

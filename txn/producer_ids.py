@@ -19,7 +19,14 @@ class ProducerIds:
         self._last = -1 if last is None else last
 
     def allocate(self, ops: AtomicChange) -> int:
-        """A new id; ``ops`` must be written before the id is used."""
-        self._last += 1
+        """A new id; ``ops`` must be written before the id is used. It follows
+        the last one this node handed out, or the storage's counter if that
+        is ahead (several gateways share one counter: one that lost a race
+        learns the newer value from its storage)."""
+        self._last = max(self._last, _or(self.storage.counter(_COUNTER), -1)) + 1
         self.storage.set_counter(ops, _COUNTER, self._last)
         return self._last
+
+
+def _or(value: int | None, default: int) -> int:
+    return default if value is None else value

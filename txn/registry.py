@@ -59,8 +59,10 @@ class TxnRegistry:
 
     def next_instance(self) -> int:
         """A new node-wide transaction instance (persisted by the next ``put``
-        of the transaction that takes it)."""
-        self._last_instance += 1
+        of the transaction that takes it); ahead of the storage's counter,
+        which another gateway sharing it may have moved."""
+        self._last_instance = max(self._last_instance,
+                                  self.storage.counter(_INSTANCE) or 0) + 1
         return self._last_instance
 
     def put(self, meta: TxnMetadata, ops: AtomicChange) -> None:
