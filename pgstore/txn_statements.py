@@ -6,14 +6,15 @@ from __future__ import annotations
 class TxnStatements:
     def __init__(self, s: str) -> None:
         """``s``: the schema's quoted name."""
-        # A counter moves only forward and only from the value this gateway
-        # last saw (a compare-and-set: two gateways taking the same block of
+        # A counter never moves back (setting the value it holds again is
+        # allowed: a transaction's state rewrites its instance), and only from
+        # the value this gateway last saw (a compare-and-set: two gateways taking the same block of
         # producer ids or instances from one view cannot both land); $3 NULL:
         # absent.
         self.counter = (
             f"INSERT INTO {s}.counters AS c (name, value) VALUES ($1, $2) "
             "ON CONFLICT (name) DO UPDATE SET value = excluded.value "
-            "WHERE c.value = $3 AND excluded.value > c.value RETURNING 1")
+            "WHERE c.value = $3 AND excluded.value >= c.value RETURNING 1")
         self.read_counter = f"SELECT value FROM {s}.counters WHERE name = $1 FOR UPDATE"
         self.put_state = (
             f"INSERT INTO {s}.txn_states (transactional_id, state) VALUES ($1, $2) "
