@@ -587,6 +587,31 @@ def test_two_gateways_taking_one_counter_block_exactly_one_wins(
     run(pg_server, body)
 
 
+def test_a_counter_set_again_to_its_value_lands_and_never_moves_back(
+        pg_server: PostgresServer) -> None:
+    """A transaction's state is rewritten with its instance at every put: the
+    counter set again to the value it holds must land (every EndTxn failed
+    when it did not); a value below it never does."""
+    async def body(pool: asyncpg.Pool, admin: asyncpg.Connection, schema: str) -> None:
+        one = await open_gateway(pg_server, schema, admin)
+        try:
+            for value in (7, 7, 7):
+                change = one.storage.begin()
+                one.storage.set_counter(change, "txn.instance", value)
+                await one.storage.commit(change)
+            change = one.storage.begin()
+            one.storage.set_counter(change, "txn.instance", 3)
+            with pytest.raises(CounterMoved):
+                await one.storage.commit(change)
+            assert await admin.fetchval(
+                f"SELECT value FROM {schema}.counters WHERE name = 'txn.instance'") == 7
+            assert one.storage.counter("txn.instance") == 7
+        finally:
+            await one.writer.close()
+
+    run(pg_server, body)
+
+
 def test_a_commit_another_gateway_made_after_a_transaction_began_is_seen_as_moved(
         pg_server: PostgresServer) -> None:
     """The begin version across gateways (docs/cluster-design.md, "Offsets
