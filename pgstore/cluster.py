@@ -147,6 +147,11 @@ class PgCluster:
         leadership = Leadership(membership, on_change=self._changed)
         self.membership, self.leadership = membership, leadership
         await leadership.start()
+        # The first pass's partitions and slots are opened before the gateway
+        # says it is ready (a restarted gateway leads at once what it led,
+        # rather than answering NOT_LEADER_OR_FOLLOWER until its opens land).
+        opening = [task for task in self._tasks if task.get_name().startswith("open ")]
+        await asyncio.gather(*opening, return_exceptions=True)
         log.info("node %d joined the cluster (incarnation %d, lease %.1f s): leads %d "
                  "partitions, %d coordinator slots", self.node_id, membership.incarnation,
                  self.settings.lease_seconds, len(leadership.led_partitions),
