@@ -1,11 +1,9 @@
-"""What a topic's configs mean to the PostgreSQL store, and Kafka's checks of a
-new topic's name.
+"""What a topic's configs mean to the PostgreSQL store.
 
 ``topic_settings`` makes the ``TabletSettings`` (engine-free, shared with
 the RocksDB engine) an append, ``tablets.validate`` and retention read from
-a topic's effective configs. ``check_topic_name`` and
-``collision_key`` mirror ``tablets.topic_catalog``'s (Kafka's Topic.validate
-and Topic.hasCollision), which lives in the RocksDB engine's catalog.
+a topic's effective configs. Kafka's checks of a new topic's name and
+partition count are both engines' (``tablets.topic_names``).
 
 Compacted topics (``cleanup.policy`` with ``compact``) are not available on
 this store yet: ``refuse_compaction`` answers INVALID_CONFIG at create and
@@ -14,16 +12,10 @@ alter, so nothing relies on a cleaner that does not run.
 
 from __future__ import annotations
 
-import re
-
 from tablets.config_parsing import parse_list
-from tablets.errors import InvalidConfig, InvalidTopicName
+from tablets.errors import InvalidConfig
 from tablets.tablet_settings import TabletSettings
 from tablets.topic_config import IMPORTANT_GROUPS, IMPORTANT_MAX_BYTES
-
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_NAME = 249
-MAX_PARTITIONS = 10_000
 
 
 def topic_settings(topic: str, values: dict[str, str], max_producers: int) -> TabletSettings:
@@ -57,24 +49,3 @@ def refuse_compaction(values: dict[str, str]) -> None:
         raise InvalidConfig(
             "Invalid value compact for configuration cleanup.policy: compacted topics are not "
             "yet available on the PostgreSQL store")
-
-
-def check_topic_name(name: str) -> None:
-    """Kafka's topic name rules (Topic.validate)."""
-    if not name:
-        raise InvalidTopicName("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicName("Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME:
-        raise InvalidTopicName(
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters")
-    if not _LEGAL_NAME.match(name):
-        raise InvalidTopicName(
-            f"Topic name {name!r} is illegal, it contains a character other than ASCII "
-            "alphanumerics, '.', '_' and '-'")
-
-
-def collision_key(name: str) -> str:
-    """Kafka's metric names turn '.' into '_': two topics whose names then
-    match would collide (Topic.hasCollision), so the second is refused."""
-    return name.replace(".", "_")

@@ -42,18 +42,13 @@ from tablets.errors import (
 from tablets.producer_rules import ProducerEntry
 from tablets.tablet_settings import TabletSettings
 from tablets.topic_config import effective, validate_all
+from tablets.topic_names import MAX_PARTITIONS, check_topic_name, collision_key
 
 from .log_sql import LogRow
 from .log_state import LogContext
 from .partition_log import PgPartitionLog
 from .producer_rows import PgProducerRows
-from .topic_settings import (
-    MAX_PARTITIONS,
-    check_topic_name,
-    collision_key,
-    refuse_compaction,
-    topic_settings,
-)
+from .topic_settings import refuse_compaction, topic_settings
 
 if TYPE_CHECKING:
     from tablets.seam import TopicView

@@ -5,7 +5,8 @@ from .engine import EngineSettings, StorageEngine
 from .node_records import open_node_records
 from .seam import AppendResult, ReadResult
 from .tablet import PartitionTablet
-from .topic_catalog import Topic, check_topic_name
+from .topic_catalog import Topic
+from .topic_names import check_topic_name
 
 __all__ = [
     "AppendResult",

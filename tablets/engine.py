@@ -43,8 +43,9 @@ from .seam import (
     WriteStats,
 )
 from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
-from .topic_catalog import Topic, TopicCatalog, check_topic_name
+from .topic_catalog import Topic, TopicCatalog
 from .topic_config import TOPIC_CONFIGS
+from .topic_names import check_topic_name
 from .txn_storage import RocksTransactionStorage
 
 if TYPE_CHECKING:

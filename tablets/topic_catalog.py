@@ -17,7 +17,6 @@ import asyncio
 import functools
 import json
 import logging
-import re
 import struct
 import uuid
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ from .topic_config import (
     effective,
     validate_all,
 )
+from .topic_names import MAX_PARTITIONS, check_topic_name, collision_key
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -57,34 +57,6 @@ if TYPE_CHECKING:
     from .store import GroupCommitWriter, RocksStore
 
 log = logging.getLogger(__name__)
-
-_LEGAL_NAME = re.compile(r"^[a-zA-Z0-9._-]+$")
-MAX_TOPIC_NAME = 249
-MAX_PARTITIONS = 10_000
-
-
-def check_topic_name(name: str) -> None:
-    """Kafka's topic name rules (Topic.validate)."""
-    if not name:
-        raise InvalidTopicName("Topic name is illegal, it can't be empty")
-    if name in (".", ".."):
-        raise InvalidTopicName("Topic name cannot be \".\" or \"..\"")
-    if len(name) > MAX_TOPIC_NAME:
-        raise InvalidTopicName(
-            f"Topic name is illegal, it can't be longer than {MAX_TOPIC_NAME} characters"
-        )
-    if not _LEGAL_NAME.match(name):
-        raise InvalidTopicName(
-            f"Topic name {name!r} is illegal, it contains a character other than ASCII "
-            "alphanumerics, '.', '_' and '-'"
-        )
-
-
-def collision_key(name: str) -> str:
-    """Kafka's metric names turn '.' into '_': two topics whose names then
-    match would collide (Topic.hasCollision), so the second is refused."""
-    return name.replace(".", "_")
-
 
 @dataclass(slots=True)
 class Topic:

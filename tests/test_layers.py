@@ -151,7 +151,8 @@ def test_common_imports_no_layer():
 # persistence port (producers, segments) or a reader port (compaction's planner).
 PGSTORE_FROM_TABLETS = {
     "tablets.seam", "tablets.errors", "tablets.log_entry", "tablets.batch", "tablets.control",
-    "tablets.offset_state", "tablets.important_holds", "tablets.records", "tablets.validate",
+    "tablets.offset_state", "tablets.important_holds", "tablets.topic_names",
+    "tablets.records", "tablets.validate",
     "tablets.topic_config", "tablets.config_parsing",
     "tablets.tablet_settings", "tablets.compaction_config", "tablets.producer_rules",
     "tablets.segment_rules", "tablets.compaction", "tablets.encode",
