@@ -19,7 +19,6 @@ adds:
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -27,37 +26,18 @@ import asyncpg
 import pytest
 
 from pgstore.consumer_offsets import PgConsumerOffsets, stage_offsets
-from pgstore.migrate import migrate
 from pgstore.writer import PgWriter
 from tablets.errors import StorageError
 from tablets.seam import CommittedOffset, OffsetCommit
 from testkit import postgres
+from testkit.pg_schemas import connect_as, migrated_schema
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
 T = TypeVar("T")
 APP = "offsets-writer"
-_schemas = itertools.count()
 
 Body = Callable[[PgConsumerOffsets, PgWriter, asyncpg.Connection], Awaitable[T]]
-
-
-def new_schema(pg: PostgresServer) -> str:
-    schema = f"offsets{next(_schemas)}"
-
-    async def main() -> None:
-        conn = await asyncpg.connect(pg.dsn)
-        try:
-            await migrate(conn, schema)
-        finally:
-            await conn.close()
-
-    asyncio.run(main())
-    return schema
-
-
-async def _connect(dsn: str) -> asyncpg.Connection:
-    return await asyncpg.connect(dsn, server_settings={"application_name": APP})
 
 
 def run(pg: PostgresServer, schema: str, body: Body[T]) -> T:
@@ -65,7 +45,7 @@ def run(pg: PostgresServer, schema: str, body: Body[T]) -> T:
 
     async def main() -> T:
         admin = await asyncpg.connect(pg.dsn)
-        writer = PgWriter(pg.dsn, connect=_connect)
+        writer = PgWriter(pg.dsn, connect=connect_as(APP))
         await writer.start()
         try:
             offsets = PgConsumerOffsets(writer, schema)
@@ -84,7 +64,7 @@ async def rows(admin: asyncpg.Connection, schema: str, table: str) -> list[tuple
 
 
 def test_commits_survive_a_restart_with_every_field(pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     async def write(offsets: PgConsumerOffsets, writer: PgWriter,
                     admin: asyncpg.Connection) -> dict[tuple[str, int], CommittedOffset]:
@@ -128,7 +108,7 @@ def test_commits_survive_a_restart_with_every_field(pg_server: PostgresServer) -
 
 
 def test_versions_grow_with_every_commit_and_are_never_reused(pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     async def first(offsets: PgConsumerOffsets, writer: PgWriter,
                     admin: asyncpg.Connection) -> int:
@@ -156,7 +136,7 @@ def test_versions_grow_with_every_commit_and_are_never_reused(pg_server: Postgre
 
 def test_a_commit_becomes_visible_once_durable_and_newest_wins(
         pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     async def body(offsets: PgConsumerOffsets, writer: PgWriter,
                    admin: asyncpg.Connection) -> None:
@@ -182,7 +162,7 @@ def test_a_commit_becomes_visible_once_durable_and_newest_wins(
 
 
 def test_concurrent_commits_resolve_in_order(pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     async def body(offsets: PgConsumerOffsets, writer: PgWriter,
                    admin: asyncpg.Connection) -> None:
@@ -210,7 +190,7 @@ def test_concurrent_commits_resolve_in_order(pg_server: PostgresServer) -> None:
 
 
 def test_delete_orders_with_commits_in_flight(pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     async def body(offsets: PgConsumerOffsets, writer: PgWriter,
                    admin: asyncpg.Connection) -> None:
@@ -245,7 +225,7 @@ def test_delete_orders_with_commits_in_flight(pg_server: PostgresServer) -> None
 
 def test_an_important_groups_deletion_releases_it_until_it_commits_again(
         pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     def important(group: str, topic: str | None) -> bool:
         return group == "imp" and topic in (None, "t")
@@ -294,7 +274,7 @@ def test_an_important_groups_deletion_releases_it_until_it_commits_again(
 
 
 def test_deleting_a_topic_drops_its_offsets_in_every_group(pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     async def body(offsets: PgConsumerOffsets, writer: PgWriter,
                    admin: asyncpg.Connection) -> None:
@@ -326,7 +306,7 @@ def test_deleting_a_topic_drops_its_offsets_in_every_group(pg_server: PostgresSe
 
 def test_a_commit_whose_connection_is_killed_publishes_nothing(
         pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     async def body(offsets: PgConsumerOffsets, writer: PgWriter,
                    admin: asyncpg.Connection) -> None:
@@ -369,7 +349,7 @@ def test_a_commit_whose_connection_is_killed_publishes_nothing(
 
 
 def test_load_group_reads_another_gateways_commits(pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     async def body(offsets: PgConsumerOffsets, writer: PgWriter,
                    admin: asyncpg.Connection) -> None:
@@ -401,7 +381,7 @@ class Conflict(Exception):
 
 def test_two_gateways_racing_on_one_partition_exactly_one_wins(
         pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "offsets")
 
     async def body(a: PgConsumerOffsets, writer_a: PgWriter, admin: asyncpg.Connection) -> None:
         writer_b = PgWriter(pg_server.dsn)

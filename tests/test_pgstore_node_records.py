@@ -14,44 +14,24 @@ tablets/node_records.py, tests/test_seam.py):
 from __future__ import annotations
 
 import asyncio
-import itertools
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 import asyncpg
 import pytest
 
-from pgstore.migrate import migrate
 from pgstore.node_records import PgNodeRecords, open_node_records
 from pgstore.writer import PgWriter
 from tablets.errors import StorageError
 from testkit import postgres
+from testkit.pg_schemas import connect_as, migrated_schema
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
 T = TypeVar("T")
 APP = "records-writer"
-_schemas = itertools.count()
 
 Body = Callable[[PgNodeRecords, PgNodeRecords, PgWriter, asyncpg.Connection], Awaitable[T]]
-
-
-def new_schema(pg: PostgresServer) -> str:
-    schema = f"records{next(_schemas)}"
-
-    async def main() -> None:
-        conn = await asyncpg.connect(pg.dsn)
-        try:
-            await migrate(conn, schema)
-        finally:
-            await conn.close()
-
-    asyncio.run(main())
-    return schema
-
-
-async def _connect(dsn: str) -> asyncpg.Connection:
-    return await asyncpg.connect(dsn, server_settings={"application_name": APP})
 
 
 def run(pg: PostgresServer, schema: str, body: Body[T]) -> T:
@@ -59,7 +39,7 @@ def run(pg: PostgresServer, schema: str, body: Body[T]) -> T:
 
     async def main() -> T:
         admin = await asyncpg.connect(pg.dsn)
-        writer = PgWriter(pg.dsn, connect=_connect)
+        writer = PgWriter(pg.dsn, connect=connect_as(APP))
         await writer.start()
         try:
             scram = PgNodeRecords(writer, schema, "scram")
@@ -80,7 +60,7 @@ async def stored(admin: asyncpg.Connection, schema: str) -> list[tuple[str, byte
 
 
 def test_changes_are_atomic_and_survive_a_restart(pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "records")
 
     async def write(scram: PgNodeRecords, acl: PgNodeRecords, writer: PgWriter,
                     admin: asyncpg.Connection) -> None:
@@ -111,7 +91,7 @@ def test_changes_are_atomic_and_survive_a_restart(pg_server: PostgresServer) -> 
 
 
 def test_a_change_whose_connection_is_killed_changes_nothing(pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "records")
 
     async def body(scram: PgNodeRecords, acl: PgNodeRecords, writer: PgWriter,
                    admin: asyncpg.Connection) -> None:
@@ -145,7 +125,7 @@ def test_a_change_whose_connection_is_killed_changes_nothing(pg_server: Postgres
 
 
 def test_offline_and_online(pg_server: PostgresServer) -> None:
-    schema = new_schema(pg_server)
+    schema = migrated_schema(pg_server, "records")
 
     async def online(scram: PgNodeRecords, acl: PgNodeRecords, writer: PgWriter,
                      admin: asyncpg.Connection) -> None:

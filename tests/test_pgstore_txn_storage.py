@@ -24,7 +24,6 @@ log of ``testkit.pg_txn_log`` (real rows, written and read back):
 from __future__ import annotations
 
 import asyncio
-import itertools
 import os
 import time
 import uuid
@@ -38,7 +37,6 @@ import pytest
 from pgstore.batch_log import BatchLog
 from pgstore.consumer_offsets import PgConsumerOffsets
 from pgstore.log_notices import channel
-from pgstore.migrate import migrate
 from pgstore.txn_publication import (
     CounterMoved,
     OffsetsMoved,
@@ -53,6 +51,7 @@ from tablets.errors import StorageError
 from tablets.seam import CommittedOffset, OffsetCommit, PendingBlob
 from testkit import postgres
 from testkit.batches import make_batch
+from testkit.pg_schemas import connect_as, migrated_schema
 from testkit.pg_txn_log import TxnLog
 from testkit.postgres import PostgresServer
 
@@ -61,7 +60,6 @@ T = TypeVar("T")
 APP = "txn-writer"
 EPOCH = 5
 PRODUCER = 7
-_schemas = itertools.count()
 
 
 @dataclass
@@ -106,27 +104,9 @@ class Gateway:
         return change, publish
 
 
-def new_schema(pg: PostgresServer) -> str:
-    schema = f"txn{next(_schemas)}"
-
-    async def main() -> None:
-        conn = await asyncpg.connect(pg.dsn)
-        try:
-            await migrate(conn, schema)
-        finally:
-            await conn.close()
-
-    asyncio.run(main())
-    return schema
-
-
-async def _connect(dsn: str) -> asyncpg.Connection:
-    return await asyncpg.connect(dsn, server_settings={"application_name": APP})
-
-
 async def open_gateway(pg: PostgresServer, schema: str, admin: asyncpg.Connection,
                        logs: dict[tuple[str, int], TxnLog] | None = None) -> Gateway:
-    writer = PgWriter(pg.dsn, connect=_connect)
+    writer = PgWriter(pg.dsn, connect=connect_as(APP))
     await writer.start()
     offsets = PgConsumerOffsets(writer, schema)
     await offsets.load(admin)
@@ -143,7 +123,7 @@ Body = Callable[[asyncpg.Pool, asyncpg.Connection, str], Awaitable[T]]
 
 
 def run(pg: PostgresServer, body: Body[T]) -> T:
-    schema = new_schema(pg)
+    schema = migrated_schema(pg, "txn")
 
     async def main() -> T:
         pool = await asyncpg.create_pool(pg.dsn, min_size=1, max_size=4)
