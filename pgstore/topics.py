@@ -33,16 +33,13 @@ from uuid import UUID
 from common.clock import now_ms
 from tablets.errors import (
     InvalidPartitions,
-    InvalidReplicationFactor,
-    InvalidTopicName,
-    TopicAlreadyExists,
     UnknownPartition,
     UnknownTopic,
 )
 from tablets.producer_rules import ProducerEntry
 from tablets.tablet_settings import TabletSettings
 from tablets.topic_config import effective, validate_all
-from tablets.topic_names import MAX_PARTITIONS, check_topic_name, collision_key
+from tablets.topic_names import MAX_PARTITIONS, check_new_topic, collision_key
 
 from .log_sql import LogRow
 from .log_state import LogContext
@@ -229,22 +226,13 @@ class PgTopicCatalog:
     def check_new_topic(self, name: str, partitions: int, replication_factor: int,
                         configs: dict[str, str | None]) -> dict[str, str]:
         """Kafka's checks of a new topic, in its controller's order; the config
-        overrides as stored."""
-        check_topic_name(name)
-        if name in self.topics:
-            raise TopicAlreadyExists(f"Topic '{name}' already exists.")
-        other = self.by_collision_key.get(collision_key(name))
-        if other is not None:
-            raise InvalidTopicName(f"Topic '{name}' collides with existing topic: {other.name}")
-        stored = validate_all(configs)
-        refuse_compaction(effective(stored, self.settings.topic_defaults))
-        if not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidPartitions(
-                f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}")
-        if replication_factor not in (-1, 1):
-            raise InvalidReplicationFactor(
-                f"Replication factor {replication_factor} is larger than the 1 available broker")
-        return stored
+        overrides as stored (compacted topics refused on this store)."""
+        found = self.by_collision_key.get
+        return check_new_topic(
+            name, partitions, replication_factor, configs, exists=self.topics.__contains__,
+            colliding=lambda key: None if (other := found(key)) is None else other.name,
+            check_configs=lambda stored: refuse_compaction(
+                effective(stored, self.settings.topic_defaults)))
 
     async def create_topic(self, name: str, partitions: int,
                            configs: dict[str, str]) -> PgTopic:

@@ -28,9 +28,6 @@ from .compaction_config import CompactionConfig
 from .config_parsing import parse_list
 from .errors import (
     InvalidPartitions,
-    InvalidReplicationFactor,
-    InvalidTopicName,
-    TopicAlreadyExists,
     UnknownPartition,
     UnknownTopic,
 )
@@ -45,7 +42,7 @@ from .topic_config import (
     effective,
     validate_all,
 )
-from .topic_names import MAX_PARTITIONS, check_topic_name, collision_key
+from .topic_names import MAX_PARTITIONS, check_new_topic, collision_key
 
 if TYPE_CHECKING:
     from concurrent.futures import Executor
@@ -193,23 +190,11 @@ class TopicCatalog:
         configs: dict[str, str | None],
     ) -> dict[str, str]:
         """Every check of a new topic, in the order Kafka's controller makes
-        them; returns the config overrides as they are stored."""
-        check_topic_name(name)
-        if name in self.topics:
-            raise TopicAlreadyExists(f"Topic '{name}' already exists.")
-        other = self.topics_by_collision_key.get(collision_key(name))
-        if other is not None:
-            raise InvalidTopicName(f"Topic '{name}' collides with existing topic: {other.name}")
-        stored = validate_all(configs)
-        if not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidPartitions(
-                f"Number of partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
-            )
-        if replication_factor not in (-1, 1):
-            raise InvalidReplicationFactor(
-                f"Replication factor {replication_factor} is larger than the 1 available broker"
-            )
-        return stored
+        them (``topic_names.check_new_topic``); the config overrides as stored."""
+        found = self.topics_by_collision_key.get
+        return check_new_topic(
+            name, partitions, replication_factor, configs, exists=self.topics.__contains__,
+            colliding=lambda key: None if (other := found(key)) is None else other.name)
 
     async def create_topic(
         self, name: str, partitions: int, configs: dict[str, str]
