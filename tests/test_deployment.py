@@ -4,7 +4,9 @@ No Docker engine runs here, so the compose file is checked for structure: the
 services, their images or builds, ports, commands (parsed by the real CLI
 parsers of the gateway and of spark_jobs), volumes, depends_on and the
 gateway's health check; and every Spark version in it (the images, the
-connector it submits with) is the pinned pyspark's.
+connector it submits with) is the pinned pyspark's. The profile `cluster`:
+PostgreSQL and three gateways over it (docs/cluster.md), each command parsed
+by the gateway's CLI.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from spark_jobs.__main__ import parser as jobs_parser
 
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_SERVICES = {"spark-master", "spark-worker", "feeder", "reshard-job"}
+CLUSTER_GATEWAYS = ("gw1", "gw2", "gw3")
 
 
 def compose() -> dict:
@@ -62,7 +65,9 @@ def job_command(service: str) -> argparse.Namespace:
 
 def test_services_and_dependencies():
     services = compose()["services"]
-    assert set(services) == {"gateway"} | SPARK_SERVICES
+    default = {name for name, service in services.items() if "profiles" not in service}
+    assert default == {"gateway"} | SPARK_SERVICES
+    assert set(services) - default == {"postgres", *CLUSTER_GATEWAYS}
     assert services["gateway"]["build"] == "."
     job = services["reshard-job"]
     assert job["depends_on"]["gateway"]["condition"] == "service_healthy"
@@ -72,11 +77,16 @@ def test_services_and_dependencies():
     assert {"gateway-data", "reshard-checkpoints"} <= set(compose()["volumes"])
 
 
-def test_gateway_command_is_accepted_by_the_cli():
-    gateway = compose()["services"]["gateway"]
+def gateway_settings(service: dict) -> settings.GatewayConfig:
+    """A gateway service's command, parsed by the gateway's own CLI."""
     parser = argparse.ArgumentParser()
     settings.add_arguments(parser)
-    cfg = settings.from_arguments(parser.parse_args(gateway["command"]))
+    return settings.from_arguments(parser.parse_args(service["command"]))
+
+
+def test_gateway_command_is_accepted_by_the_cli():
+    gateway = compose()["services"]["gateway"]
+    cfg = gateway_settings(gateway)
     assert cfg.listen == ("0.0.0.0", 9092)
     assert cfg.advertised == ("gateway", 9092)
     assert cfg.data_dir == "/data"
@@ -149,8 +159,45 @@ def test_feeder_feeds_the_reshard_jobs_source():
     assert args.count > 0
 
 
+def test_cluster_profile_three_gateways_over_one_postgresql():
+    services = compose()["services"]
+    postgres = services["postgres"]
+    assert postgres["profiles"] == ["cluster"]
+    assert postgres["image"].startswith("postgres:") and int(
+        postgres["image"].split(":")[1]) >= 15  # docs/cluster.md: PostgreSQL 15 or newer
+    env = postgres["environment"]
+    assert "pg_isready" in postgres["healthcheck"]["test"]
+    assert any(v.endswith(":/var/lib/postgresql/data") for v in postgres["volumes"])
+    assert "postgres-data" in compose()["volumes"]
+    node_ids, admin_ports = set(), set()
+    for name in CLUSTER_GATEWAYS:
+        service = services[name]
+        assert service["profiles"] == ["cluster"], name
+        assert service["build"] == ".", name
+        assert service["depends_on"]["postgres"]["condition"] == "service_healthy", name
+        assert service["environment"]["PGPASSWORD"] == env["POSTGRES_PASSWORD"], name
+        cfg = gateway_settings(service)
+        assert cfg.store == (f"postgresql://{env['POSTGRES_USER']}@postgres:5432/"
+                             f"{env['POSTGRES_DB']}"), name
+        assert cfg.advertised == (name, 9092), name  # the service's name on the network
+        assert cfg.listen == ("0.0.0.0", 9092), name
+        node_ids.add(cfg.node_id)
+        admin_port = cfg.admin_listen.rsplit(":", 1)[1]
+        assert f"127.0.0.1:{admin_port}/health" in " ".join(service["healthcheck"]["test"])
+        [published] = service["ports"]
+        host_port, container_port = published.split(":")
+        assert container_port == admin_port, name
+        admin_ports.add(host_port)
+    assert len(node_ids) == len(admin_ports) == len(CLUSTER_GATEWAYS)
+    assert services["gateway"]["ports"][0].split(":")[0] not in admin_ports
+
+
 def test_dockerfile_installs_the_packages_and_serves():
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for package in ("kafka_gateway", "tablets", "txn", "common"):
+    packages = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"][
+        "packages"]["find"]["include"]
+    for pattern in packages:
+        package = pattern.rstrip("*")
         assert f"COPY {package} ./{package}" in dockerfile
+    assert "[postgres]" in dockerfile  # asyncpg, for --store postgresql://
     assert 'ENTRYPOINT ["kafka-gateway", "serve"]' in dockerfile
