@@ -26,6 +26,7 @@ from common.histogram import Histogram
 from tablets.seam import NodeStorage
 
 from .apis import APIS
+from .cluster_metrics import cluster_families
 from .context import HandlerContext
 from .important_metrics import important_families
 
@@ -65,6 +66,7 @@ class GatewayCollector(Collector):
         yield from self._transactions()
         yield from compaction_families(self.broker.engine)
         yield from important_families(self.broker.engine)  # important_metrics.py
+        yield from cluster_families(self.broker.engine)  # cluster_metrics.py
 
     def _requests(self) -> Iterator[Metric]:
         metrics = self.broker.metrics

@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from tablets.in_memory_batches import InMemoryBatches
-from tablets.seam import BrokerAddress
+from tablets.seam import BrokerAddress, ClusterNode
 
 from .leadership import Leadership, LeadershipChange, coordinator_slot
 from .log_notices import LogNotices
@@ -340,6 +341,16 @@ class PgCluster:
             chosen = next((x for x in node.listeners if x.name == listener), node.listeners[0])
             out.append(BrokerAddress(node.node_id, chosen.host, chosen.port))
         return out
+
+    def nodes(self, listener: str) -> list[ClusterNode]:
+        lead = self.leadership
+        if lead is None:
+            return []
+        partitions = Counter(x.leader_node for x in lead.partition_leaders.values())
+        slots = Counter(x.leader_node for x in lead.slot_leaders.values())
+        expiry = {node.node_id: node.lease_expires_at.timestamp() for node in lead.nodes}
+        return [ClusterNode(address, expiry[address.node_id], partitions[address.node_id],
+                            slots[address.node_id]) for address in self.brokers(listener)]
 
     def partition_leader(self, topic: str, index: int) -> int | None:
         lead = self.leadership

@@ -469,9 +469,25 @@ class BrokerAddress:
     port: int
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterNode:
+    """A live gateway with its lease and its share, for the console and
+    /metrics (docs/cluster.md)."""
+
+    address: BrokerAddress
+    lease_expires_at: float  # seconds since the Unix epoch, by the store's clock
+    partitions_led: int
+    coordinator_slots_led: int
+
+
 class ClusterView(Protocol):
     """Several gateways over one store: the view as this gateway last read it.
     Answers are hints for routing; every write is fenced by the store itself."""
+
+    def nodes(self, listener: str) -> Sequence[ClusterNode]:
+        """The live gateways as ``brokers`` lists them, with their leases and
+        how many partitions and coordinator slots each leads."""
+        ...
 
     def brokers(self, listener: str) -> Sequence[BrokerAddress]:
         """The live gateways, by node id, at their advertised address for the

@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
+from tablets.seam import LEADER_EPOCH
 from testkit import prom
 from testkit.cli import run_cli
 from testkit.gateway import GatewayProcess
@@ -159,6 +160,7 @@ def test_every_page_in_chromium(gateway_with_data, tmp_path, capsys):
          "clicks": ["a[rel=next]", "a[rel=next]", "a[rel=prev]", "a[rel=prev]",
                     "a[rel=next]", "a.first"]},
         {"name": "missing-topic", "path": "/ui/topics/nope", "wait": "main"},
+        {"name": "cluster", "path": "/ui/cluster", "wait": "#alone"},
     ]
     try:
         report = _browse(admin, pages, tmp_path)
@@ -192,8 +194,9 @@ def test_every_page_in_chromium(gateway_with_data, tmp_path, capsys):
     assert orders["h1"] == "Topic orders"
     with urllib.request.urlopen(f"http://{admin}/topics", timeout=TIMEOUT) as answer:
         stored = [p["bytes"] for p in json.load(answer)["orders"]["partitions"]]
+    # leader: this gateway (node 0, alone over its embedded store), at its one epoch
     assert _cells(orders["tables"]["partitions"]) == [
-        [str(p), "0", "10", "10", f"{stored[p]} B"] for p in range(3)]
+        [str(p), "0", str(LEADER_EPOCH), "0", "10", "10", f"{stored[p]} B"] for p in range(3)]
     configs = {row[0]: row[1:] for row in _cells(orders["tables"]["configs"])}
     assert configs["retention.ms"] == ["3600000", "topic"]
     assert configs["cleanup.policy"] == ["delete", "default"]
@@ -243,6 +246,8 @@ def test_every_page_in_chromium(gateway_with_data, tmp_path, capsys):
 
     assert report["missing-topic"]["status"] == 404
     assert report["missing-topic"]["h1"] == "Not found"
+    # a gateway alone says so (the cluster's page: compat_tests/test_pg_cluster_console.py)
+    assert report["cluster"]["h1"] == "Cluster" and report["cluster"]["nav"] == "Cluster"
 
 
 def _assert_transactions_paged(shown: dict, capsys) -> None:

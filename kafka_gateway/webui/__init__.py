@@ -2,12 +2,15 @@
 
 - ``/ui/``                    the node, totals and live produce/consume charts
 - ``/ui/topics``              every topic: partitions, records, size, configs set
-- ``/ui/topics/{name}``       partitions with watermarks and sizes, every config
+- ``/ui/topics/{name}``       partitions with leaders, watermarks and sizes, every config
                               and its source, the groups reading it, live charts
 - ``/ui/groups``              every group: state, members, lag
 - ``/ui/groups/{id}``         members and their assignment, lag per partition
 - ``/ui/transactions``        transactional ids, their state and partitions, the
                               bytes their open transactions store and hold in memory
+- ``/ui/cluster``             the live gateways over a shared store: their
+                              addresses, leases, partitions and coordinator
+                              slots led (a gateway alone says so)
 - ``/ui/api/rates``           the counters the charts poll (JSON)
 
 The three lists are paged (webui/paging.py): ``?after=<last key shown>`` or
@@ -43,6 +46,7 @@ def add_console(app: web.Application, broker: HandlerContext) -> None:
         web.get("/ui/groups", console.groups),
         web.get("/ui/groups/{group_id}", console.group),
         web.get("/ui/transactions", console.transactions),
+        web.get("/ui/cluster", console.cluster),
         web.get("/ui/api/rates", console.rates),
         web.static("/ui/static", STATIC),
     ])

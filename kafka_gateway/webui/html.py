@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
 NAV = (("Overview", "/ui/"), ("Topics", "/ui/topics"), ("Groups", "/ui/groups"),
-       ("Transactions", "/ui/transactions"))
+       ("Transactions", "/ui/transactions"), ("Cluster", "/ui/cluster"))
 CSP = "default-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'"
 
 

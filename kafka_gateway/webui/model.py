@@ -17,6 +17,7 @@ from tablets.seam import ImportantGroup, PartitionLog, TopicView
 from tablets.topic_config import TOPIC_CONFIGS
 from txn.state import TxnMetadata
 
+from .. import routing
 from ..context import HandlerContext
 from ..groups.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
 from ..topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, topic_entries
@@ -97,6 +98,34 @@ class GroupView:
     @property
     def lag(self) -> int:
         return sum(row.lag or 0 for row in self.offsets)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRow:
+    node_id: int
+    address: str
+    lease_expires_ms: int  # Unix time, by the store's clock
+    partitions_led: int
+    coordinator_slots_led: int
+    this_gateway: bool
+
+
+def cluster_nodes(broker: HandlerContext) -> list[NodeRow] | None:
+    """The live gateways of the cluster (None: this gateway runs alone)."""
+    cluster = broker.engine.cluster()
+    if cluster is None:
+        return None
+    return [NodeRow(n.address.node_id, f"{n.address.host}:{n.address.port}",
+                    int(n.lease_expires_at * 1000), n.partitions_led, n.coordinator_slots_led,
+                    n.address.node_id == broker.node_id)
+            for n in cluster.nodes(routing.listener_name(None))]
+
+
+def partition_leaders(broker: HandlerContext, topic_name: str,
+                      partitions: Sequence[PartitionRow]) -> list[tuple[int | None, int]]:
+    """(leader node, leader epoch) of each partition, as Metadata answers them."""
+    return [(routing.partition_leader(broker, topic_name, p.partition),
+             routing.leader_epoch(broker, topic_name, p.partition)) for p in partitions]
 
 
 def _summary(topic: TopicView) -> TopicSummary:

@@ -128,10 +128,14 @@ class Console:
         summary = model.topic(self.broker, name)
         if summary is None:
             return _not_found("Topics", f"There is no topic {name}.")
+        leaders = model.partition_leaders(self.broker, name, summary.partitions)
         partitions = table(
-            ("Partition", "Log start offset", "High watermark", "Records", "Size"),
-            [(p.partition, p.log_start_offset, p.high_watermark, p.records, size(p.size_bytes))
-             for p in summary.partitions], id="partitions", numeric=(0, 1, 2, 3, 4))
+            ("Partition", "Leader", "Leader epoch", "Log start offset", "High watermark",
+             "Records", "Size"),
+            [(p.partition, _optional(leader), epoch, p.log_start_offset, p.high_watermark,
+              p.records, size(p.size_bytes))
+             for p, (leader, epoch) in zip(summary.partitions, leaders, strict=True)],
+            id="partitions", numeric=(0, 1, 2, 3, 4, 5, 6))
         configs = table(("Config", "Value", "Source"),
                         [(c.name, c.value, c.source)
                          for c in model.topic_configs(self.broker, name)], id="configs")
@@ -223,6 +227,27 @@ class Console:
             _pager(request, listed, "transactional ids"),
         ]
         return _response(page("Transactions", "Transactions", *body))
+
+    async def cluster(self, _request: web.Request) -> web.Response:
+        nodes = model.cluster_nodes(self.broker)
+        if nodes is None:
+            return _response(page("Cluster", "Cluster", tag(
+                "p", f"Node {self.broker.node_id} runs alone over its embedded store: it leads "
+                "every partition and coordinates every group and transactional id. Several "
+                "gateways share one PostgreSQL store (docs/cluster.md).", id="alone")))
+        body = [
+            facts([("Live gateways", len(nodes)), ("This gateway", self.broker.node_id)],
+                  id="cluster-facts"),
+            table(("Node", "Address", "Lease runs out", "Partitions led",
+                   "Coordinator slots led", ""),
+                  [(n.node_id, n.address, _when(n.lease_expires_ms), n.partitions_led,
+                    n.coordinator_slots_led, "this gateway" if n.this_gateway else "")
+                   for n in nodes], id="nodes", empty="no live gateway",
+                  numeric=(0, 3, 4)),
+            tag("p", "As of this gateway's last leadership pass (every third of "
+                "broker.session.timeout.ms); leases by the store's clock.", class_="note"),
+        ]
+        return _response(page("Cluster", "Cluster", *body))
 
     async def rates(self, request: web.Request) -> web.Response:
         return web.json_response(model.rates(self.broker, request.query.get("topic")),
