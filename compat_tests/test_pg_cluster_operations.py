@@ -1,18 +1,23 @@
-"""The cluster in /metrics and the web console (docs/cluster.md, docs/operations.md):
-two gateway processes over one throwaway PostgreSQL each list both live
-gateways with their leases and shares, and every partition's leader as
-Metadata names it; after one is killed, the survivor lists itself alone,
-leading everything.
+"""What an operator of the cluster watches and sizes (docs/cluster.md,
+docs/operations.md): two gateway processes over one throwaway PostgreSQL
+each list, in /metrics and the web console, both live gateways with their
+leases and shares, and every partition's leader as Metadata names it; after
+one is killed, the survivor lists itself alone, leading everything. The
+connections a gateway holds to PostgreSQL stay within what docs/cluster.md
+tells operators to size ``max_connections`` for.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 import urllib.request
 from collections.abc import Iterator
 
+import asyncpg
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from testkit import postgres
@@ -24,6 +29,7 @@ TIMEOUT = 60
 LEASE_MS = 3000
 TOPIC, PARTITIONS = "console-orders", 4
 SLOTS = 50  # coordinator slots (pgstore.schema.COORDINATOR_SLOTS)
+CONNECTIONS_PER_GATEWAY = 11  # docs/cluster.md, "What the gateways need"
 
 
 @pytest.fixture(scope="module")
@@ -97,8 +103,45 @@ def console_nodes(gateway: GatewayProcess) -> list[list[str]]:
             "<td" in row]
 
 
-def test_both_gateways_list_the_cluster_then_the_survivor_alone(pair):
+def connections(pg_server: PostgresServer) -> int:
+    """Client connections to the gateways' database, this one's aside."""
+    async def count() -> int:
+        conn = await asyncpg.connect(pg_server.dsn)
+        try:
+            return int(await conn.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"))
+        finally:
+            await conn.close()
+    return asyncio.run(count())
+
+
+def traffic(gateway: GatewayProcess) -> None:
+    """Produce to every partition through the cluster and read it all back,
+    so the gateways open their write and read paths."""
+    producer = Producer({"bootstrap.servers": gateway.bootstrap, "enable.idempotence": True})
+    for i in range(200):
+        producer.produce(TOPIC, value=b"v%d" % i, partition=i % PARTITIONS)
+    assert producer.flush(TIMEOUT) == 0
+    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": "ops-reader",
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition(TOPIC, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
+    read = 0
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while read < 200:
+            assert time.monotonic() < deadline, f"read {read} of 200"
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                read += 1
+    finally:
+        consumer.close()
+
+
+def test_both_gateways_list_the_cluster_then_the_survivor_alone(pair, pg_server):
     first, second = pair
+    traffic(first)
+    both = connections(pg_server)
     for gateway in pair:
         series = settled(gateway, {"1", "2"})
         assert series["kafka_gateway_cluster_nodes"][""] == 2
@@ -119,6 +162,14 @@ def test_both_gateways_list_the_cluster_then_the_survivor_alone(pair):
 
     second.kill()
     series = settled(first, {"1"})
+    # The killed gateway's connections are gone (the kernel closed its
+    # sockets); what it held is the difference.
+    deadline = time.monotonic() + TIMEOUT
+    while (one := connections(pg_server)) >= both and time.monotonic() < deadline:
+        time.sleep(0.2)
+    print(f"\nconnections to PostgreSQL: two gateways {both}, one {one}")
+    assert 1 <= both - one <= CONNECTIONS_PER_GATEWAY, (both, one)
+    assert 1 <= one <= CONNECTIONS_PER_GATEWAY, (both, one)
     assert series["kafka_gateway_cluster_nodes"][""] == 1
     assert set(series["kafka_gateway_partition_leader"].values()) == {1}
     assert series["kafka_gateway_cluster_node_coordinator_slots_led"] == {"1": SLOTS}
