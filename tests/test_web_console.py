@@ -246,7 +246,7 @@ def test_every_page_in_chromium(gateway_with_data, tmp_path, capsys):
 
     assert report["missing-topic"]["status"] == 404
     assert report["missing-topic"]["h1"] == "Not found"
-    # a gateway alone says so (the cluster's page: compat_tests/test_pg_cluster_console.py)
+    # a gateway alone says so (the cluster's page: compat_tests/test_pg_cluster_operations.py)
     assert report["cluster"]["h1"] == "Cluster" and report["cluster"]["nav"] == "Cluster"
 
 
