@@ -72,6 +72,7 @@ from .membership import Listener
 from .migrate import migrate, quoted
 from .partition_log import PgPartitionLog
 from .retention import NodeRetention
+from .retention_sql import vacuum
 from .schema import DEFAULT_SCHEMA
 from .topics import PgTopic, PgTopicCatalog
 from .txn_publication import TxnPartition
@@ -160,6 +161,7 @@ class PgNodeStorage:
             await self.writer.start()
             context = LogContext(self.writer, self._pool, LogSql(schema), self.validators,
                                  self._txn_storage)
+            self.retention.vacuum = self._vacuum
             self._catalog = PgTopicCatalog(context, self.settings, lambda: self._offsets)
             clustered = self.settings.cluster is not None
             if clustered:
@@ -264,6 +266,11 @@ class PgNodeStorage:
         await self.catalog.set_topic_configs(name, configs)
 
     # ---------------------------------------------- retention and compaction
+    async def _vacuum(self) -> None:
+        assert self._pool is not None
+        async with self._pool.acquire() as conn:
+            await vacuum(conn, self.settings.schema)
+
     async def enforce_retention(self) -> None:
         """Retention of every partition (held back for important consumer
         groups), and expiry of idle producers."""

@@ -272,6 +272,46 @@ def test_delete_records_and_retention_delete_whole_batches_and_their_bytes(
     run(body)
 
 
+def test_retention_vacuums_the_tables_once_a_quarter_of_the_data_retained_is_deleted(
+        pg_server: PostgresServer) -> None:
+    """The pass runs VACUUM itself (pgstore/retention.py) when it has deleted at
+    least VACUUM_SHARE of what the partitions still hold, and not for less:
+    PostgreSQL's own count of vacuums of batch_data says it ran."""
+    name = schema()
+
+    async def vacuums() -> int:
+        found = await db(pg_server, "SELECT vacuum_count FROM pg_stat_user_tables "
+                                    "WHERE schemaname = $1 AND relname = 'batch_data'", name)
+        assert isinstance(found, int), found
+        return found
+
+    async def body() -> None:
+        node = await started(pg_server, name)
+        await node.create_topic("t", 1, {})
+        log = node.partition("t", 0)
+        for _ in range(20):
+            await log.append(batch(50), now())
+        per_batch = log.size_bytes // 20
+        assert await vacuums() == 0
+        # 2 of 20 batches deleted: a ninth of the 18 retained, under a quarter.
+        await node.set_topic_configs("t", {"retention.bytes": str(18 * per_batch)})
+        await node.enforce_retention()
+        assert log.log_start_offset == 2 * 50
+        assert node.retention.vacuums == 0 and await vacuums() == 0
+        # 4 more: 6 deleted since the last vacuum (none), 14 retained: over a quarter.
+        await node.set_topic_configs("t", {"retention.bytes": str(14 * per_batch)})
+        await node.enforce_retention()
+        assert log.log_start_offset == 6 * 50
+        assert node.retention.vacuums == 1 and node.retention.deleted_since_vacuum == 0
+        deadline = time.monotonic() + 10  # the statistics are shared at the vacuum's end
+        while await vacuums() < 1:
+            assert time.monotonic() < deadline, "no VACUUM of batch_data in pg_stat_user_tables"
+            await asyncio.sleep(0.1)
+        await node.close()
+
+    run(body)
+
+
 def test_a_write_whose_outcome_is_unknown_is_reread_before_offsets_are_assigned(
         pg_server: PostgresServer) -> None:
     name = schema()
