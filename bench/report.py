@@ -8,7 +8,15 @@ from pathlib import Path
 from typing import Any
 
 from bench.meter import THREAD_CPU_PREFIX
-from bench.servers import GATEWAY, GATEWAY_PG, KAFKA, PEERS, POSTGRES_PREFIX, TANSU
+from bench.servers import (
+    GATEWAY,
+    GATEWAY_PG,
+    GATEWAY_PG_CLUSTER,
+    KAFKA,
+    PEERS,
+    POSTGRES_PREFIX,
+    TANSU,
+)
 
 JSON_NAME = "results.json"
 MARKDOWN_NAME = "results.md"
@@ -182,7 +190,8 @@ def markdown(results: dict[str, Any], chart_dir: str | None = None) -> str:
 
 # --- charts ----------------------------------------------------------------------------
 
-_COLORS = {GATEWAY: "#1f77b4", GATEWAY_PG: "#9467bd", KAFKA: "#2ca02c", TANSU: "#ff7f0e"}
+_COLORS = {GATEWAY: "#1f77b4", GATEWAY_PG: "#9467bd", GATEWAY_PG_CLUSTER[2]: "#8c564b",
+           GATEWAY_PG_CLUSTER[3]: "#e377c2", KAFKA: "#2ca02c", TANSU: "#ff7f0e"}
 
 
 def _best(workload: dict[str, Any], server: str, metric: str) -> float:

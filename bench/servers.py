@@ -1,8 +1,9 @@
 """Start and stop the servers under test.
 
-Every server listens on free loopback ports only. The gateway runs twice: embedded
+Every server listens on free loopback ports only. The gateway runs embedded
 (`gateway`: RocksDB in a data dir) and over PostgreSQL (`gateway-pg`: `--store
-postgresql://...` on a throwaway PostgreSQL with its default, durable settings). The
+postgresql://...` on a throwaway PostgreSQL with its default, durable settings; and
+`gateway-pg2`, `gateway-pg3`: a cluster of two and three gateway processes over one). The
 peers are Apache Kafka 3.4.1 (what users would run instead: its defaults, one node, its
 log dirs beside the gateway's data) and Tansu with its in-memory storage engine (a
 speed baseline, not a reference for Kafka semantics).
@@ -32,9 +33,12 @@ if TYPE_CHECKING:
 
 GATEWAY = "gateway"
 GATEWAY_PG = "gateway-pg"
+# Several gateways over one PostgreSQL (the cluster of docs/cluster.md), by count.
+GATEWAY_PG_CLUSTER = {2: "gateway-pg2", 3: "gateway-pg3"}
 KAFKA = "kafka"
 TANSU = "tansu"
-SERVERS = (GATEWAY, GATEWAY_PG, KAFKA, TANSU)  # the default set, in this order
+SERVERS = (GATEWAY, GATEWAY_PG, *GATEWAY_PG_CLUSTER.values(), KAFKA,
+           TANSU)  # the default set, in this order
 PEERS = (KAFKA, TANSU)  # what the gateway's figures are divided by
 
 # Tansu reads its settings from these variables too; a stray one in the caller's
@@ -166,13 +170,10 @@ class GatewayPgServer(Server):
     with the settings a deployment keeps for durability (its defaults: fsync on,
     synchronous_commit on, full_page_writes on: an acknowledged record is on disk
     through PostgreSQL's WAL), and `gateways` gateway processes with `--store`
-    pointing at it.
-
-    Only one gateway for now: a second gateway on the same database fences the
-    first (every partition's leader epoch is claimed at start-up) until the cluster
-    of issue 22 (membership, leadership, routing) is wired; the rows with 2 and 3
-    gateways wait for it. Everything else already takes a list of gateways: the
-    bootstrap names them all, and sample()/threads() add up every one of them.
+    pointing at it. Several gateways form a cluster (docs/cluster.md: node ids 1 to
+    N, partitions and coordinators balanced over them); start() returns once the
+    first one's Metadata lists them all. The bootstrap names them all, and
+    sample()/threads() add up every one of them.
 
     sample(): CPU is every gateway's plus every PostgreSQL process's (the postmaster
     and its children, the children that exited included: bench.meter.sample_tree).
@@ -183,11 +184,10 @@ class GatewayPgServer(Server):
     """
 
     def __init__(self, work_dir: Path, extra_args: list[str], gateways: int = 1) -> None:
-        super().__init__(name=GATEWAY_PG)
-        if gateways != 1:
-            raise ServerMissingError(
-                f"{GATEWAY_PG} runs one gateway: {gateways} gateways over one database "
-                "need the cluster of issue 22 (today a second gateway fences the first)")
+        super().__init__(name=GATEWAY_PG_CLUSTER.get(gateways, GATEWAY_PG))
+        if gateways != 1 and gateways not in GATEWAY_PG_CLUSTER:
+            raise ValueError(f"{gateways} gateways: the bench runs 1, "
+                             f"{', '.join(map(str, GATEWAY_PG_CLUSTER))}")
         self._work_dir = work_dir
         self._extra_args = extra_args
         self._gateway_count = gateways
@@ -210,17 +210,38 @@ class GatewayPgServer(Server):
         self.postgres.start()
         self.version = (f"{_gateway_version()} over PostgreSQL {major} (fsync=on, "
                         f"synchronous_commit=on)")
+        if self._gateway_count > 1:
+            self.version += f", {self._gateway_count} gateways"
         for index in range(self._gateway_count):
-            gateway = GatewayProcess(self._work_dir / f"gateway-pg-{index}-data",
-                                     "--store", self.postgres.dsn, *self._extra_args)
+            node = [] if self._gateway_count == 1 else ["--node-id", str(index + 1)]
+            gateway = GatewayProcess(self._work_dir / f"{self.name}-{index}-data",
+                                     "--store", self.postgres.dsn, *node, *self._extra_args)
             self.gateways.append(gateway)
             gateway.start()
+        if self._gateway_count > 1:
+            self._await_members()
         first = self.gateways[0]
         assert first.process is not None
         self.pid = first.process.pid  # what --py-spy records
         self.bootstrap = ",".join(g.bootstrap for g in self.gateways)
         self.log_path = first.log_path
         return self
+
+    def _await_members(self, timeout: float = 60.0) -> None:
+        """Until the first gateway's Metadata lists every gateway (each joins after
+        its listeners are bound; the others see it at their next pass)."""
+        from confluent_kafka.admin import AdminClient
+
+        admin = AdminClient({"bootstrap.servers": self.gateways[0].bootstrap})
+        deadline = time.monotonic() + timeout
+        brokers: object = None
+        while time.monotonic() < deadline:
+            brokers = sorted(admin.list_topics(timeout=10).brokers)
+            if brokers == list(range(1, self._gateway_count + 1)):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{self.name}: Metadata lists brokers {brokers} after "
+                           f"{timeout:.0f} s, not all {self._gateway_count} gateways")
 
     def _postmaster(self) -> int:
         pid = self.postgres.pid if self.postgres is not None else None
@@ -396,6 +417,9 @@ def _new_server(name: str, work_dir: Path, gateway_args: list[str]) -> Server:
         return GatewayServer(work_dir, gateway_args)
     if name == GATEWAY_PG:
         return GatewayPgServer(work_dir, gateway_args)
+    for count, cluster_name in GATEWAY_PG_CLUSTER.items():
+        if name == cluster_name:
+            return GatewayPgServer(work_dir, gateway_args, gateways=count)
     if name == KAFKA:
         return KafkaServer(work_dir)
     return TansuServer(work_dir)

