@@ -145,6 +145,8 @@ class GroupOffsets:
         groups = self.membership.groups
         deleted = 0
         for group_id in set(self.offsets.groups()) | set(groups):
+            if not self.membership.coordinates(group_id):
+                continue  # another gateway's group: its coordinator expires it
             group = groups.get(group_id)
             committed = self.offsets.group_offsets(group_id)
             expired: list[TopicPartition] = []
