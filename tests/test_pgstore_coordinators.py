@@ -245,6 +245,8 @@ def test_a_stale_coordinator_writes_nothing(pg_server: PostgresServer) -> None:
             await a.offsets.next_generation(group, 1)
         with pytest.raises(CoordinatorMoved):
             await a.offsets.delete(group)
+        # DeleteGroups through the protocol layer answers it.
+        assert await a.group_offsets.delete_group(group) is ErrorCode.not_coordinator
 
         # Nothing of them landed: the row is the first commit's, the
         # generation still 1, and a reread agrees.
