@@ -101,6 +101,8 @@ class GroupCoordinator(JoinPhase, Fences):
     def stop(self) -> None:
         """Answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR (the
         client looks for the coordinator again) and cancel every timer."""
+        for task in self._numbering:  # generations being stored
+            task.cancel()
         for group in self.groups.values():
             self._cancel_group_timers(group)
             for timer in group.pending_members.values():

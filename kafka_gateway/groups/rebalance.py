@@ -279,6 +279,7 @@ class Rebalancer:
             self.drop_group(group, ErrorCode.not_coordinator)
         if gone:
             log.info("dropped %d groups whose coordinator slot moved away", len(gone))
+
     def remove_group(self, group: Group) -> None:
         """Forget a group without members (DeleteGroups, offset expiry)."""
         self._cancel_group_timers(group)
