@@ -268,6 +268,9 @@ BY_TYPE: dict[type[Exception], type[KafkaError]] = {
     # Another gateway claimed the partition (its leader epoch moved): clients
     # refresh their metadata and retry there.
     storage.NotLeader: NotLeaderOrFollower,
+    # The group's coordinator slot moved to another gateway: the client asks
+    # FindCoordinator again.
+    storage.CoordinatorMoved: NotCoordinator,
     storage.InvalidProducerEpoch: InvalidProducerEpoch,
     storage.OutOfOrderSequence: OutOfOrderSequenceNumber,
     storage.UnknownProducerId: UnknownProducerId,

@@ -103,6 +103,10 @@ class GatewayServer:
         else:
             self.engine.start(loop)
         groups = GroupCoordinator(self.config, self.engine.consumer_offsets)
+        cluster = self.engine.cluster()
+        if cluster is not None:  # groups whose coordinator slot moves away are dropped
+            cluster.watch_coordination(groups.drop_groups)
+            groups.coordinates = cluster.coordinates
         txns = TransactionCoordinator(
             self.engine,
             TxnSettings(self.config.transaction_max_timeout_ms,

@@ -18,8 +18,12 @@ kept current, and the routing view the protocol layer reads (the seam's
   epoch and is unfenced. A partition *lost* is closed at once: its tail is
   dropped, its long-polls woken, its appends fenced (and in PostgreSQL the
   epoch already moved, so nothing of a write in flight lands).
-- **A coordinator slot gained** has the committed offsets of its groups read
-  again (``load_group``) before ``coordinates`` says yes for its keys.
+- **A coordinator slot gained** has the committed offsets and generations
+  of its groups read again (``load_group``) before ``coordinates`` says yes
+  for its keys. **A slot lost** is forgotten at once, and the watchers
+  (``watch_coordination``: the group coordinator) drop what they keep in
+  memory for its keys, so gaining it back starts from storage. The offsets'
+  writes are fenced by the slot's epoch (``PgConsumerOffsets.slot_holder``).
 - **Topics made by any gateway are seen by all**: a topic change notifies
   the channel ``<schema>_topics`` inside its own transaction; each gateway
   listens and rereads the catalog (``PgTopicCatalog.refresh``), also after
@@ -46,6 +50,7 @@ import asyncpg
 from tablets.in_memory_batches import InMemoryBatches
 from tablets.seam import BrokerAddress, ClusterNode
 
+from .consumer_offsets import PgConsumerOffsets
 from .leadership import Leadership, LeadershipChange, coordinator_slot
 from .log_notices import LogNotices
 from .log_sql import load_row
@@ -111,6 +116,9 @@ class PgCluster:
         self.settings = settings
         self.node_id = settings.node_id
         self._offsets = offsets  # PgConsumerOffsets (load_group), or None
+        if isinstance(offsets, PgConsumerOffsets):
+            offsets.slot_holder = self.slot_held  # its writes' coordinator fence
+        self._watchers: list[Callable[[Callable[[str], bool]], None]] = []
         self._pool: asyncpg.Pool | None = None  # opening logs, rereading topics and groups
         # The lease's renewals and the passes have their own connections, so
         # a burst of opening never makes a renewal wait past the lease.
@@ -234,6 +242,10 @@ class PgCluster:
                 close(found)
         for slot in change.slots_lost:
             self._open_slots.discard(slot)
+        if change.slots_lost:
+            lost = frozenset(change.slots_lost)
+            for watcher in self._watchers:
+                watcher(lambda key: coordinator_slot(key) in lost)
         if change.partitions_gained:
             self._spawn(self._open_all(dict(change.partitions_gained)), "open partitions")
         if change.slots_gained:
@@ -285,8 +297,10 @@ class PgCluster:
         load_group = getattr(self._offsets, "load_group", None)
         if load_group is not None:
             async with self._pool.acquire() as conn:
+                s = quoted(self.schema)
                 groups = await conn.fetch(
-                    f"SELECT DISTINCT group_id FROM {quoted(self.schema)}.consumer_offsets")
+                    f"SELECT group_id FROM {s}.consumer_offsets UNION "
+                    f"SELECT group_id FROM {s}.group_generations")
                 for row in groups:
                     if coordinator_slot(row["group_id"]) in slots:
                         await load_group(conn, row["group_id"])
@@ -383,9 +397,21 @@ class PgCluster:
         return found.leader_node
 
     def coordinates(self, key: str) -> bool:
+        return self.slot_held(key) is not None
+
+    def slot_held(self, key: str) -> tuple[int, int, int] | None:
+        """(slot, node id, epoch) of the key's slot when this gateway
+        coordinates it (gained and loaded), else None: the coordinator's
+        fence (``PgConsumerOffsets.fence_coordinator``)."""
         lead = self.leadership
         slot = coordinator_slot(key)
-        return lead is not None and slot in self._open_slots and lead.slot_epoch(slot) is not None
+        if lead is None or slot not in self._open_slots:
+            return None
+        epoch = lead.slot_epoch(slot)
+        return None if epoch is None else (slot, self.node_id, epoch)
+
+    def watch_coordination(self, lost: Callable[[Callable[[str], bool]], None]) -> None:
+        self._watchers.append(lost)
 
 
 def close(partition: PgPartitionLog) -> None:

@@ -39,6 +39,21 @@ of two gateways committing one partition from one view, exactly one wins.
 
 Important consumers (``tablets/important.py``) read ``committed`` and
 ``is_released``, as with the embedded engine.
+
+In a cluster (``slot_holder``, set by ``pgstore.cluster``), every change
+this store makes for a group's coordinator (an OffsetCommit, a deletion, a
+new generation) begins with the coordinator's fence: the group's slot is
+still this gateway's, at the epoch it gained it, checked under the slot
+row's share lock; else ``CoordinatorMoved`` (NOT_COORDINATOR) and nothing
+of it lands. A transaction's offsets (``stage_offsets``) are written by the
+transactional id's coordinator, which need not coordinate the group: they
+are guarded by their compare-and-set instead, as Kafka's commit markers
+land whichever broker coordinates the group.
+
+Generations (``group_generations``, ``pgstore.group_counters``) are loaded
+with the offsets and again with ``load_group``; ``next_generation`` stores
+the next one (above the stored one and the caller's) before JoinGroup
+answers with it: one write per rebalance, none per heartbeat.
 """
 
 from __future__ import annotations
@@ -48,9 +63,11 @@ from collections.abc import Callable, Container, Iterable, Mapping
 
 import asyncpg
 
+from tablets.errors import CoordinatorMoved
 from tablets.offset_state import Deletion, OffsetState
 from tablets.seam import CommittedOffset, OffsetCommit, TopicPartition
 
+from .group_counters import GroupCounters
 from .migrate import quoted
 from .offset_statements import OffsetStatements
 from .schema import DEFAULT_SCHEMA
@@ -59,6 +76,10 @@ from .writer import PgChange, PgWriter
 VERSION_COUNTER = "consumer.offsets.version"
 # released_offsets' row for a whole group.
 WHOLE_GROUP = ("", -1)
+
+# A group -> (its slot, this gateway's node id, the slot's epoch here), or
+# None when this gateway does not coordinate it now.
+SlotHolder = Callable[[str], "tuple[int, int, int] | None"]
 
 
 
@@ -90,6 +111,11 @@ class PgConsumerOffsets(OffsetState):
         # that a commit that landed after a transaction began here looks
         # newer than its begin version; the compare-and-set expects this one.
         self._db_versions: dict[tuple[str, TopicPartition], int] = {}
+        self._counters = GroupCounters(schema)
+        self._generations: dict[str, int] = {}
+        self.slot_holder: SlotHolder | None = None  # in a cluster (pgstore.cluster)
+
+    persists_generations = True
 
     # ------------------------------------------------------------ loading
     async def load(self, conn: asyncpg.Connection) -> None:
@@ -101,6 +127,8 @@ class PgConsumerOffsets(OffsetState):
             rows = await conn.fetch(f"SELECT * FROM {s}.consumer_offsets")
             released = await conn.fetch(
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets")
+            generations = await conn.fetch(self._counters.generations_sql)
+        self._generations = {row["group_id"]: int(row["generation"]) for row in generations}
         self.clear()
         self._db_versions.clear()
         self.versions_from(int(counter or 0))
@@ -125,6 +153,8 @@ class PgConsumerOffsets(OffsetState):
             released = await conn.fetch(
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets "
                 "WHERE group_id = $1", group)
+            generation = await self._counters.generation(conn, group)
+        self._generations[group] = generation
         known = {tp: (self._db_versions.get((group, tp), record.version), record)
                  for tp, record in self.group_offsets(group).items()}
         self._db_versions = {key: v for key, v in self._db_versions.items() if key[0] != group}
@@ -162,6 +192,40 @@ class PgConsumerOffsets(OffsetState):
         for row in released:
             tp = (row["topic"], row["partition"])
             self.loaded_release(row["group_id"], None if tp == WHOLE_GROUP else tp)
+
+    # ------------------------------------------------------------ the coordinator's fence
+    def fence_coordinator(self, group: str, change: PgChange) -> None:
+        """Begin ``change`` with the coordinator's fence (see the module's
+        docstring); raises ``CoordinatorMoved`` at once when this gateway does
+        not hold the group's slot now. Nothing without a cluster."""
+        if self.slot_holder is None:
+            return
+        held = self.slot_holder(group)
+        if held is None:
+            raise CoordinatorMoved(f"group {group}: this gateway does not coordinate it")
+        slot, node, epoch = held
+        change.fence(self._sql.slot_held, slot, node, epoch, refused=lambda: CoordinatorMoved(
+            f"group {group}: coordinator slot {slot} left node {node} (epoch {epoch}) "
+            "before the write; nothing of it was stored"))
+
+    # ------------------------------------------------------------ generations
+    def generation(self, group: str) -> int:
+        """The group's stored generation, as last read or written here (0: none)."""
+        return self._generations.get(group, 0)
+
+    async def next_generation(self, group: str, after: int) -> int:
+        """Store and return the group's next generation: above ``after`` (the
+        coordinator's current one) and above the stored one, in one change
+        fenced by the group's slot."""
+        change = self.writer.begin()
+        self.fence_coordinator(group, change)
+        numbered: list[int] = []
+        change.fetch(self._counters.generation_after_sql, group, after + 1,
+                     into=lambda rows: numbered.append(int(rows[0]["generation"])))
+        await self.writer.commit(change)
+        generation = numbered[-1]
+        self._generations[group] = max(self._generations.get(group, 0), generation)
+        return generation
 
     def _expected_version(self, group: str, tp: TopicPartition) -> int:
         """The version the partition's row has in the database once what this
@@ -237,6 +301,7 @@ class PgConsumerOffsets(OffsetState):
         if not commits:
             return
         change = self.writer.begin()
+        self.fence_coordinator(group, change)
         staged = self.stage(group, commits, now_ms, change,
                             members=dict.fromkeys(commits, member) if member else None)
         change.on_durable(lambda: self.publish(group, staged))
@@ -257,10 +322,11 @@ class PgConsumerOffsets(OffsetState):
         (and then removed) first, and one staged after it survives it: the
         rows deleted are those at or below the newest version taken now.
         """
+        change = self.writer.begin()
+        self.fence_coordinator(group, change)
         deletion = self.plan_delete(group, partitions, release)
         if deletion is None:
             return 0
-        change = self.writer.begin()
         change.execute(self._sql.counter, VERSION_COUNTER, deletion.newest_deleted)
         if deletion.whole_group:
             change.execute(self._sql.delete_group, group, deletion.newest_deleted)

@@ -14,7 +14,9 @@ inside the caller's transaction on the caller's asyncpg connection.
   would take a zombie for a member. ``next_generation`` adds one and returns
   it; ``advance_generation`` raises the stored value to at least the one
   given (a coordinator that numbered a generation in memory); a trigger of
-  the schema refuses any write that would lower it.
+  the schema refuses any write that would lower it. The gateway's
+  coordinator uses ``generation_after_sql`` (``pgstore.consumer_offsets``:
+  one statement of a change fenced by the group's coordinator slot).
 - **The offset version** (``group_offset_versions``). Offset commits are
   numbered, and the offset-range conflict check (``txn/conflicts.py``)
   compares those numbers, so they must follow commit order; a sequence's
@@ -52,6 +54,16 @@ class GroupCounters:
             INSERT INTO {s}.group_generations AS g (group_id, generation) VALUES ($1, 1)
             ON CONFLICT (group_id) DO UPDATE SET generation = g.generation + 1
             RETURNING generation"""
+        # A coordinator's next generation, as one statement of its change
+        # (``pgstore.consumer_offsets``: fenced by its slot in the same
+        # transaction): above both the stored one and the one it last gave
+        # ($2 is that plus one), whichever is higher.
+        self.generation_after_sql = f"""
+            INSERT INTO {s}.group_generations AS g (group_id, generation) VALUES ($1, $2)
+            ON CONFLICT (group_id) DO UPDATE
+               SET generation = greatest(g.generation + 1, EXCLUDED.generation)
+            RETURNING generation"""
+        self.generations_sql = f"SELECT group_id, generation FROM {s}.group_generations"
         self._advance_generation_sql = f"""
             INSERT INTO {s}.group_generations AS g (group_id, generation) VALUES ($1, $2)
             ON CONFLICT (group_id) DO UPDATE

@@ -43,6 +43,14 @@ class OffsetStatements:
             "WHERE c.version = (SELECT expected FROM e WHERE e.topic = excluded.topic "
             "AND e.partition = excluded.partition) RETURNING 1) "
             "SELECT 1 WHERE (SELECT count(*) FROM up) = $11")
+        # The coordinator's fence (``PgConsumerOffsets.slot_holder``): the
+        # group's slot is still this gateway's at the epoch it gained it. The
+        # row stays share-locked until the change ends, so a takeover (an
+        # UPDATE of the row, pgstore.leadership) waits for a write already
+        # past this check, and a write after the takeover finds no row.
+        self.slot_held = (
+            f"SELECT 1 FROM {s}.coordinator_slots WHERE slot = $1 AND leader_node = $2 "
+            "AND leader_epoch = $3 FOR SHARE")
         self.unrelease = (
             f"DELETE FROM {s}.released_offsets WHERE group_id = $1 AND (topic, partition) IN "
             "(SELECT * FROM unnest($2::text[], $3::int[]))")

@@ -59,6 +59,15 @@ class ConsumerOffsets(OffsetState):
         self.store = store
         self.writer = writer
 
+    # One node alone: a group's generation lives in memory only (see the seam).
+    persists_generations = False
+
+    def generation(self, group: str) -> int:
+        return 0
+
+    async def next_generation(self, group: str, after: int) -> int:
+        return after + 1
+
     def load(self) -> None:
         """Read every committed offset (start-up: small, sequential reads)."""
         raw = self.store.get(_VERSION_COUNTER)

@@ -94,6 +94,13 @@ class NotLeader(TabletError):
     refresh their metadata and go on (NOT_LEADER_OR_FOLLOWER)."""
 
 
+class CoordinatorMoved(TabletError):
+    """This node no longer coordinates the group: its coordinator slot's epoch
+    moved (another gateway took it), or it never held it. Nothing of the
+    refused write was stored; clients look for the coordinator again
+    (NOT_COORDINATOR)."""
+
+
 # ------------------------------------------------- idempotent producers
 
 

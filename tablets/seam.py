@@ -410,6 +410,18 @@ class ConsumerOffsetStore(Protocol):
 
     def publish(self, group: str, staged: Mapping[TopicPartition, CommittedOffset]) -> None: ...
 
+    # A group's generation. An engine shared by several gateways persists it,
+    # so that it never goes back when the group's coordinator moves
+    # (``persists_generations``): ``generation`` is the stored one (read at
+    # start-up and when the coordinator gains the group's slot), and
+    # ``next_generation`` stores a new one, above ``after`` and the stored one,
+    # before JoinGroup answers with it. The embedded engine keeps none: 0, and
+    # ``after + 1`` without a write (the generation restarts with the process).
+    @property
+    def persists_generations(self) -> bool: ...
+    def generation(self, group: str) -> int: ...
+    async def next_generation(self, group: str, after: int) -> int: ...
+
 
 class NodeStorage(Protocol):
     """One node's storage, as the protocol layer sees it."""
@@ -513,6 +525,12 @@ class ClusterView(Protocol):
 
     def coordinates(self, key: str) -> bool:
         """This gateway coordinates the key and has loaded its state."""
+        ...
+
+    def watch_coordination(self, lost: Callable[[Callable[[str], bool]], None]) -> None:
+        """Call ``lost(was_here)`` whenever this gateway stops coordinating some
+        keys (``was_here(key)``: the key was among them), before it may gain
+        them again, so that state kept in memory for them is dropped."""
         ...
 
 

@@ -22,7 +22,9 @@ Timers (``loop.call_later``):
   rebalance timeout are removed and the group rebalances.
 
 Membership lives in memory only: after a gateway restart clients get
-UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION and rejoin. Committed offsets are the
+UNKNOWN_MEMBER_ID / ILLEGAL_GENERATION and rejoin. Where the engine persists
+generations (several gateways), the generation survives the coordinator:
+see rebalance.py. Committed offsets are the
 other half of a group (``offsets.py``); they pass this coordinator's fences
 (``fence_commit``) before they are written.
 """
@@ -88,12 +90,19 @@ class GroupCoordinator(JoinPhase, Fences):
                  clock: Callable[[], int] = now_ms) -> None:
         super().__init__(config, clock)
         self.offsets = offsets
+        if offsets.persists_generations:
+            self.generations = offsets
+        # Whether this gateway coordinates a group now (a cluster's routing;
+        # every group on a node alone): offset expiry passes over the others.
+        self.coordinates: Callable[[str], bool] = lambda _group_id: True
         self.started_ms = clock()
 
     # ----------------------------------------------------------- lifecycle
     def stop(self) -> None:
         """Answer every waiting JoinGroup/SyncGroup with NOT_COORDINATOR (the
         client looks for the coordinator again) and cancel every timer."""
+        for task in self._numbering:  # generations being stored
+            task.cancel()
         for group in self.groups.values():
             self._cancel_group_timers(group)
             for timer in group.pending_members.values():

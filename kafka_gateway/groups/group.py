@@ -151,6 +151,9 @@ class Group:
     join_timer_is_initial_delay: bool = False
     initial_delay_remaining_ms: int = 0
     sync_timer: asyncio.TimerHandle | None = None
+    # The join phase is over and its generation is being stored (an engine
+    # that persists generations): members wait for it, as for the join.
+    numbering: bool = False
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states

@@ -71,7 +71,7 @@ class JoinPhase(Rebalancer):
         if group is None:
             if req.member_id:
                 return None, ErrorCode.unknown_member_id
-            group = self.groups[req.group_id] = Group(req.group_id, state_since_ms=self.clock())
+            group = self._new_group(req.group_id)
         if group.is_(DEAD):
             return None, ErrorCode.coordinator_not_available
         if not group.supports(req.protocol_type, req.protocols):

@@ -21,7 +21,7 @@ from common.logtext import client_text
 from tablets.seam import CommittedOffset, ConsumerOffsetStore, OffsetCommit, TopicPartition
 from txn.pending_offsets import PendingOffsets
 
-from ..errors import KafkaError
+from ..errors import EXPECTED, KafkaError, error_code
 from ..settings import GatewayConfig
 from .consumer_protocol import PROTOCOL_TYPE
 from .coordinator import GroupCoordinator
@@ -107,7 +107,10 @@ class GroupOffsets:
             self.membership.remove_group(group)
         elif not self.offsets.has_offsets(group_id):
             return ErrorCode.group_id_not_found
-        await self.offsets.delete(group_id)
+        try:
+            await self.offsets.delete(group_id)
+        except EXPECTED as exc:  # the store refused it (NOT_COORDINATOR: the slot moved)
+            return error_code(exc)
         log.info("group %s deleted", client_text(group_id))
         return ErrorCode.none
 
@@ -145,6 +148,8 @@ class GroupOffsets:
         groups = self.membership.groups
         deleted = 0
         for group_id in set(self.offsets.groups()) | set(groups):
+            if not self.membership.coordinates(group_id):
+                continue  # another gateway's group: its coordinator expires it
             group = groups.get(group_id)
             committed = self.offsets.group_offsets(group_id)
             expired: list[TopicPartition] = []

@@ -6,6 +6,24 @@ the requests on top of it. See coordinator.py for the timers and what each
 one bounds. Every move is checked against ``group.TRANSITIONS`` (Kafka's
 GroupMetadata states; tests/test_group_state.py); the behaviour is asserted by
 tests/test_group_coordinator.py.
+
+**Generations across coordinators.** Where the engine persists generations
+(``ConsumerOffsetStore.persists_generations``: several gateways over
+PostgreSQL, where a group's coordinator moves), a group created here starts
+from the stored generation, and each new generation is stored before any
+member hears of it: the join phase ends (members that did not rejoin
+removed), the group waits (``numbering``, still PreparingRebalance: joins and
+leaves are taken, the phase is not ended twice), then the generation starts
+with the number stored. That is one write per rebalance and none per
+heartbeat; reserving numbers ahead would save that write but leave gaps and
+a ceiling to keep, for a step that already waits for every member. A failed
+write (this gateway lost the group's coordinator slot: NOT_COORDINATOR;
+the store failed: COORDINATOR_NOT_AVAILABLE) drops the group from memory and
+answers its waiting members with that code; they find the coordinator and
+join again. ``drop_groups`` drops the groups of keys this gateway stopped
+coordinating (members, generation, pending joins), so that gaining them back
+starts from storage. The embedded engine keeps generations in memory only,
+as before.
 """
 
 from __future__ import annotations
@@ -18,6 +36,8 @@ from typing import TypeVar
 from kio.schema.errors import ErrorCode
 
 from common.logtext import client_text
+from tablets.errors import CoordinatorMoved
+from tablets.seam import ConsumerOffsetStore
 
 from ..settings import GatewayConfig
 from .group import Group, GroupState, JoinedMember, JoinResult, Member, SyncResult
@@ -38,6 +58,17 @@ class Rebalancer:
         self.clock = clock
         self.groups: dict[str, Group] = {}
         self.rebalances = 0  # completed join phases, for metrics
+        # The store of generations, where the engine persists them (else None).
+        self.generations: ConsumerOffsetStore | None = None
+        self._numbering: set[asyncio.Task[None]] = set()
+
+    def _new_group(self, group_id: str) -> Group:
+        """A group this coordinator does not have in memory: at the stored
+        generation (0 where none is stored)."""
+        stored = self.generations.generation(group_id) if self.generations is not None else 0
+        group = self.groups[group_id] = Group(group_id, state_since_ms=self.clock(),
+                                              generation_id=stored)
+        return group
 
     def _join_result(self, group: Group, member: Member, with_members: bool = True) -> JoinResult:
         is_leader = member.member_id == group.leader_id
@@ -101,16 +132,50 @@ class Rebalancer:
 
     def _complete_join(self, group: Group) -> None:
         """End the join phase: drop members that did not rejoin, start a generation."""
-        if not group.is_(PREPARING):
+        if not group.is_(PREPARING) or group.numbering:
             return
         self._cancel_group_timers(group)
         group.join_timer_is_initial_delay = False
         group.new_member_added = False
+        self._drop_late_members(group)
+        if self.generations is None:
+            self._start_generation(group, group.generation_id + 1)
+            return
+        group.numbering = True
+        task = asyncio.get_running_loop().create_task(
+            self._number(group, self.generations), name=f"generation of {group.group_id}")
+        self._numbering.add(task)
+        task.add_done_callback(self._numbering.discard)
+
+    @staticmethod
+    def _drop_late_members(group: Group) -> None:
         for member in [m for m in group.members.values() if not m.awaiting_join]:
             log.info("group %s: member %s did not rejoin in time", client_text(group.group_id),
                      client_text(member.member_id))
             group.remove(member.member_id)
-        group.generation_id += 1
+
+    async def _number(self, group: Group, generations: ConsumerOffsetStore) -> None:
+        """Store the group's next generation, then start it (see the module's
+        docstring)."""
+        try:
+            generation = await generations.next_generation(group.group_id, group.generation_id)
+        except Exception as exc:
+            group.numbering = False
+            if self.groups.get(group.group_id) is group:
+                moved = isinstance(exc, CoordinatorMoved)
+                log.warning("group %s: its next generation was not stored (%r)",
+                            client_text(group.group_id), exc)
+                self.drop_group(group, ErrorCode.not_coordinator if moved
+                                else ErrorCode.coordinator_not_available)
+            return
+        group.numbering = False
+        if self.groups.get(group.group_id) is not group or not group.is_(PREPARING):
+            return  # dropped meanwhile (its slot lost)
+        self._drop_late_members(group)  # (left while the write was in flight)
+        self._start_generation(group, generation)
+
+    def _start_generation(self, group: Group, generation: int) -> None:
+        group.generation_id = generation
         self.rebalances += 1
         if not group.members:
             group.protocol_name = None
@@ -187,6 +252,34 @@ class Rebalancer:
             self._try_complete_join(group)
 
     # ------------------------------------------------------ group removal
+    def drop_group(self, group: Group, code: ErrorCode) -> None:
+        """Forget a group's membership at once: its waiting JoinGroup and
+        SyncGroup requests are answered with ``code``, its timers cancelled."""
+        self._cancel_group_timers(group)
+        for timer in group.pending_members.values():
+            timer.cancel()
+        group.pending_members.clear()
+        members = list(group.members.values())
+        group.members.clear()  # (a session timer that still fires finds nothing)
+        for member in members:
+            member.cancel_session_timer()
+            member.complete_join(JoinResult(code, member.member_id))
+            member.complete_sync(SyncResult(code))
+        group.numbering = False
+        self._transition(group, DEAD)
+        if self.groups.get(group.group_id) is group:
+            del self.groups[group.group_id]
+
+    def drop_groups(self, was_here: Callable[[str], bool]) -> None:
+        """This gateway stopped coordinating some keys (``ClusterView.
+        watch_coordination``): their groups' members, generations and pending
+        joins are forgotten; their waiting requests answer NOT_COORDINATOR."""
+        gone = [group for group_id, group in self.groups.items() if was_here(group_id)]
+        for group in gone:
+            self.drop_group(group, ErrorCode.not_coordinator)
+        if gone:
+            log.info("dropped %d groups whose coordinator slot moved away", len(gone))
+
     def remove_group(self, group: Group) -> None:
         """Forget a group without members (DeleteGroups, offset expiry)."""
         self._cancel_group_timers(group)
