@@ -68,7 +68,7 @@ from tablets.offset_state import Deletion, OffsetState
 from tablets.seam import CommittedOffset, OffsetCommit, TopicPartition
 
 from .group_counters import GroupCounters
-from .migrate import quoted
+from .migrate import Connection, quoted
 from .offset_statements import OffsetStatements
 from .schema import DEFAULT_SCHEMA
 from .writer import PgChange, PgWriter
@@ -134,7 +134,7 @@ class PgConsumerOffsets(OffsetState):
         self.versions_from(int(counter or 0))
         self._take_rows(rows, released, None)
 
-    async def load_group(self, conn: asyncpg.Connection, group: str) -> None:
+    async def load_group(self, conn: Connection, group: str) -> None:
         """Read one group again (a gateway taking over its coordination: another
         may have committed since ``load``); its counter rises above the group's
         versions. Commits of the group this gateway has in flight stay in flight.

@@ -158,6 +158,7 @@ class PgNodeStorage:
                 f"SELECT cluster_id FROM {quoted(schema)}.cluster"))
             self._pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=self.settings.read_connections)
+            self._txn_storage.connect_pool(self._pool)
             await self.writer.start()
             context = LogContext(self.writer, self._pool, LogSql(schema), self.validators,
                                  self._txn_storage)

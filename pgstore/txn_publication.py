@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tablets import batch as batch_header
-from tablets.errors import StorageError
+from tablets.errors import CommitRefused, StorageError
 from tablets.seam import AtomicChange, PendingBlob
 
 from .writer import PgChange
@@ -77,7 +77,7 @@ class CounterMoved(StorageError):
     is the database's now and its next allocation starts from there."""
 
 
-class OffsetsMoved(StorageError):
+class OffsetsMoved(CommitRefused):
     """A transaction's offsets: a row is not at the version this gateway holds
     (another gateway committed it): nothing of the change was written."""
 

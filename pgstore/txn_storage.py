@@ -40,6 +40,11 @@ PostgreSQL transaction is"):
   compare-and-set: they land only if each row is, under its row lock, at
   the version this gateway's memory holds, so the conflict check txn/ ran
   on that memory holds inside the transaction.
+- **Offsets staged by another gateway** (the group's coordinator, when it
+  is not the transactional id's): ``stage_elsewhere`` there, then
+  ``take_staged_offsets`` in the commit, ``discard_staged_offsets`` in an
+  abort, ``settle_staged`` before the group's coordinator answers an
+  OffsetFetch (``pgstore.txn_staged_offsets``).
 
 A change that fails (refused, the connection lost, the outcome unknown)
 runs the failure hooks its parts registered: the offsets staged are
@@ -51,8 +56,10 @@ storage's ``begin`` and written by its ``commit``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from uuid import UUID
+
+import asyncpg
 
 from tablets import batch as batch_header
 from tablets.errors import StorageError
@@ -85,6 +92,7 @@ from .txn_publication import (
     parse_pending_ref,
     plan_publication,
 )
+from .txn_staged_offsets import StagedOffsets
 from .txn_statements import TxnStatements
 from .writer import PgChange, PgWriter
 
@@ -112,6 +120,8 @@ class PgTransactionStorage:
         self._txn_partitions: dict[tuple[str, int], dict[tuple[UUID, int], str]] = {}
         # Pending rows found at start-up: (log id, instance) -> blobs in order.
         self._recovered: dict[tuple[int, int], list[RecoveredBlob]] = {}
+        self._pool: asyncpg.Pool | None = None  # reads of settle_staged
+        self._staged: StagedOffsets | None = None
 
     async def load(self, conn: Connection) -> None:
         """Read the counters, the coordinator's state and the pending rows (start-up)."""
@@ -137,6 +147,15 @@ class PgTransactionStorage:
     def connect_offsets(self, offsets: PgConsumerOffsets) -> None:
         """The consumer offsets, when made after this storage (the engine's start)."""
         self._offsets = offsets
+
+    def connect_pool(self, pool: asyncpg.Pool) -> None:
+        """The engine's pool of read connections (``settle_staged``)."""
+        self._pool = pool
+
+    def _staged_offsets(self) -> StagedOffsets:
+        if self._staged is None:
+            self._staged = StagedOffsets(self.writer, self.consumer_offsets, self.schema)
+        return self._staged
 
     @property
     def consumer_offsets(self) -> PgConsumerOffsets:
@@ -352,3 +371,31 @@ class PgTransactionStorage:
 
     def recover_pending(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
         return list(self._recovered.get((log_id_of(log_ref), instance), ()))
+
+    # ------------------------- offsets staged by another gateway (txn_staged_offsets)
+    async def stage_elsewhere(self, transactional_id: str, producer_id: int, epoch: int,
+                              group: str, commits: Mapping[TopicPartition, OffsetCommit],
+                              ) -> None:
+        """Stage a transaction's offsets here, the group's coordinator, for
+        the transactional id's coordinator, another gateway, to commit."""
+        await self._staged_offsets().stage(transactional_id, producer_id, epoch, group, commits)
+
+    def take_staged_offsets(self, change: AtomicChange, transactional_id: str,
+                            producer_id: int, epoch: int, now_ms: int) -> None:
+        """Add the commit of the offsets other gateways staged for the
+        transaction to its commit ``change`` (a compare-and-set)."""
+        self._staged_offsets().take(as_txn_change(change), transactional_id, producer_id,
+                                    epoch, now_ms)
+
+    def discard_staged_offsets(self, change: AtomicChange, transactional_id: str) -> None:
+        """Add the deletion of the offsets other gateways staged for the
+        transaction to its abort ``change``."""
+        self._staged_offsets().discard(as_txn_change(change), transactional_id)
+
+    async def settle_staged(self, group: str, transactional_ids: Collection[str]) -> set[str]:
+        """Of the transactions that staged offsets of ``group`` here, those
+        that ended since (the group read again when any did)."""
+        if self._pool is None:
+            raise StorageError("the PostgreSQL store is not started")
+        async with self._pool.acquire() as conn:
+            return await self._staged_offsets().settle(conn, group, transactional_ids)

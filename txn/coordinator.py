@@ -49,7 +49,9 @@ The coordinator is the front of parts that each own one concern:
 - ``commit.py``: EndTxn, and the commit or abort staged in one write;
 - ``registry.py``: the ids in memory, in order and in the store;
 - ``partitions.py``, ``pending.py``, ``pending_offsets.py``, ``conflicts.py``:
-  a transaction's partitions, batches, staged offsets and their check.
+  a transaction's partitions, batches, staged offsets and their check;
+- ``remote_offsets.py``: TxnOffsetCommit for a transaction another gateway
+  coordinates (a cluster).
 
 Here: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and the
 transactional Produce's sink, and loading everything at start-up.
@@ -79,7 +81,7 @@ from tablets.seam import ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
 
 from .commit import TxnCompletion
 from .conflicts import offset_conflict
-from .errors import ConcurrentTransactions, InvalidTxnState, TxnConflict
+from .errors import ConcurrentTransactions, InvalidProducerIdMapping, InvalidTxnState, TxnConflict
 from .open_transactions import OpenTransactions
 from .ordered import SortedIds
 from .partitions import TxnPartitions
@@ -87,6 +89,7 @@ from .pending import MemoryBudget, PartitionSink, StoredBytes
 from .pending_offsets import PendingOffsets
 from .producer_ids import ProducerIds
 from .registry import TxnRegistry
+from .remote_offsets import RemoteOffsets, StagingStorage
 from .sessions import Sessions
 from .state import TxnMetadata, TxnState
 from .stats import TxnSettings, TxnStats
@@ -121,6 +124,9 @@ class TransactionCoordinator:
                                         self.stats, clock)
         self.sessions = Sessions(self.registry, self.completion, ProducerIds(storage),
                                  self.writer, self.settings, self.stats, clock)
+        # Offsets staged here for transactions other gateways coordinate.
+        self.remote = (RemoteOffsets(storage, self.pending_offsets)
+                       if isinstance(storage, StagingStorage) else None)
 
     @property
     def writer(self) -> ChangeWriter:
@@ -244,6 +250,25 @@ class TransactionCoordinator:
             self.registry.put(meta, ops)
             await self.writer.commit(ops)
             self.pending_offsets.hold(group, new)
+
+    async def txn_offset_commit_elsewhere(self, transactional_id: str, producer_id: int,
+                                          epoch: int, group: str,
+                                          commits: Mapping[TopicPartition, OffsetCommit],
+                                          ) -> None:
+        """Stage a group's offsets, here its coordinator, for a transaction
+        another gateway coordinates (``remote_offsets.py``). The caller
+        checked KIP-447's generation and member fences first."""
+        if self.remote is None:
+            raise InvalidProducerIdMapping(
+                f"transactional id {transactional_id!r} is coordinated elsewhere, and this "
+                "store cannot stage offsets for another coordinator")
+        await self.remote.stage(transactional_id, producer_id, epoch, group, commits)
+
+    async def settle_offsets(self, group: str) -> None:
+        """Before the group's offsets are read: make visible what transactions
+        coordinated elsewhere committed of what they staged here."""
+        if self.remote is not None:
+            await self.remote.settle(group)
 
     # -------------------------------------------------- transactional Produce
     def sink_for(self, transactional_id: str, producer_id: int, epoch: int, topic: str,

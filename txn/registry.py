@@ -69,7 +69,10 @@ class TxnRegistry:
         """Add the id's state to ``ops``."""
         self.storage.put_txn_state(ops, meta.transactional_id, meta.encode())
         self.partitions.put_unsaved(meta, ops)
-        if meta.instance == self._last_instance:
+        # Instance 0 is no transaction's (a new id's): writing it would set
+        # the counter back, which a store shared by gateways refuses when
+        # another gateway moved it (every InitProducerId of a new id failed).
+        if meta.instance and meta.instance == self._last_instance:
             self.storage.set_counter(ops, _INSTANCE, self._last_instance)
 
     def describe(self, transactional_id: str) -> TxnMetadata:
