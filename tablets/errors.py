@@ -16,7 +16,12 @@ class StorageError(RuntimeError):
     """A write to the store failed: nothing of that change is acknowledged."""
 
 
-class CommitRefused(StorageError):
+class ChangeRefused(StorageError):
+    """A compare-and-set inside a change refused it (a row another gateway
+    moved): nothing of the change was written."""
+
+
+class CommitRefused(ChangeRefused):
     """A transaction's commit was refused by a compare-and-set inside it (its
     offsets' rows moved since they were read): nothing of it was written, and
     the coordinator aborts the transaction instead."""

@@ -73,11 +73,13 @@ touches and a Produce of the transaction cannot write to.
 from __future__ import annotations
 
 import builtins
+import copy
 import logging
 from collections.abc import Callable, Iterable, Mapping
 
 from common.clock import now_ms
-from tablets.seam import ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
+from tablets.errors import ChangeRefused
+from tablets.seam import AtomicChange, ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
 
 from .commit import TxnCompletion
 from .conflicts import offset_conflict
@@ -188,6 +190,7 @@ class TransactionCoordinator:
         async with self.registry.lock(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             began = not meta.is_open
+            before = copy.deepcopy(meta) if began else None
             self.open_txns.touch(meta, connection)
             ops = self.writer.begin()
             # Only the partitions added are written (and the state record when
@@ -198,18 +201,38 @@ class TransactionCoordinator:
                 self.registry.put(meta, ops)
             elif not added:
                 return
-            await self.writer.commit(ops)
+            await self._write_begin(meta, ops, before)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                           group: str, connection: int = -1) -> None:
         async with self.registry.lock(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
+            before = None if meta.is_open else copy.deepcopy(meta)
             self.open_txns.touch(meta, connection)
             if group not in meta.groups:
                 meta.groups.add(group)
                 ops = self.writer.begin()
                 self.registry.put(meta, ops)
-                await self.writer.commit(ops)
+                await self._write_begin(meta, ops, before)
+
+    async def _write_begin(self, meta: TxnMetadata, ops: AtomicChange,
+                           before: TxnMetadata | None) -> None:
+        """Write a change that may begin the transaction (``before``: the
+        state then). A store shared by gateways refuses it when another
+        gateway moved a counter it sets (the transaction's instance):
+        nothing was written, so the transaction did not begin, here either;
+        the client's retry begins it with a new instance."""
+        try:
+            await self.writer.commit(ops)
+        except ChangeRefused:
+            if before is not None:
+                opened = self.open_txns.by_id.pop(meta.transactional_id, None)
+                if opened is not None:
+                    opened.data.end(InvalidTxnState, f"the transaction of "
+                                    f"{meta.transactional_id} did not begin")
+                for name in TxnMetadata.__slots__:
+                    setattr(meta, name, getattr(before, name))
+            raise
 
     # ------------------------------------------------------ TxnOffsetCommit
     async def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
