@@ -15,7 +15,10 @@ group by gateway B (chosen by ``coordinator_slot`` and the slots each leads).
 - two transactions, coordinated by different gateways, committing one
   partition's offsets from one view: exactly one wins, in either order; the
   loser's EndTxn(commit) is refused as a conflict, nothing of it lands (nor
-  its batches' marker), and its EndTxn(abort) then succeeds.
+  its batches' marker), and its EndTxn(abort) then succeeds;
+- transactions begun on both gateways both commit: a begin from a stale view
+  of the shared instance counter is refused once and leaves nothing open,
+  and a transaction's later changes never set the counter back.
 """
 
 from __future__ import annotations
@@ -337,6 +340,40 @@ def test_two_gateways_committing_one_partitions_range_exactly_one_wins(
                 await conn.close()
             seen = b.offsets.committed(group, TOPIC, 0)
             assert seen is not None and seen.committer == winner
+        finally:
+            await close(a, b)
+
+    run(body)
+
+
+def test_transactions_begun_on_two_gateways_both_commit(pg_server: PostgresServer) -> None:
+    """Each gateway takes transaction instances from the shared counter. A
+    begin from a stale view of it is refused once (``CounterMoved``, nothing
+    written: the transaction is not open, here either), its retry begins
+    it; a transaction that began before another gateway moved the counter
+    still commits (its later changes do not set the counter again)."""
+
+    async def body() -> None:
+        schema, a, b = await two_gateways(pg_server)
+        try:
+            a_id, b_id = key_of(a.cluster, "txn"), key_of(b.cluster, "txn")
+            group = key_of(b.cluster, "group")
+            apid, aepoch = await retried(lambda: a.txns.init_producer_id(a_id, 60_000))
+            bpid, bepoch = await retried(lambda: b.txns.init_producer_id(b_id, 60_000))
+            await a.txns.add_partitions(a_id, apid, aepoch, [(TOPIC, 0)])  # a: instance 1
+            with pytest.raises(CounterMoved):  # b's view of the counter: none
+                await b.txns.add_partitions(b_id, bpid, bepoch, [(TOPIC, 1)])
+            assert not b.txns.txns[b_id].is_open and b.txns.open_count == 0
+            assert b.txns.txns[b_id].partitions == {}
+            await b.txns.add_partitions(b_id, bpid, bepoch, [(TOPIC, 1)])
+            assert b.txns.txns[b_id].instance > a.txns.txns[a_id].instance
+            # a's transaction goes on and commits, with offsets b stages.
+            await a.txns.add_offsets(a_id, apid, aepoch, group)
+            await b.txns.txn_offset_commit_elsewhere(a_id, apid, aepoch, group, at(3))
+            await a.txns.end_txn(a_id, apid, aepoch, commit=True)
+            await b.txns.end_txn(b_id, bpid, bepoch, commit=True)
+            landed = await rows(pg_server, schema, "consumer_offsets", group)
+            assert [(r["committed_offset"], r["committer"]) for r in landed] == [(3, a_id)]
         finally:
             await close(a, b)
 
