@@ -171,9 +171,9 @@ class PgNodeStorage:
             await self._txn_storage.load(conn)
             if self._offsets_factory is not None:
                 offsets = self._offsets = self._offsets_factory(self.writer, schema)
-                await offsets.load(conn)
                 if isinstance(offsets, PgConsumerOffsets):  # a transaction's offsets
-                    self._txn_storage.connect_offsets(offsets)
+                    self._txn_storage.connect_offsets(offsets)  # (before load: its hook)
+                await offsets.load(conn)
                 offsets.is_important = self._catalog.is_important_consumer
                 self.retention.important = PgImportantConsumers(offsets, schema)
             if self._records_factory is not None:

@@ -7,6 +7,7 @@ by another gateway").
     staged.take(change, txn_id, producer_id, epoch, now_ms)          # the id's: EndTxn(commit)
     staged.discard(change, txn_id)                                   # the id's: an abort
     gone = await staged.settle(pool, group, txn_ids)                 # before an OffsetFetch
+    offsets.loaded_hook = staged.read_staged                         # what loads see staged
 
 A Kafka client sends TxnOffsetCommit to the group's coordinator, EndTxn to
 the transactional id's; in a cluster they may be two gateways. The group's
@@ -36,11 +37,19 @@ deletes them. One row not at its version refuses the whole commit
 locks the state row as well and deletes the id's rows. The version a moved
 row gets is above its previous one and above this gateway's counter, so a
 version is never taken twice by one row.
+
+The group's coordinator holds the offsets staged for the group as pending
+(OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT), and reads
+the group again once they are gone (``settle``). So does a gateway that
+starts, or gains the group's slot, with offsets staged by another: every
+load of the offsets reads the staged ones in the same snapshot
+(``read_staged``), so that a commit after the load is always of a
+transaction whose offsets are held.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from tablets.errors import CommitRefused, OffsetBehind, TxnStateMismatch
 from tablets.seam import OffsetCommit, TopicPartition
@@ -49,6 +58,9 @@ from .consumer_offsets import PgConsumerOffsets, to_text
 from .migrate import Connection, quoted
 from .schema import DEFAULT_SCHEMA
 from .writer import PgChange, PgWriter
+
+# (group, transactional id -> the partitions it staged)
+StagedHook = Callable[[str, dict[str, list[TopicPartition]]], None]
 
 
 class StagedOffsetsMoved(CommitRefused):
@@ -112,6 +124,9 @@ class _Statements:
             "AND m.partition = excluded.partition) RETURNING 1) "
             "SELECT 1 WHERE (SELECT count(*) FROM up) = (SELECT count(*) FROM mine)")
         self.discard = f"DELETE FROM {s}.txn_staged_offsets WHERE transactional_id = $1"
+        self.staged_all = (
+            f"SELECT group_id, transactional_id, topic, partition FROM {s}.txn_staged_offsets")
+        self.staged_of = self.staged_all + " WHERE group_id = $1"
         self.still_staged = (
             f"SELECT DISTINCT transactional_id FROM {s}.txn_staged_offsets "
             "WHERE group_id = $1 AND transactional_id = ANY($2::text[])")
@@ -125,6 +140,26 @@ class StagedOffsets:
         self.writer = writer
         self.offsets = offsets
         self._sql = _Statements(quoted(schema))
+        # What was staged when every offset was loaded, and who hears what is
+        # staged when a group is read again (the group's new coordinator).
+        self.at_load: dict[str, dict[str, list[TopicPartition]]] = {}
+        self.hook: StagedHook | None = None
+
+    async def read_staged(self, conn: Connection, group: str | None) -> None:
+        """``PgConsumerOffsets.loaded_hook``: the offsets staged for ``group``
+        (None: every group), in the snapshot its offsets were read in, so
+        that each commit made after it is of a transaction seen here."""
+        rows = (await conn.fetch(self._sql.staged_all) if group is None
+                else await conn.fetch(self._sql.staged_of, group))
+        found: dict[str, dict[str, list[TopicPartition]]] = {}
+        for row in rows:
+            found.setdefault(row["group_id"], {}).setdefault(
+                row["transactional_id"], []).append((row["topic"], row["partition"]))
+        if group is None:
+            self.at_load = found
+        if self.hook is not None:
+            for each, staged in found.items():
+                self.hook(each, staged)
 
     async def stage(self, transactional_id: str, producer_id: int, epoch: int, group: str,
                     commits: Mapping[TopicPartition, OffsetCommit]) -> None:

@@ -92,7 +92,7 @@ from .txn_publication import (
     parse_pending_ref,
     plan_publication,
 )
-from .txn_staged_offsets import StagedOffsets
+from .txn_staged_offsets import StagedHook, StagedOffsets
 from .txn_statements import TxnStatements
 from .writer import PgChange, PgWriter
 
@@ -145,8 +145,11 @@ class PgTransactionStorage:
                 int(row["size"])))
 
     def connect_offsets(self, offsets: PgConsumerOffsets) -> None:
-        """The consumer offsets, when made after this storage (the engine's start)."""
+        """The consumer offsets, when made after this storage (the engine's
+        start), before they are loaded: their loads read the staged offsets too."""
         self._offsets = offsets
+        self._staged = None
+        offsets.loaded_hook = self._staged_offsets().read_staged
 
     def connect_pool(self, pool: asyncpg.Pool) -> None:
         """The engine's pool of read connections (``settle_staged``)."""
@@ -391,6 +394,13 @@ class PgTransactionStorage:
         """Add the deletion of the offsets other gateways staged for the
         transaction to its abort ``change``."""
         self._staged_offsets().discard(as_txn_change(change), transactional_id)
+
+    def watch_staged(self, hook: StagedHook) -> dict[str, dict[str, list[TopicPartition]]]:
+        """What was staged when the offsets were loaded (group -> transactional
+        id -> partitions); ``hook`` hears the same of a group read again."""
+        staged = self._staged_offsets()
+        staged.hook = hook
+        return staged.at_load
 
     async def settle_staged(self, group: str, transactional_ids: Collection[str]) -> set[str]:
         """Of the transactions that staged offsets of ``group`` here, those

@@ -378,3 +378,47 @@ def test_transactions_begun_on_two_gateways_both_commit(pg_server: PostgresServe
             await close(a, b)
 
     run(body)
+
+
+def test_a_new_coordinator_of_the_group_holds_what_its_predecessor_staged(
+        pg_server: PostgresServer) -> None:
+    """Offsets B staged are pending on a gateway that reads the group later
+    (as one gaining the group's slot does: ``load_group``) and on one that
+    starts meanwhile (``load``); once the id's coordinator commits, each
+    answers the committed offsets when it next settles, though neither saw
+    the commit happen (without holding them, their memory would keep the
+    offset read before the commit)."""
+
+    async def body() -> None:
+        schema, a, b = await two_gateways(pg_server)
+        c: Gateway | None = None
+        try:
+            txn_id, group = key_of(a.cluster, "txn"), key_of(b.cluster, "group")
+            await until(lambda: a.cluster.coordinates(txn_id) and b.cluster.coordinates(group),
+                        "coordinators settled", 4 * LEASE)
+            await b.offsets.commit(group, at(2), 1)  # a plain commit first: offset 2
+            pid, epoch = await opened(a, txn_id, group)
+            await b.txns.txn_offset_commit_elsewhere(txn_id, pid, epoch, group, at(6))
+            conn = await asyncpg.connect(pg_server.dsn)
+            try:
+                await a.offsets.load_group(conn, group)  # as a slot gained does
+            finally:
+                await conn.close()
+            c = await gateway(pg_server, schema, 3)  # starts with them staged
+            for each in (a, c):
+                assert each.txns.pending_offsets.is_pending(group, TOPIC, 0)
+                seen = each.offsets.committed(group, TOPIC, 0)
+                assert seen is not None and seen.offset == 2
+                await each.txns.settle_offsets(group)  # still open: still held
+                assert each.txns.pending_offsets.is_pending(group, TOPIC, 0)
+
+            await a.txns.end_txn(txn_id, pid, epoch, commit=True)
+            for each in (a, b, c):
+                await each.txns.settle_offsets(group)
+                assert not each.txns.pending_offsets.has_pending(group)
+                seen = each.offsets.committed(group, TOPIC, 0)
+                assert seen is not None and (seen.offset, seen.committer) == (6, txn_id)
+        finally:
+            await close(a, b, *([] if c is None else [c]))
+
+    run(body)

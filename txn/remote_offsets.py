@@ -12,7 +12,9 @@ with its abort. Until then they are pending here (``PendingOffsets``:
 OffsetFetch with require_stable answers UNSTABLE_OFFSET_COMMIT for them);
 ``settle`` asks the store which of those transactions ended and reads the
 group again when any did, so their offsets are visible here before anyone
-is told.
+is told. Offsets staged when the store read the group's offsets (at
+start-up, or when this gateway gained the group's slot) are held the same
+way (``seen``), whichever gateway staged them.
 
 A refusal of the store, in Kafka's terms (the Java client's
 TxnOffsetCommitHandler reacts to each):
@@ -32,7 +34,7 @@ coordinates everything, and ``StagingStorage`` is not implemented there.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Protocol, runtime_checkable
 
 from tablets.errors import OffsetBehind, TxnStateMismatch
@@ -59,6 +61,9 @@ class StagingStorage(Protocol):
     async def settle_staged(self, group: str,
                             transactional_ids: Collection[str]) -> set[str]: ...
 
+    def watch_staged(self, hook: Callable[[str, dict[str, list[TopicPartition]]], None],
+                     ) -> dict[str, dict[str, list[TopicPartition]]]: ...
+
 
 def refusal(transactional_id: str, producer_id: int, epoch: int, group: str,
             state: bytes | None) -> Exception:
@@ -84,6 +89,21 @@ class RemoteOffsets:
         # group -> transactional id -> the partitions of each staging, held
         # in ``pending`` until the store says the transaction ended
         self.held: dict[str, dict[str, list[list[TopicPartition]]]] = {}
+        # Offsets staged (here or on a gateway that coordinated the group
+        # before) when the store read the offsets: held too.
+        for group, staged in storage.watch_staged(self.seen).items():
+            self.seen(group, staged)
+
+    def seen(self, group: str, staged: Mapping[str, list[TopicPartition]]) -> None:
+        """The store read ``group``'s offsets and these staged ones with them:
+        hold those of transactions not held yet."""
+        held = self.held.setdefault(group, {})
+        for transactional_id, partitions in staged.items():
+            if transactional_id not in held:
+                held[transactional_id] = [list(partitions)]
+                self.pending.hold(group, partitions)
+        if not held:
+            del self.held[group]
 
     async def stage(self, transactional_id: str, producer_id: int, epoch: int, group: str,
                     commits: Mapping[TopicPartition, OffsetCommit]) -> None:
