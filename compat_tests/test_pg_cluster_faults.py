@@ -10,7 +10,11 @@ database and its own three gateways:
 - (lease 20 s, so each is back before its lease ends) every gateway killed
   (kill -9) and started again on the same database: topics, committed
   offsets, acknowledged records and an open transaction (committed after
-  the restart, then read) are all there.
+  the restart, then read) are all there;
+- (lease 3 s) the gateway leading a third of a group's partitions killed
+  while members join and leave (confluent-kafka, committing after every
+  poll) and a producer writes: every record read, the committed offsets at
+  the log's ends, the log without a duplicate.
 
 Failover times are printed (``-s`` shows them).
 """
@@ -32,6 +36,7 @@ import pytest
 from confluent_kafka import (
     OFFSET_BEGINNING,
     Consumer,
+    KafkaException,
     Producer,
     TopicPartition,
 )
@@ -446,3 +451,163 @@ def test_every_gateway_killed_and_started_again_keeps_everything(
     producer.commit_transaction(TIMEOUT)
     log = read_log(cluster.bootstrap(1, 2, 3), txn_topic, "read_committed")
     assert sorted(v for records in log.values() for _, v in records) == sorted(pending)
+
+
+def group_coordinated_by(gateway: GatewayProcess, node: int, prefix: str) -> str:
+    """A group id whose coordinator is ``node`` now."""
+    async def ask(group: str) -> int:
+        client = await KafkaClient.connect(*gateway.host_port)
+        try:
+            answer = await client.request(rq.find_coordinator([group]))
+        finally:
+            await client.close()
+        found = answer.coordinators[0]
+        assert found.error_code is ErrorCode.none, found
+        return int(found.node_id)
+
+    for index in range(100):
+        candidate = f"{prefix}-{index}"
+        if asyncio.run(asyncio.wait_for(ask(candidate), TIMEOUT)) == node:
+            return candidate
+    raise AssertionError(f"no group of {prefix}-0..99 is coordinated by {node}")
+
+
+class Member(threading.Thread):
+    """A confluent-kafka member of a group: reads, commits what it read after
+    every poll (synchronously), and leaves the group when told to stop."""
+
+    def __init__(self, bootstrap: str, group: str, topic: str,
+                 seen: list[tuple[int, int, bytes]], lock: threading.Lock) -> None:
+        super().__init__(daemon=True)
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group,
+                                  "auto.offset.reset": "earliest",
+                                  "enable.auto.commit": False,
+                                  "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+        self.topic, self.seen, self.lock = topic, seen, lock
+        self.halt = threading.Event()
+        self.assignments: list[list[int]] = []  # each rebalance's partitions for it
+        self.commit_errors: list[str] = []
+        self.failure: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            self.consumer.subscribe([self.topic], on_assign=lambda _c, parts: (
+                self.assignments.append(sorted(tp.partition for tp in parts))))
+            while not self.halt.is_set():
+                messages = self.consumer.consume(100, 0.3)
+                read = [m for m in messages if m.error() is None]
+                with self.lock:
+                    self.seen.extend((m.partition(), m.offset(), m.value()) for m in read)
+                if read:
+                    try:
+                        self.consumer.commit(asynchronous=False)
+                    except KafkaException as exc:  # a rebalance, a leader gone: read again
+                        self.commit_errors.append(str(exc.args[0]))
+        except BaseException as exc:
+            self.failure = exc
+        finally:
+            self.consumer.close()  # leaves the group: the others rebalance
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(TIMEOUT)
+        assert not self.is_alive(), "a member did not stop"
+        assert self.failure is None, self.failure
+
+
+def test_kill_9_of_a_leader_during_group_member_churn(cluster: Cluster) -> None:
+    """Members join and leave a group (coordinated by a survivor: the
+    coordinator's own death is another test's) while the gateway leading a
+    third of its partitions is killed and records keep coming: every record
+    is read at least once, what the members read at an offset is the log's
+    record there, the group's committed offsets end at the log's ends, and
+    the log holds every acknowledged record once."""
+    topic = "faults-churn"
+    create(cluster.node(1), topic)
+    _, before = wait_balanced(cluster.gateways, topic, {1, 2, 3})
+    assert 3 in before.values(), before
+    group = group_coordinated_by(cluster.node(1), 1, "faults-churn")
+    first = [b"churn-a-%d" % i for i in range(1200)]
+    produce_values(cluster.node(1), topic, first)
+    seen: list[tuple[int, int, bytes]] = []
+    lock = threading.Lock()
+    bootstrap = cluster.bootstrap(1, 2)
+
+    def member() -> Member:
+        started = Member(bootstrap, group, topic, seen, lock)
+        started.start()
+        return started
+
+    def settle(*live: Member) -> None:
+        """Until the live members' latest assignments split the partitions."""
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            latest = [m.assignments[-1] if m.assignments else [] for m in live]
+            flat = sorted(p for parts in latest for p in parts)
+            if all(latest) and flat == list(range(PARTITIONS)):
+                return
+            assert time.monotonic() < deadline, f"no settled assignment: {latest}"
+            assert all(m.failure is None for m in live), [m.failure for m in live]
+            time.sleep(0.1)
+
+    a, b = member(), member()
+    settle(a, b)
+    c = member()
+    settle(a, b, c)
+    a.stop()
+    cluster.node(3).kill()
+    killed_at = time.monotonic()
+    assert cluster.node(3).process is not None and cluster.node(3).process.poll() is not None
+    d = member()
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True,
+                         "acks": "all", "linger.ms": 5, "message.timeout.ms": 60_000})
+    acks = Acks()
+    acks.produce_for(producer, topic, 2.0, prefix=b"churn-b")
+    b.stop()
+    settle(c, d)
+    wait_balanced(cluster.gateways[:2], topic, {1, 2}, balanced=False)
+    failover = time.monotonic() - killed_at
+    acks.produce_for(producer, topic, 1.0, prefix=b"churn-c")
+    assert producer.flush(TIMEOUT) == 0
+    assert acks.failed == [] and len(acks.acked) == acks.sent, acks.failed[:5]
+    e = member()
+    settle(c, d, e)
+    wanted = set(first) | set(acks.acked)
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        with lock:
+            missing = wanted - {value for _, _, value in seen}
+        if not missing:
+            break
+        assert time.monotonic() < deadline, f"{len(missing)} records never read"
+        time.sleep(0.2)
+    time.sleep(1)  # the last commits
+    for running in (c, d, e):
+        running.stop()
+    members = (a, b, c, d, e)
+    # The churn landed: every member was given partitions, some more than once.
+    assert all(any(parts for parts in m.assignments) for m in members), [
+        m.assignments for m in members]
+    rebalances = sum(len(m.assignments) for m in members)
+    errors = [err for m in members for err in m.commit_errors]
+    reread = len(seen) - len({(p, o) for p, o, _ in seen})
+    print(f"group churn with node 3 killed (lease {LEASE_MS} ms): partitions led by the "
+          f"survivors {failover:.2f} s after the kill; {len(seen)} records read for "
+          f"{len(wanted)} in the log ({reread} read again after a rebalance); "
+          f"{len(errors)} failed commits: {sorted(set(errors))[:3]}; {rebalances} "
+          f"assignments over 5 members")
+
+    log = read_log(cluster.bootstrap(1, 2), topic)
+    at = {(p, offset): value for p, records in log.items() for offset, value in records}
+    for partition, records in log.items():
+        assert [o for o, _ in records] == list(range(len(records))), partition
+    values = list(at.values())
+    assert [v for v, n in Counter(values).items() if n > 1] == []
+    assert set(values) == wanted
+    assert all(at.get((p, o)) == value for p, o, value in seen)
+    # Records written after the kill into the partitions node 3 led were read.
+    after_kill = {value for value in acks.acked}
+    assert {at[(p, o)] for p, o, _ in seen if before[p] == 3} & after_kill
+    ends = [len(log[p]) for p in range(PARTITIONS)]
+    assert committed(cluster.bootstrap(1, 2), group, topic) == ends
+    assert failover < FAILOVER_BOUND, f"failover took {failover:.2f} s"
