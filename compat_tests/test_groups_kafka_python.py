@@ -183,10 +183,16 @@ def test_leader_join_completed_outside_poll_starts_a_rebalance(gateway, topic_na
     member = group_consumer(gateway, group, client_id="kp-leader")
     try:
         member.subscribe([topic_name])
-        # poll(0) starts the join and returns at once; the group holds the
-        # JoinGroup for its initial delay (INITIAL_DELAY_MS).
-        wait_for(lambda: member.poll(timeout_ms=0) is not None
-                 and describe_group(gateway, group)["members"], 30, "the JoinGroup", gateway)
+
+        def joining() -> bool:
+            """poll(0) returns at once: once the JoinGroup with the member id
+            (after MEMBER_ID_REQUIRED) is under way, no poll() runs until the
+            group answers it, after its initial delay (INITIAL_DELAY_MS)."""
+            member.poll(timeout_ms=0)
+            meta = member.group_metadata()
+            return bool(meta.member_id) and meta.state == MemberState.REBALANCING
+
+        wait_for(joining, 30, "the JoinGroup", gateway, interval=0.01)
         # It completes with no poll() running: kafka-python's IO thread sends
         # the SyncGroup by itself and the group is Stable in generation 1.
         wait_for(lambda: describe_group(gateway, group)["state"] == "Stable", 30,
