@@ -299,6 +299,7 @@ class PgAppends:
         for future in misses:
             if not future.done():
                 future.set_exception(error)
+        log.catch_up()  # a notice past the row read: once more
         self._drain()
 
     def _fail_waiting(self, error: StorageError) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .log_notices import ANNOUNCE_FROM_ROW
+
 
 class TxnStatements:
     def __init__(self, s: str) -> None:
@@ -38,13 +40,14 @@ class TxnStatements:
             f"INSERT INTO {s}.pending_batches (log_id, instance, ordinal, header, size, data_id) "
             "SELECT $1, $3, $4, $5, $6, d.data_id FROM d")
         # A commit's publication, 1: the partition row takes the offsets, only
-        # at the publisher's leader epoch and (when the publisher reserved
+        # at the publisher's leader epoch ($2 NULL: a partition another
+        # gateway leads, whatever its epoch) and (when the publisher reserved
         # them: $5) only where its log end still is; the row stays locked to
         # the end of the transaction, so nothing else appends in between.
         self.publish_fence = (
             f"UPDATE {s}.partitions SET log_end_offset = log_end_offset + $3, "
             "size_bytes = size_bytes + $4 "
-            "WHERE log_id = $1 AND leader_epoch = $2 "
+            "WHERE log_id = $1 AND ($2::integer IS NULL OR leader_epoch = $2) "
             "AND ($5::bigint IS NULL OR log_end_offset = $5) RETURNING 1")
         # 2: the pending rows become index rows at offsets counted back from
         # the new log end (the marker takes the last), naming the same bytes
@@ -81,11 +84,10 @@ class TxnStatements:
             "running_max_timestamp, size, data_id, shifted) "
             "SELECT $1, at.offset, at.offset, $3, greatest(prior.ts, $3), $4, d.data_id, $5 "
             "FROM d, at, prior")
-        # 4 (when the offsets were not reserved): the new log end, told to
-        # every gateway once the transaction commits, and read back.
-        self.publish_notify = (
-            f"SELECT pg_notify($2, $1::bigint || ':' || log_end_offset) FROM {s}.partitions "
-            "WHERE log_id = $1")
+        # 4 (when the offsets were not reserved): what the commit added, told
+        # to every gateway once the transaction commits, and the new log end
+        # read back.
+        self.publish_notify = ANNOUNCE_FROM_ROW.format(s=s)
         self.log_end = f"SELECT log_end_offset FROM {s}.partitions WHERE log_id = $1"
         # An abort: the pending rows of one transaction on one partition, and
         # the bytes they name (only they name them).

@@ -67,7 +67,7 @@ from tablets.seam import (
 )
 
 from .consumer_offsets import PgConsumerOffsets
-from .log_notices import announce_log_end, channel
+from .log_notices import LogEnd, announce_log_end, channel
 from .migrate import Connection, quoted
 from .schema import DEFAULT_SCHEMA
 from .txn_publication import (
@@ -286,15 +286,17 @@ class PgTransactionStorage:
         result tells the log once the change is durable."""
         pg = as_txn_change(change)
         part = self._txn_partition(log)
-        log_id, epoch = part.log_id, part.leader_epoch
+        log_id, epoch = part.log_id, part.publish_epoch
         plan = plan_publication(log_id, blobs)
         marker_view = memoryview(marker)
         marker_header = batch_header.parse_batches(marker_view)[0]
         plan_bytes = plan.nbytes + len(marker)
+        max_ts = max([*plan.max_timestamps, marker_header.max_timestamp])
         base = part.reserve(plan.count)
         pg.fence(self._sql.publish_fence, log_id, epoch, plan.count, plan_bytes, base,
                  refused=lambda: PublicationFenced(
-                     f"log {log_id}: not at leader epoch {epoch}"
+                     f"log {log_id}: " + ("deleted" if epoch is None else
+                                          f"not at leader epoch {epoch}")
                      + ("" if base is None else f" and log end {base}")
                      + " any more: the transaction's commit was not written"))
         if blobs:
@@ -312,16 +314,18 @@ class PgTransactionStorage:
         pg.nbytes += len(stamped)
         found: list[int] = []
         if base is None:
-            pg.execute(self._sql.publish_notify, log_id, self._channel)
+            pg.execute(self._sql.publish_notify, log_id, self._channel, plan.count, plan_bytes,
+                       max_ts)
             pg.fetch(self._sql.log_end, log_id,
                      into=lambda rows: found.__setitem__(slice(None), [int(rows[0][0])]))
         else:
-            announce_log_end(pg, self.schema, log_id, base + plan.count)
+            announce_log_end(pg, self.schema,
+                             LogEnd(log_id, base, base + plan.count, plan_bytes, max_ts))
             pg.on_failure(part.in_doubt)
 
         def publish() -> None:
             end = base + plan.count if base is not None else found[0]
-            part.published(end - plan.count, end, plan_bytes)
+            part.published(end - plan.count, end, plan_bytes, max_ts)
             self._recovered.pop((log_id, plan.instance), None)
 
         return publish
