@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ import asyncpg
 from tablets.in_memory_batches import InMemoryBatches
 from tablets.seam import BrokerAddress
 
+from .connect import connect as connect_any
 from .leadership import Leadership, LeadershipChange, coordinator_slot
 from .log_notices import LogEnd, LogNotices
 from .log_sql import load_row
@@ -73,6 +75,9 @@ class ClusterSettings:
     # broker.session.timeout.ms: a gateway that stops renewing is replaced
     # as leader within this, plus one pass period (lease/3).
     lease_seconds: float = DEFAULT_LEASE_SECONDS
+
+
+LOG_NOTICES_APPLICATION = "kafka-gateway-log-notices"  # then -<node.id>
 
 
 def topics_channel(schema: str) -> str:
@@ -141,7 +146,11 @@ class PgCluster:
         self._notices = TopicNotices(self.dsn, self.schema, self.topics_changed,
                                      self._resync_topics)
         await self._notices.start()
-        self.log_notices = LogNotices(self.dsn, self.schema, self._log_end, self._resync_logs)
+        # Named, so an operator (and a test) can tell it in pg_stat_activity.
+        named = functools.partial(connect_any, server_settings={
+            "application_name": f"{LOG_NOTICES_APPLICATION}-{self.node_id}"})
+        self.log_notices = LogNotices(self.dsn, self.schema, self._log_end, self._resync_logs,
+                                      connect=named)
         await self.log_notices.start()
         await self._register()
 
