@@ -72,9 +72,9 @@ logger = logging.getLogger(__name__)
 RECENT_BATCHES = 64  # the mean batch size (reads' bound) is over about this many
 # An append the fence refused because the row's log end moved under it
 # (another gateway's commit published into the partition meanwhile) was not
-# written: it takes new offsets after the reread, up to this many times,
-# before it fails (retriably).
-MAX_REASSIGN = 8
+# written: it takes new offsets after the reread, up to this many times
+# (each one reread of the row), before it fails (retriably).
+MAX_REASSIGN = 32
 
 
 class PgAppends:
