@@ -18,10 +18,10 @@ coordinator is refused, docs/cluster.md). So:
 - node 2's listening connection killed, and connections to the database
   refused so it cannot come back, while a commit lands: node 2 does not
   move, until its listener is back and its resync rereads what it leads;
-- confluent-kafka: a transaction writes into node 1's partitions, a third
-  gateway joins and takes some of them, the commit through node 1 publishes
-  there, and a read_committed consumer long-polling the new leader
-  receives the records promptly.
+- confluent-kafka and the Java client: a transaction writes into node 1's
+  partitions, a new gateway joins and takes some of them, the commit
+  through node 1 publishes there, and a read_committed consumer
+  long-polling the new leader receives the records promptly.
 """
 
 from __future__ import annotations
@@ -32,12 +32,14 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import asyncpg
 import pytest
 from compaction_helpers import read_partition
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from java_helpers import JavaProcess
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
@@ -380,56 +382,136 @@ def test_the_leader_resyncs_after_losing_its_listening_connection(
           f"{caught_up:.2f} s after connections were allowed again (its resync)")
 
 
+def join_and_move(cluster: list[GatewayProcess], pg_server: PostgresServer, base: Path,
+                  topic: str, mine: list[int]) -> dict[int, int]:
+    """A new gateway joins; once some of ``mine`` moved off node 1 and every
+    gateway's Metadata agreed for 2 s, the leaders (partition -> node)."""
+    node = max(int(g.extra_args[g.extra_args.index("--node-id") + 1]) for g in cluster) + 1
+    joined = GatewayProcess(base / f"data-{node}", "--store", pg_server.dsn_of(DATABASE),
+                            "--node-id", str(node), "--broker-session-timeout-ms", str(LEASE_MS))
+    cluster.append(joined)  # killed with the others
+    joined.start()
+    deadline = time.monotonic() + TIMEOUT
+    stable: tuple[dict[int, int], float] | None = None
+    last: object = None
+    while time.monotonic() < deadline:
+        views = []
+        for gateway in cluster:
+            meta = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics(
+                topic, timeout=10)
+            views.append((set(meta.brokers),
+                          {p.id: p.leader for p in meta.topics[topic].partitions.values()}))
+        last = views
+        agreed = all(v == views[0] for v in views) and node in views[0][0]
+        leaders = views[0][1]
+        if agreed and any(leaders[p] != 1 for p in mine):
+            if stable is None or stable[0] != leaders:
+                stable = (leaders, time.monotonic())
+            elif time.monotonic() - stable[1] >= 2:
+                return leaders
+        else:
+            stable = None
+        time.sleep(0.2)
+    raise AssertionError(f"none of node 1's partitions {mine} moved to stay: {last}")
+
+
+class Staged:
+    """One transaction's records written into ``partitions`` through a
+    client (not committed yet); ``commit()`` ends it."""
+
+    def __init__(self, client: str, cluster: list[GatewayProcess], topic: str,
+                 transactional_id: str, partitions: list[int], java_classes: Path | None,
+                 ) -> None:
+        self.values = {p: [b"m-%d-%d" % (p, i) for i in range(5)] for p in partitions}
+        self.java: JavaProcess | None = None
+        self.producer: Producer | None = None
+        if client == "java":
+            assert java_classes is not None
+            self.java = JavaProcess(cluster[0], java_classes, "javatxn.CrossCommit", "run",
+                                    "--topic", topic, "--txn-id", transactional_id,
+                                    "--partitions", ",".join(map(str, partitions)))
+            self.java.wait_until(lambda lines: any(x.get("staged") for x in lines), TIMEOUT,
+                                 "the Java producer's batches staged")
+        else:
+            self.producer = txn_producer(cluster, transactional_id)
+            self.producer.begin_transaction()
+            for p, batch in self.values.items():
+                for value in batch:
+                    self.producer.produce(topic, value, partition=p)
+            assert self.producer.flush(TIMEOUT) == 0  # acknowledged: staged through node 1
+
+    def commit(self) -> None:
+        if self.java is not None:
+            assert self.java.process.stdin is not None
+            self.java.process.stdin.write("commit\n")
+            self.java.process.stdin.flush()
+            self.java.wait_until(lambda lines: any(x.get("committed") for x in lines), TIMEOUT,
+                                 "the Java producer's commit")
+        else:
+            assert self.producer is not None
+            self.producer.commit_transaction(TIMEOUT)
+
+    def close(self) -> None:
+        if self.java is not None:
+            self.java.finish()
+        if self.producer is not None:
+            self.producer.flush(10)
+
+
+@pytest.fixture
+def java_or_not(request: pytest.FixtureRequest) -> Path | None:
+    """The compiled Java programs for the Java variant only (compiling is slow)."""
+    if request.node.callspec.params["client"] != "java":
+        return None
+    classes: Path = request.getfixturevalue("java_classes")
+    return classes
+
+
+@pytest.mark.parametrize("client", ["confluent", "java"])
 def test_a_transaction_whose_partitions_moved_to_a_new_gateway_commits_there(
-        cluster: list[GatewayProcess], pg_server: PostgresServer, tmp_path_factory) -> None:
-    """confluent-kafka end to end: batches written through node 1 while it
-    led their partitions; a third gateway joins and takes some; the commit
-    through node 1 publishes there, and the new leader's long-polling
-    read_committed consumer gets them at once."""
-    topic = "cross-moved"
+        cluster: list[GatewayProcess], pg_server: PostgresServer, tmp_path: Path,
+        client: str, java_or_not: Path | None) -> None:
+    """End to end with a stock client (confluent-kafka, the Java client):
+    batches written through node 1 while it led their partitions; a new
+    gateway joins and takes some; the commit through node 1 publishes
+    there, and the new leader's long-polling read_committed consumer gets
+    them at once."""
+    topic = f"cross-moved-{client}"
     partitions = 12
     create(cluster, topic, partitions)
-    before = settled_leaders(cluster, topic, partitions=partitions)
+    nodes = {int(g.extra_args[g.extra_args.index("--node-id") + 1]) for g in cluster}
+    before = settled_leaders(cluster, topic, frozenset(nodes), partitions)
     mine = sorted(p for p, node in before.items() if node == 1)
     transactional_id = coordinated_by(cluster, f"{topic}-txn", 1)
-    producer = txn_producer(cluster, transactional_id)
-    producer.begin_transaction()
-    values = {p: [b"m-%d-%d" % (p, i) for i in range(5)] for p in mine}
-    for p, batch in values.items():
-        for value in batch:
-            producer.produce(topic, value, partition=p)
-    assert producer.flush(TIMEOUT) == 0  # acknowledged: staged through node 1
-
-    third = GatewayProcess(tmp_path_factory.mktemp("pg-cross-3") / "data-3", "--store",
-                           pg_server.dsn_of(DATABASE), "--node-id", "3",
-                           "--broker-session-timeout-ms", str(LEASE_MS))
-    cluster.append(third)  # killed with the others
-    third.start()
-    after = settled_leaders(cluster, topic, frozenset({1, 2, 3}), partitions)
-    moved = [p for p in mine if after[p] != 1]
-    assert moved, f"no partition of node 1 moved: {before} -> {after}"  # the premise
-    reader = Reader(cluster, topic, mine)
+    staged = Staged(client, cluster, topic, transactional_id, mine, java_or_not)
     try:
-        time.sleep(2)  # the reader's fetches wait at the leaders
-        assert reader.records == []  # nothing committed yet
-        started = time.monotonic()
-        producer.commit_transaction(TIMEOUT)
-        expected = {v for p in moved for v in values[p]}
-        deadline = time.monotonic() + TIMEOUT
-        while not expected <= set(reader.received) and time.monotonic() < deadline:
-            time.sleep(0.002)
-        assert expected <= set(reader.received), "the moved partitions' records never came"
-        waited = max(reader.received[v] for v in expected) - started
-        everything = {v for batch in values.values() for v in batch}
-        while set(reader.received) != everything and time.monotonic() < deadline:
-            time.sleep(0.01)
-        time.sleep(1)
-        got = Counter(v for _, _, v in reader.records)
-        assert set(got) == everything and max(got.values()) == 1, got
-        assert reader.errors == []
+        after = join_and_move(cluster, pg_server, tmp_path, topic, mine)
+        moved = [p for p in mine if after[p] != 1]
+        assert moved, f"no partition of node 1 moved: {before} -> {after}"  # the premise
+        reader = Reader(cluster, topic, mine)
+        try:
+            time.sleep(2)  # the reader's fetches wait at the leaders
+            assert reader.records == []  # nothing committed yet
+            started = time.monotonic()
+            staged.commit()
+            expected = {v for p in moved for v in staged.values[p]}
+            deadline = time.monotonic() + TIMEOUT
+            while not expected <= set(reader.received) and time.monotonic() < deadline:
+                time.sleep(0.002)
+            assert expected <= set(reader.received), "the moved partitions' records never came"
+            waited = max(reader.received[v] for v in expected) - started
+            everything = {v for batch in staged.values.values() for v in batch}
+            while set(reader.received) != everything and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(1)
+            got = Counter(v for _, _, v in reader.records)
+            assert set(got) == everything and max(got.values()) == 1, got
+            assert reader.errors == []
+        finally:
+            reader.close()
     finally:
-        reader.close()
-    print(f"\ncommit through node 1 into {len(moved)} partitions now led by "
+        staged.close()
+    print(f"\n{client}: commit through node 1 into {len(moved)} partitions now led by "
           f"{sorted({after[p] for p in moved})}: read by the new leaders' long-polling "
-          f"read_committed consumer {waited * 1000:.1f} ms after commit_transaction began")
+          f"read_committed consumer {waited * 1000:.1f} ms after the commit began")
     assert waited < PROMPT_SECONDS, waited
