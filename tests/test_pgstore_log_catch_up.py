@@ -10,6 +10,8 @@ two gateways' engines in one process on a throwaway PostgreSQL.
   the reread (failing, retriably, only once overtaken ``MAX_REASSIGN``
   times in a row), no offset is given twice, and the leader ends at the
   row's log end.
+- The leader's own commit, its offsets reserved, overtaken by another
+  gateway's: it lands after it, not refused.
 """
 
 from __future__ import annotations
@@ -169,6 +171,35 @@ def test_appends_racing_with_commits_from_another_gateway_never_share_an_offset(
                   f"the other gateway; {led.appends.reassigned} assignments again after the "
                   "fence refused one; "
                   f"notices applied at once: {led.notices_applied}")
+        finally:
+            await a.close()
+            await b.close()
+
+    run(body)
+
+
+def test_the_leaders_own_commit_overtaken_by_another_gateways_lands_after_it(
+        pg_server: PostgresServer) -> None:
+    """The leader reserved offsets for its own commit; another gateway's
+    commit took them first: the leader's commit is not refused, it lands
+    after (PostgreSQL's offsets), and the leader rereads its row."""
+    async def body() -> None:
+        a, b, index = await two_gateways(pg_server)
+        try:
+            led = b.partition("t", index)
+            storage = b.transaction_storage()
+            change = storage.begin()
+            publish = storage.stage_commit(change, led, [], commit_marker(8, 0, now()))
+            assert led.log_end_offset == 1  # reserved [0, 1) here
+            await commit_marker_through(a, index)  # lands first, at 0
+            await storage.commit(change)
+            publish()
+            await until(lambda: led.high_watermark == 2 and not led.appends.in_doubt,
+                        "the leader at the row's end", 5)
+            read = await led.read(0, 1 << 20)
+            assert [(batch_header.base_offset_of(x), batch_header.transactional_producer(x))
+                    for x in read.batches] == [(0, (7, 0)), (1, (8, 0))]
+            assert (await led.append(make_batch([b"after"]), now())).base_offset == 2
         finally:
             await a.close()
             await b.close()
