@@ -39,7 +39,7 @@ import pytest
 from compaction_helpers import read_partition
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from java_helpers import JavaProcess
+from java_helpers import JavaProcess, run_java
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
@@ -369,7 +369,9 @@ def test_the_leader_resyncs_after_losing_its_listening_connection(
                 assert time.monotonic() - reopened < 15, "the resync did not move the leader"
                 await asyncio.sleep(0.02)
             caught_up = time.monotonic() - reopened
-            assert len(await log_listeners(admin)) == 2
+            while len(await log_listeners(admin)) != 2:  # the other gateway's too, in time
+                assert time.monotonic() - reopened < 15, "a listener did not come back"
+                await asyncio.sleep(0.05)
             return caught_up
         finally:
             if closed:
@@ -511,6 +513,13 @@ def test_a_transaction_whose_partitions_moved_to_a_new_gateway_commits_there(
             reader.close()
     finally:
         staged.close()
+    if java_or_not is not None:
+        # The Java consumer reads batches stamped with several leader epochs
+        # (node 1's, the new leader's) from the start to the end offsets.
+        lines = run_java(cluster[0], java_or_not, "ConsumeCheck", "dump", "--topic", topic,
+                         "--partitions", str(partitions))
+        read = sorted(line["value"] for line in lines if "value" in line)
+        assert read == sorted(v.decode() for batch in staged.values.values() for v in batch)
     print(f"\n{client}: commit through node 1 into {len(moved)} partitions now led by "
           f"{sorted({after[p] for p in moved})}: read by the new leaders' long-polling "
           f"read_committed consumer {waited * 1000:.1f} ms after the commit began")

@@ -55,7 +55,7 @@ from tablets.errors import (
     UnsupportedRecordKind,
 )
 from tablets.producer_rules import CachedBatch, next_seq
-from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink
+from tablets.seam import AppendResult, BlobSink
 
 from . import pending_appends
 from .append_items import FenceMiss, Item
@@ -194,7 +194,7 @@ class PgAppends:
             cached = CachedBatch(first, last, log.log_end_offset)
         settings = item.settings
         base = item.base = log.log_end_offset
-        data = batch_header.stamp(item.view, header, base, LEADER_EPOCH)
+        data = batch_header.stamp(item.view, header, base, log.batch_epoch)
         max_timestamp = item.checked.result()
         if settings.log_append_time:  # stamped when stored, as Kafka stamps its log
             max_timestamp = item.now_ms

@@ -39,6 +39,10 @@ class LogContext:
     validators: Executor  # checks compressed and large batches off the event loop
     # Transactional batches' storage (None: transactional appends are refused).
     pending: PendingStore | None = None
+    # Batches carry the partition's leader epoch (in a cluster, where
+    # Metadata answers it: the server always runs one); else 0, the one
+    # epoch Metadata answers, as on the embedded engine.
+    batch_epochs: bool = False
 
 
 class LogState(Protocol):
@@ -64,6 +68,9 @@ class LogState(Protocol):
 
     @property
     def name(self) -> str: ...
+
+    @property
+    def batch_epoch(self) -> int: ...
 
     def check_writable(self) -> None: ...
     def append_durable(self, base_offset: int, end: int, data: bytes,

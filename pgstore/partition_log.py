@@ -166,11 +166,13 @@ class PgPartitionLog:
     # ---------------------------------- pgstore.txn_publication.TxnPartition
     @property
     def batch_epoch(self) -> int:
-        # Batches carry the epoch Metadata and Fetch answer (one, until
-        # leadership is wired into the gateway), never the fencing epoch of
-        # the partition row: a Java consumer validates its position with the
-        # epoch of the records it read (OffsetForLeaderEpoch).
-        return LEADER_EPOCH
+        # Batches carry the epoch Metadata and Fetch answer: in a cluster the
+        # partition's leader epoch (a batch a commit published, or one
+        # written before a leader change, carries an older one: at the
+        # leader, every epoch up to the current one ends at the high
+        # watermark, so a Java consumer validating its position with the
+        # epoch of the records it read never finds a divergence); alone, 0.
+        return self.leader_epoch if self.context.batch_epochs else LEADER_EPOCH
 
     @property
     def publish_epoch(self) -> int | None:

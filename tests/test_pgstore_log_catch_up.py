@@ -10,6 +10,7 @@ two gateways' engines in one process on a throwaway PostgreSQL.
   the reread (failing, retriably, only once overtaken ``MAX_REASSIGN``
   times in a row), no offset is given twice, and the leader ends at the
   row's log end.
+- Batches carry the partition's leader epoch in a cluster, 0 without one.
 - The leader's own commit, its offsets reserved, overtaken by another
   gateway's: it lands after it, not refused.
 """
@@ -17,6 +18,7 @@ two gateways' engines in one process on a throwaway PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import struct
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -35,6 +37,12 @@ from testkit.postgres import PostgresServer
 pg_server = postgres.server_fixture("module")
 TIMEOUT = 60
 LEASE = 1.5
+
+
+def epoch_of(batch: bytes) -> int:
+    """A stored batch's partition leader epoch."""
+    epoch: int = struct.unpack_from(">i", batch, 12)[0]
+    return epoch
 
 
 def now() -> int:
@@ -108,6 +116,10 @@ def test_a_commit_through_another_gateway_moves_the_leader_at_once(
             assert led.tail.first_offset(default=-1) == -1  # restarted at the new end
             read = await led.read(0, 1 << 20)
             assert [batch_header.base_offset_of(x) for x in read.batches] == [0, 2]
+            # Batches carry the partition's leader epoch, as Metadata answers
+            # it: the append the leader's, the marker the epoch a knew.
+            assert [epoch_of(x) for x in read.batches] == [led.leader_epoch, stale.leader_epoch]
+            assert 0 < stale.leader_epoch <= led.leader_epoch
             # The next append goes after the commit: nothing refused, nothing reused.
             assert (await led.append(make_batch([b"z"]), now())).base_offset == 3
             assert stale.noticed_end == 3  # a, not leading, only noted it
@@ -115,6 +127,28 @@ def test_a_commit_through_another_gateway_moves_the_leader_at_once(
         finally:
             await a.close()
             await b.close()
+
+    run(body)
+
+
+def test_the_engine_without_a_cluster_stamps_epoch_0(pg_server: PostgresServer) -> None:
+    """The engine without cluster settings (the library alone: the server
+    always runs it in a cluster, of one gateway or more) answers epoch 0,
+    as the embedded engine does, so its batches carry 0 whatever the
+    partition row's fencing epoch."""
+    async def body() -> None:
+        node = PgNodeStorage(pg_server.dsn, PgNodeSettings(
+            schema=f"alone_{uuid.uuid4().hex[:10]}"))
+        await node.start()
+        try:
+            await node.create_topic("t", 1, {})
+            log = node.partition("t", 0)
+            assert log.leader_epoch > 0  # claimed at start: the row's epoch moved
+            await log.append(make_batch([b"x"]), now())
+            read = await log.read(0, 1 << 20)
+            assert [epoch_of(x) for x in read.batches] == [0]
+        finally:
+            await node.close()
 
     run(body)
 
