@@ -24,6 +24,9 @@ kept current, and the routing view the protocol layer reads (the seam's
   (``watch_coordination``: the group coordinator) drop what they keep in
   memory for its keys, so gaining it back starts from storage. The offsets'
   writes are fenced by the slot's epoch (``PgConsumerOffsets.slot_holder``).
+- **Commits other gateways publish into partitions led here** reach their
+  logs at once (``pgstore.log_catch_up``: LISTEN on ``<schema>_log``, and a
+  resync of the led partitions' ends after every reconnection).
 - **Topics made by any gateway are seen by all**: a topic change notifies
   the channel ``<schema>_topics`` inside its own transaction; each gateway
   listens and rereads the catalog (``PgTopicCatalog.refresh``), also after
@@ -52,6 +55,7 @@ from tablets.seam import BrokerAddress, ClusterNode
 
 from .consumer_offsets import PgConsumerOffsets
 from .leadership import Leadership, LeadershipChange, coordinator_slot
+from .log_catch_up import LogCatchUp
 from .log_notices import LogNotices
 from .log_sql import load_row
 from .membership import (
@@ -96,7 +100,7 @@ class TopicNotices(LogNotices):
 
     def __init__(self, dsn: str, schema: str, on_topics: Callable[[], None],
                  on_resync: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(dsn, schema, lambda _log_id, _end: None, on_resync)
+        super().__init__(dsn, schema, lambda _notice: None, on_resync)
         self.channel = topics_channel(schema)
         self._on_topics = on_topics
 
@@ -127,6 +131,8 @@ class PgCluster:
         self.leadership: Leadership | None = None
         self._listeners: tuple[Listener, ...] = ()
         self._notices: TopicNotices | None = None
+        # Commits other gateways published into partitions led here.
+        self.log_catch_up: LogCatchUp | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._open_slots: set[int] = set()  # gained and loaded
         self._refresh: asyncio.Task[None] | None = None
@@ -146,6 +152,9 @@ class PgCluster:
         self._notices = TopicNotices(self.dsn, self.schema, self.topics_changed,
                                      self._resync_topics)
         await self._notices.start()
+        self.log_catch_up = LogCatchUp(self.dsn, self.schema, self.node_id, self.catalog,
+                                       lambda: self._pool)
+        await self.log_catch_up.start()
         await self._register()
 
     async def _register(self) -> None:
@@ -180,6 +189,8 @@ class PgCluster:
             task.cancel()
         if self._notices is not None:
             await self._notices.close()
+        if self.log_catch_up is not None:
+            await self.log_catch_up.close()
         for pool in (self._pool, self._lease_pool):
             if pool is not None:
                 await pool.close()
@@ -287,6 +298,7 @@ class PgCluster:
                 partition.producer_rows.loaded = producers.loaded
                 partition.producer_states.load()
                 partition.fenced = False
+                partition.catch_up()  # a commit noticed after the row was read
                 self.opened += 1
         log.info("node %d opened %d partitions", self.node_id, len(gained))
 

@@ -159,11 +159,11 @@ class PgNodeStorage:
             self._pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=self.settings.read_connections)
             await self.writer.start()
+            clustered = self.settings.cluster is not None
             context = LogContext(self.writer, self._pool, LogSql(schema), self.validators,
-                                 self._txn_storage)
+                                 self._txn_storage, batch_epochs=clustered)
             self.retention.vacuum = self._vacuum
             self._catalog = PgTopicCatalog(context, self.settings, lambda: self._offsets)
-            clustered = self.settings.cluster is not None
             if clustered:
                 self._catalog.notify = lambda change, name: announce_topics(change, schema, name)
             await self._catalog.load(conn, claim=not clustered)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 from tablets import batch as batch_header
 from tablets.errors import BatchRefused, NotLeader, TabletError
 from tablets.producer_rules import REFUSED, CachedBatch, next_seq
-from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink
+from tablets.seam import AppendResult, BlobSink
 
 from .append_items import FenceMiss, Item
 from .txn_publication import log_ref_of
@@ -69,7 +69,7 @@ def assign(appends: PgAppends, item: Item, sink: BlobSink) -> None:
             return
         cached = CachedBatch(first, last, -1)
     settings = item.settings
-    data = batch_header.stamp(item.view, header, 0, LEADER_EPOCH)
+    data = batch_header.stamp(item.view, header, 0, log.batch_epoch)
     max_timestamp = item.checked.result()
     if settings.log_append_time:
         data = batch_header.set_max_timestamp(data, item.now_ms, log_append_time=True)
