@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
@@ -50,9 +51,10 @@ import asyncpg
 from tablets.in_memory_batches import InMemoryBatches
 from tablets.seam import BrokerAddress, ClusterNode
 
+from .connect import connect as connect_any
 from .consumer_offsets import PgConsumerOffsets
 from .leadership import Leadership, LeadershipChange, coordinator_slot
-from .log_notices import LogNotices
+from .log_notices import LogEnd, LogNotices
 from .log_sql import load_row
 from .membership import (
     DEFAULT_LEASE_SECONDS,
@@ -81,6 +83,9 @@ class ClusterSettings:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
 
 
+LOG_NOTICES_APPLICATION = "kafka-gateway-log-notices"  # then -<node.id>
+
+
 def topics_channel(schema: str) -> str:
     return f"{schema}_topics"
 
@@ -96,7 +101,7 @@ class TopicNotices(LogNotices):
 
     def __init__(self, dsn: str, schema: str, on_topics: Callable[[], None],
                  on_resync: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(dsn, schema, lambda _log_id, _end: None, on_resync)
+        super().__init__(dsn, schema, lambda _notice: None, on_resync)
         self.channel = topics_channel(schema)
         self._on_topics = on_topics
 
@@ -127,12 +132,16 @@ class PgCluster:
         self.leadership: Leadership | None = None
         self._listeners: tuple[Listener, ...] = ()
         self._notices: TopicNotices | None = None
+        # Log ends other gateways' commits announce (pgstore.log_notices).
+        self.log_notices: LogNotices | None = None
+        self._logs: dict[int, PgPartitionLog] = {}  # by log id, rebuilt on a miss
         self._tasks: set[asyncio.Task[None]] = set()
         self._open_slots: set[int] = set()  # gained and loaded
         self._refresh: asyncio.Task[None] | None = None
         self._refresh_again = False
         self._leaving = False
         self.opened = 0  # partitions opened so far (statistics, tests)
+        self.log_resyncs = 0
         self.rejoins = 0
 
     # ------------------------------------------------------------ lifecycle
@@ -146,6 +155,12 @@ class PgCluster:
         self._notices = TopicNotices(self.dsn, self.schema, self.topics_changed,
                                      self._resync_topics)
         await self._notices.start()
+        # Named, so an operator (and a test) can tell it in pg_stat_activity.
+        named = functools.partial(connect_any, server_settings={
+            "application_name": f"{LOG_NOTICES_APPLICATION}-{self.node_id}"})
+        self.log_notices = LogNotices(self.dsn, self.schema, self._log_end, self._resync_logs,
+                                      connect=named)
+        await self.log_notices.start()
         await self._register()
 
     async def _register(self) -> None:
@@ -178,8 +193,9 @@ class PgCluster:
                 await self.membership.stop()
         for task in list(self._tasks):
             task.cancel()
-        if self._notices is not None:
-            await self._notices.close()
+        for notices in (self._notices, self.log_notices):
+            if notices is not None:
+                await notices.close()
         for pool in (self._pool, self._lease_pool):
             if pool is not None:
                 await pool.close()
@@ -287,6 +303,7 @@ class PgCluster:
                 partition.producer_rows.loaded = producers.loaded
                 partition.producer_states.load()
                 partition.fenced = False
+                partition.catch_up()  # a commit noticed after the row was read
                 self.opened += 1
         log.info("node %d opened %d partitions", self.node_id, len(gained))
 
@@ -307,6 +324,33 @@ class PgCluster:
         lead = self.leadership
         if lead is not None and self._current():
             self._open_slots |= {s for s in slots if lead.slot_epoch(s) is not None}
+
+    # ------------------------------------------------------------ log ends
+    def _log_end(self, notice: LogEnd) -> None:
+        """A commit (of any gateway) added to a log: its leader, if this
+        gateway, moves its end and wakes its long-polls (``noticed``)."""
+        found = self._logs.get(notice.log_id)
+        if found is None or found.deleted:
+            self._logs = self._logs_by_id()
+            found = self._logs.get(notice.log_id)
+        if found is not None:
+            found.noticed(notice)
+
+    async def _resync_logs(self) -> None:
+        """The listener (re)connected: notices sent while it was down are
+        lost, so the ends of the partitions led here are read again."""
+        led = [p for p in self.catalog.logs() if not p.fenced and not p.deleted]
+        if self._pool is None or not led:
+            return
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(
+                f"SELECT log_id, log_end_offset FROM {quoted(self.schema)}.partitions "
+                "WHERE log_id = ANY($1::bigint[])", [p.log_id for p in led])
+        ends = {int(row["log_id"]): int(row["log_end_offset"]) for row in rows}
+        for partition in led:
+            if partition.log_id in ends:
+                partition.resynced(ends[partition.log_id])
+        self.log_resyncs += 1
 
     # ------------------------------------------------------------ topics
     def topics_changed(self) -> None:

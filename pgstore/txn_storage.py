@@ -67,7 +67,7 @@ from tablets.seam import (
 )
 
 from .consumer_offsets import PgConsumerOffsets
-from .log_notices import announce_log_end, channel
+from .log_notices import channel
 from .migrate import Connection, quoted
 from .schema import DEFAULT_SCHEMA
 from .txn_publication import (
@@ -286,17 +286,22 @@ class PgTransactionStorage:
         result tells the log once the change is durable."""
         pg = as_txn_change(change)
         part = self._txn_partition(log)
-        log_id, epoch = part.log_id, part.leader_epoch
+        log_id, epoch = part.log_id, part.publish_epoch
         plan = plan_publication(log_id, blobs)
         marker_view = memoryview(marker)
         marker_header = batch_header.parse_batches(marker_view)[0]
         plan_bytes = plan.nbytes + len(marker)
+        max_ts = max([*plan.max_timestamps, marker_header.max_timestamp])
+        # Where this gateway expects the commit, when it leads the partition:
+        # its appends after it take the offsets after it. PostgreSQL has the
+        # last word: the offsets are the row's, under its lock, so a commit
+        # another gateway published in between moves this one, not refuses it.
         base = part.reserve(plan.count)
-        pg.fence(self._sql.publish_fence, log_id, epoch, plan.count, plan_bytes, base,
+        pg.fence(self._sql.publish_fence, log_id, epoch, plan.count, plan_bytes,
                  refused=lambda: PublicationFenced(
-                     f"log {log_id}: not at leader epoch {epoch}"
-                     + ("" if base is None else f" and log end {base}")
-                     + " any more: the transaction's commit was not written"))
+                     f"log {log_id}: " + ("deleted" if epoch is None else
+                                          f"not at leader epoch {epoch} any more")
+                     + ": the transaction's commit was not written"))
         if blobs:
             pg.fence(self._sql.publish_blobs, log_id, plan.instance, plan.count,
                      plan.ordinals, plan.deltas, plan.last_deltas, plan.max_timestamps,
@@ -304,24 +309,27 @@ class PgTransactionStorage:
                      refused=lambda: MissingPending(
                          f"log {log_id}: pending batches of the commit are not stored "
                          "(aborted meanwhile?): the commit was not written"))
-        stamped = batch_header.stamp(marker_view, marker_header,
-                                     0 if base is None else base + plan.count - 1,
+        expected = None if base is None else base + plan.count - 1
+        stamped = batch_header.stamp(marker_view, marker_header, expected or 0,
                                      part.batch_epoch)
         pg.execute(self._sql.publish_marker, log_id, stamped, marker_header.max_timestamp,
-                   len(stamped), base is None)
+                   len(stamped), expected)
         pg.nbytes += len(stamped)
         found: list[int] = []
-        if base is None:
-            pg.execute(self._sql.publish_notify, log_id, self._channel)
-            pg.fetch(self._sql.log_end, log_id,
-                     into=lambda rows: found.__setitem__(slice(None), [int(rows[0][0])]))
-        else:
-            announce_log_end(pg, self.schema, log_id, base + plan.count)
+        pg.execute(self._sql.publish_notify, log_id, self._channel, plan.count, plan_bytes,
+                   max_ts)
+        pg.fetch(self._sql.log_end, log_id,
+                 into=lambda rows: found.__setitem__(slice(None), [int(rows[0][0])]))
+        if base is not None:
             pg.on_failure(part.in_doubt)
 
         def publish() -> None:
-            end = base + plan.count if base is not None else found[0]
-            part.published(end - plan.count, end, plan_bytes)
+            end = found[0]
+            part.published(end - plan.count, end, plan_bytes, max_ts)
+            if base is not None and end != base + plan.count:
+                # Another gateway's commit took the offsets reserved here: the
+                # leader's view of its log end is wrong, reread it.
+                part.in_doubt()
             self._recovered.pop((log_id, plan.instance), None)
 
         return publish
