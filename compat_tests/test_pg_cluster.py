@@ -15,11 +15,13 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 
+import asyncpg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
+from pgstore.leadership import coordinator_slot
 from testkit import kafka_requests as rq
 from testkit import postgres
 from testkit.batches import make_batch
@@ -274,3 +276,93 @@ def test_a_restarted_gateway_takes_its_share_back_and_clients_follow(
     assert [v for v, n in counts.items() if n > 1] == []
     assert set(values) <= set(got)
     assert len(got) == 600 + len(values)
+
+
+def test_transactions_whose_coordinator_leads_none_of_their_partitions_commit_and_abort(
+        cluster: list[GatewayProcess], pg_server: PostgresServer) -> None:
+    """A confluent-kafka transactional producer whose transactional id's
+    coordinator (its slot's leader in PostgreSQL, asserted with
+    ``coordinator_slot`` before and after) leads none of the partitions it
+    writes (Metadata): every Produce goes to another gateway, which stores
+    the batches for the coordinator's transaction. Four transactions
+    committed, one aborted between them: a read_committed consumer reads
+    exactly the committed records, once, in the order produced per
+    partition; nothing is left pending."""
+    topic = "pg-cluster-txn-across"
+    create(cluster[0], topic)
+    _, parts = wait_balanced(cluster, topic, {1, 2, 3})
+
+    async def slot_leader(transactional_id: str) -> int:
+        conn = await asyncpg.connect(pg_server.dsn)
+        try:
+            return int(await conn.fetchval(
+                "SELECT leader_node FROM kafka_gateway.coordinator_slots WHERE slot = $1",
+                coordinator_slot(transactional_id)))
+        finally:
+            await conn.close()
+
+    def coordinator(transactional_id: str) -> int:
+        return asyncio.run(asyncio.wait_for(slot_leader(transactional_id), TIMEOUT))
+
+    transactional_id = f"{topic}-id"
+    node = coordinator(transactional_id)
+    written = sorted(p for p, leader in parts.items() if leader != node)
+    assert len(written) == PARTITIONS - PARTITIONS // 3, (node, parts)  # the premise
+    producer = Producer({"bootstrap.servers": cluster[0].bootstrap,
+                         "transactional.id": transactional_id, "linger.ms": 5})
+    producer.init_transactions(TIMEOUT)
+    failures: list[object] = []
+    committed: dict[int, list[bytes]] = {p: [] for p in written}
+    for round_ in range(5):
+        aborted = round_ == 2
+        producer.begin_transaction()
+        for index in range(40):
+            partition = written[index % len(written)]
+            value = b"%s-%d-%d" % (b"aborted" if aborted else b"committed", round_, index)
+            producer.produce(topic, value, partition=partition,
+                             on_delivery=lambda err, _m: err and failures.append(err))
+            if not aborted:
+                committed[partition].append(value)
+        if aborted:
+            assert producer.flush(TIMEOUT) == 0  # stored through the leaders, then aborted
+            producer.abort_transaction(TIMEOUT)
+        else:
+            producer.commit_transaction(TIMEOUT)
+    assert failures == []
+    # The premise held throughout: the coordinator did not move, and led
+    # none of the partitions written.
+    assert coordinator(transactional_id) == node
+    _, after = wait_balanced(cluster, topic, {1, 2, 3})
+    assert after == parts and node not in {after[p] for p in written}
+
+    consumer = Consumer({"bootstrap.servers": cluster[2].bootstrap,
+                         "group.id": f"{topic}-reader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    read: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    total = sum(len(v) for v in committed.values())
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while sum(len(v) for v in read.values()) < total and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            read[message.partition()].append(message.value())
+        quiet = time.monotonic() + 2  # anything more would be a duplicate or aborted
+        while time.monotonic() < quiet:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                read[message.partition()].append(message.value())
+    finally:
+        consumer.close()
+    assert read == {p: committed.get(p, []) for p in range(PARTITIONS)}
+
+    async def pending() -> int:
+        conn = await asyncpg.connect(pg_server.dsn)
+        try:
+            return int(await conn.fetchval("SELECT count(*) FROM kafka_gateway.pending_batches"))
+        finally:
+            await conn.close()
+
+    assert asyncio.run(asyncio.wait_for(pending(), TIMEOUT)) == 0

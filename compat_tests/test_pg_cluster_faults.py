@@ -399,10 +399,9 @@ def test_every_gateway_killed_and_started_again_keeps_everything(
     offsets = committed(cluster.bootstrap(1, 2, 3), group, topic)
     assert sum(o for o in offsets if o >= 0) == 400, offsets  # -1001: none yet
 
-    # The transaction writes to the partitions its coordinator leads: a
-    # transactional batch sent to another gateway is refused today
-    # (INVALID_PRODUCER_ID_MAPPING: only the coordinator knows the
-    # transaction; docs/cluster.md, "What does not work yet").
+    # The transaction writes to the partitions its coordinator leads, so
+    # its batches are held by the coordinator across the restart (batches
+    # stored by a leader for a coordinator elsewhere: test_pg_cluster.py).
     _, txn_leaders = wait_balanced(cluster.gateways, txn_topic, {1, 2, 3}, balanced=False)
     coordinator = txn_leaders[0]
     transactional_id = txn_id_coordinated_by(cluster.node(1), coordinator, "faults-all")

@@ -71,6 +71,7 @@ from .log_state import LogContext
 from .membership import Listener
 from .migrate import migrate, quoted
 from .partition_log import PgPartitionLog
+from .remote_txn import PgRemoteTxns
 from .retention import NodeRetention
 from .retention_sql import vacuum
 from .schema import DEFAULT_SCHEMA
@@ -323,6 +324,11 @@ class PgNodeStorage:
     def transaction_storage(self) -> PgTransactionStorage:
         """The transaction coordinator's storage (``txn_storage``)."""
         return self._txn_storage
+
+    def remote_transactions(self) -> PgRemoteTxns:
+        """Transactional batches stored across gateways (``remote_txn``); once started."""
+        assert self._pool is not None, "the engine is not started"
+        return PgRemoteTxns(self._pool, _txn_partition, self.settings.schema)
 
 
 def _txn_partition(log: PartitionLog) -> TxnPartition:

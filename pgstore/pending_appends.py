@@ -24,6 +24,7 @@ from tablets.producer_rules import REFUSED, CachedBatch, next_seq
 from tablets.seam import AppendResult, BlobSink
 
 from .append_items import FenceMiss, Item
+from .remote_txn import RemotePendingSink
 from .txn_publication import log_ref_of
 
 if TYPE_CHECKING:
@@ -85,7 +86,10 @@ def assign(appends: PgAppends, item: Item, sink: BlobSink) -> None:
     # kept for a retry, answered if the topic opts in.
     bound = log.log_end_offset + sink.pending_records(log_ref)
     change = log.writer.begin()
-    stored = log.context.pending.stage_pending(change, log, ref, data)  # type: ignore[arg-type]
+    if isinstance(sink, RemotePendingSink):  # a transaction another gateway coordinates
+        stored = sink.stage(change, log, ref, data)  # type: ignore[arg-type]
+    else:
+        stored = log.context.pending.stage_pending(change, log, ref, data)  # type: ignore[arg-type]
     if cached is not None:
         log.producer_states.stage(header.producer_id, header.producer_epoch,
                                   CachedBatch(cached.first_seq, cached.last_seq, bound),

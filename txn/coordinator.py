@@ -87,6 +87,7 @@ from .pending import MemoryBudget, PartitionSink, StoredBytes
 from .pending_offsets import PendingOffsets
 from .producer_ids import ProducerIds
 from .registry import TxnRegistry
+from .remote_produce import RemoteTransactions
 from .sessions import Sessions
 from .state import TxnMetadata, TxnState
 from .stats import TxnSettings, TxnStats
@@ -121,6 +122,16 @@ class TransactionCoordinator:
                                         self.stats, clock)
         self.sessions = Sessions(self.registry, self.completion, ProducerIds(storage),
                                  self.writer, self.settings, self.stats, clock)
+
+    @property
+    def remote(self) -> RemoteTransactions | None:
+        """A cluster's transactions that other gateways coordinate, or whose
+        batches other gateways store (``remote_produce.py``); None alone."""
+        return self.completion.remote
+
+    @remote.setter
+    def remote(self, remote: RemoteTransactions | None) -> None:
+        self.completion.remote = remote
 
     @property
     def writer(self) -> ChangeWriter:
