@@ -114,6 +114,9 @@ class GatewayServer:
                         self.config.txn_pending_memory_bytes,
                         self.config.txn_pending_disk_bytes, self.config.txn_max_bytes),
             newest_connection=lambda: self.broker.newest_connection)
+        if cluster is not None:  # transactional ids follow their coordinator slots
+            txns.in_cluster(cluster.coordinates)
+            cluster.watch_coordination(txns.drop, txns.load_gained)
         group_offsets = GroupOffsets(self.config, groups, self.engine.consumer_offsets,
                                      pending=txns.pending_offsets)
         authorizer = Authorizer(
