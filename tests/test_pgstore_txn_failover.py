@@ -13,7 +13,8 @@ a throwaway PostgreSQL: two gateways' engines in one process, each with a
 - a stale coordinator (the slot moved in PostgreSQL, its own view pinned to
   what it held, as before its pass notices) has its commit and its timeout
   refused inside the PostgreSQL transaction (``CoordinatorMoved``:
-  NOT_COORDINATOR): nothing of either lands.
+  NOT_COORDINATOR): nothing of either lands, and it drops the ids, so a
+  retried EndTxn is not answered from what its memory staged.
 """
 
 from __future__ import annotations
@@ -237,9 +238,15 @@ def test_a_stale_coordinator_neither_commits_nor_times_out(pg_server: PostgresSe
         with pytest.raises(CoordinatorMoved) as refused:
             await a.txns.end_txn(committed, pid, epoch, commit=True)
         assert error_code(refused.value) is ErrorCode.not_coordinator
+        # What a's memory staged of the refused commit is dropped with the
+        # id: a retry answers NOT_COORDINATOR again, never "committed".
+        assert committed not in a.txns.txns
+        with pytest.raises(CoordinatorMoved):
+            await a.txns.end_txn(committed, pid, epoch, commit=True)
         a.skew_ms[0] = TXN_TIMEOUT_MS + 1000
         await a.txns.expire()  # the timeout's write is refused (and logged)
         assert a.txns.stats.timeouts == 1  # it was tried
+        assert timed_out not in a.txns.txns and a.txns.open_count == 0
 
         # Nothing of either landed.
         assert await stored_state(pg_server, schema, committed) == "Ongoing"

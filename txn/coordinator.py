@@ -80,8 +80,9 @@ touches and a Produce of the transaction cannot write to.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
 from common.clock import now_ms
 from tablets.errors import CoordinatorMoved
@@ -132,6 +133,10 @@ class TransactionCoordinator:
         self.sessions = Sessions(self.registry, self.completion, ProducerIds(storage),
                                  self.writer, self.settings, self.stats, clock)
         self.sessions.check_coordinates = self.check_coordinates
+        self.sessions.refused = self.refused
+        # Ids whose write the store refused for the coordinator's fence: not
+        # coordinated here until their slot is gained again (or lost).
+        self._moved: set[str] = set()
         # Whether this gateway coordinates a transactional id now (a node
         # alone: every one; in a cluster: ``ClusterView.coordinates``).
         self.coordinates: Callable[[str], bool] = lambda _transactional_id: True
@@ -175,6 +180,7 @@ class TransactionCoordinator:
         (``ClusterView.watch_coordination``). An open transaction's timeout
         runs from its persisted start, so one past it is aborted by the next
         expiry pass."""
+        self._moved = {t for t in self._moved if not gained(t)}
         loaded = self._take(self.registry.load(gained))
         if loaded:
             log.info("coordinator slot gained: loaded %d transactional ids, %d of them with "
@@ -196,6 +202,7 @@ class TransactionCoordinator:
         gateway that gained the slot reads them from the store). A batch of
         theirs still being checked stores nothing (INVALID_TXN_STATE: the
         producer aborts)."""
+        self._moved = {t for t in self._moved if not was_here(t)}
         gone = [meta for transactional_id, meta in self.registry.txns.items()
                 if was_here(transactional_id)]
         for meta in gone:
@@ -214,22 +221,46 @@ class TransactionCoordinator:
     def check_coordinates(self, transactional_id: str) -> None:
         """NOT_COORDINATOR for an id this gateway stopped coordinating while
         its request waited (the protocol layer checked it on arrival)."""
-        if not self.coordinates(transactional_id):
+        if transactional_id in self._moved or not self.coordinates(transactional_id):
             raise CoordinatorMoved(f"transactional id {transactional_id!r}: its coordinator "
                                    "slot moved to another gateway")
+
+    def refused(self, transactional_id: str) -> None:
+        """The store refused a write for the id (its slot's epoch moved): what
+        memory holds of it may be ahead of the store (a commit staged, an
+        epoch bumped), so it is dropped and not coordinated here (a retry
+        answers NOT_COORDINATOR, never "already committed") until its slot is
+        gained again, which reads it from the store."""
+        self.drop(lambda t: t == transactional_id)
+        self._moved.add(transactional_id)
+
+    @contextlib.asynccontextmanager
+    async def _serving(self, transactional_id: str) -> AsyncIterator[None]:
+        """A request for the id: one at a time, only while coordinated here."""
+        async with self.registry.lock(transactional_id):
+            self.check_coordinates(transactional_id)
+            try:
+                yield
+            except CoordinatorMoved:
+                self.refused(transactional_id)
+                raise
 
     # ------------------------------------------------------ sessions and ends
     async def init_producer_id(self, transactional_id: str | None, timeout_ms: int,
                                producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
         """(producer id, epoch) for a new session of a producer (``sessions.py``)."""
-        return await self.sessions.init_producer_id(transactional_id, timeout_ms,
-                                                    producer_id, epoch)
+        try:
+            return await self.sessions.init_producer_id(transactional_id, timeout_ms,
+                                                        producer_id, epoch)
+        except CoordinatorMoved:
+            if transactional_id is not None:
+                self.refused(transactional_id)
+            raise
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int,
                       commit: bool, connection: int = -1) -> None:
         """Commit or abort the open transaction, in one store write (``commit.py``)."""
-        async with self.registry.lock(transactional_id):
-            self.check_coordinates(transactional_id)
+        async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             await self.completion.end_txn(meta, commit, connection)
 
@@ -245,8 +276,7 @@ class TransactionCoordinator:
 
         The caller has checked that every partition exists.
         """
-        async with self.registry.lock(transactional_id):
-            self.check_coordinates(transactional_id)
+        async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             began = not meta.is_open
             self.open_txns.touch(meta, connection)
@@ -263,8 +293,7 @@ class TransactionCoordinator:
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                           group: str, connection: int = -1) -> None:
-        async with self.registry.lock(transactional_id):
-            self.check_coordinates(transactional_id)
+        async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             self.open_txns.touch(meta, connection)
             if group not in meta.groups:
@@ -285,8 +314,7 @@ class TransactionCoordinator:
         one and the generation (else ""), which the check treats apart
         (``conflicts.py``), here and at EndTxn.
         """
-        async with self.registry.lock(transactional_id):
-            self.check_coordinates(transactional_id)
+        async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             if not meta.is_open or group not in meta.groups:
                 raise InvalidTxnState(

@@ -47,6 +47,8 @@ class Sessions:
         # Raises NOT_COORDINATOR for an id not coordinated here (a cluster of
         # gateways: ``TransactionCoordinator.check_coordinates``).
         self.check_coordinates: Callable[[str], None] = lambda _transactional_id: None
+        # Told of an id whose write the store refused for the coordinator's fence.
+        self.refused: Callable[[str], None] = lambda _transactional_id: None
 
     async def init_producer_id(self, transactional_id: str | None, timeout_ms: int,
                                producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
@@ -136,23 +138,27 @@ class Sessions:
         for meta in list(self.registry.txns.values()):
             if self.registry.txns.get(meta.transactional_id) is not meta:
                 continue  # dropped meanwhile (its coordinator slot moved away)
-            if meta.is_open and now - meta.started_ms > meta.timeout_ms:
-                try:
-                    await self._time_out(meta)
-                except CoordinatorMoved as exc:  # the store's fence: another gateway's now
-                    log.info("transaction timeout not written: %s", exc)
-            elif (not meta.is_open and now - meta.updated_ms > self.settings.id_expiration_ms
-                  and not self.registry.lock(meta.transactional_id).locked()):
-                ops = self.writer.begin()
-                self.registry.storage.delete_txn_state(ops, meta.transactional_id)
-                updated = meta.updated_ms
-                await self.writer.commit(ops)
-                # A request that used the id meanwhile wrote it again after
-                # this deletion (writes land in order): it stays.
-                if (self.registry.txns.get(meta.transactional_id) is meta and not meta.is_open
-                        and meta.updated_ms == updated):
-                    meta.move(TxnState.DEAD)
-                    self.registry.forget(meta)
+            try:
+                await self._expire_one(meta, now)
+            except CoordinatorMoved as exc:  # the store's fence: another gateway's now
+                log.info("transaction timeout or expiry not written: %s", exc)
+                self.refused(meta.transactional_id)
+
+    async def _expire_one(self, meta: TxnMetadata, now: int) -> None:
+        if meta.is_open and now - meta.started_ms > meta.timeout_ms:
+            await self._time_out(meta)
+        elif (not meta.is_open and now - meta.updated_ms > self.settings.id_expiration_ms
+              and not self.registry.lock(meta.transactional_id).locked()):
+            ops = self.writer.begin()
+            self.registry.storage.delete_txn_state(ops, meta.transactional_id)
+            updated = meta.updated_ms
+            await self.writer.commit(ops)
+            # A request that used the id meanwhile wrote it again after
+            # this deletion (writes land in order): it stays.
+            if (self.registry.txns.get(meta.transactional_id) is meta and not meta.is_open
+                    and meta.updated_ms == updated):
+                meta.move(TxnState.DEAD)
+                self.registry.forget(meta)
 
     async def _time_out(self, meta: TxnMetadata) -> None:
         async with self.registry.lock(meta.transactional_id):
