@@ -115,6 +115,9 @@ class GatewayServer:
                         self.config.txn_pending_memory_bytes,
                         self.config.txn_pending_disk_bytes, self.config.txn_max_bytes),
             newest_connection=lambda: self.broker.newest_connection)
+        if cluster is not None:  # transactional ids follow their coordinator slots
+            txns.in_cluster(cluster.coordinates)
+            cluster.watch_coordination(txns.drop, txns.load_gained)
         if cluster is not None and isinstance(self.engine, PgNodeStorage):
             # Produce to a partition led here for a transaction coordinated
             # elsewhere, and this coordinator's part of such transactions.

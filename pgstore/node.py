@@ -184,7 +184,8 @@ class PgNodeStorage:
             if self.settings.cluster is not None:
                 # Routing answers "no leader yet" until the gateway has joined.
                 self._cluster = PgCluster(self.dsn, schema, self._catalog,
-                                          self.settings.cluster, self._offsets)
+                                          self.settings.cluster, self._offsets,
+                                          txns=self._txn_storage)
         finally:
             await conn.close()
         log.info("PostgreSQL store: %d topics, %d partitions %s (schema %s)",

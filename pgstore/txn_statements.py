@@ -96,6 +96,23 @@ class TxnStatements:
             "RETURNING data_id) "
             f"DELETE FROM {s}.batch_data d USING gone WHERE d.log_id = $1 "
             "AND d.data_id = gone.data_id")
+        # The coordinator's fence (``pgstore.txn_slots``): the transactional
+        # id's slot is still this gateway's at the epoch it gained it; the
+        # row share-locked to the end of the change (a takeover waits for it).
+        self.slot_held = (
+            f"SELECT 1 FROM {s}.coordinator_slots WHERE slot = $1 AND leader_node = $2 "
+            "AND leader_epoch = $3 FOR SHARE")
+        # A slot gained: the partitions and pending rows of some ids ($1).
+        self.load_partitions_of = (
+            f"SELECT transactional_id, instance, topic_id, partition, topic "
+            f"FROM {s}.txn_partitions WHERE transactional_id = ANY($1::text[]) "
+            "ORDER BY transactional_id, instance, topic, partition")
+        self.load_pending_of = (
+            f"SELECT p.log_id, p.instance, p.ordinal, p.header, p.size "
+            f"FROM {s}.txn_partitions t JOIN {s}.partitions l "
+            "ON l.topic_id = t.topic_id AND l.partition = t.partition "
+            f"JOIN {s}.pending_batches p ON p.log_id = l.log_id AND p.instance = t.instance "
+            "WHERE t.transactional_id = ANY($1::text[]) ORDER BY p.log_id, p.instance, p.ordinal")
         # Start-up.
         self.load_counters = f"SELECT name, value FROM {s}.counters"
         self.load_states = f"SELECT transactional_id, state FROM {s}.txn_states"

@@ -41,6 +41,10 @@ PostgreSQL transaction is"):
   the version this gateway's memory holds, so the conflict check txn/ ran
   on that memory holds inside the transaction.
 
+In a cluster, every change of the coordinator's state is fenced by the
+transactional id's coordinator slot, and a slot gained has its ids read
+again (``load_ids``): ``pgstore.txn_slots``.
+
 A change that fails (refused, the connection lost, the outcome unknown)
 runs the failure hooks its parts registered: the offsets staged are
 forgotten, each publishing partition is told its log end is in doubt
@@ -51,8 +55,10 @@ storage's ``begin`` and written by its ``commit``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from uuid import UUID
+
+from asyncpg import Record
 
 from tablets import batch as batch_header
 from tablets.errors import StorageError
@@ -85,6 +91,7 @@ from .txn_publication import (
     parse_pending_ref,
     plan_publication,
 )
+from .txn_slots import CoordinatorChange, SlotHolder, fence_coordinator, read_ids
 from .txn_statements import TxnStatements
 from .writer import PgChange, PgWriter
 
@@ -112,6 +119,7 @@ class PgTransactionStorage:
         self._txn_partitions: dict[tuple[str, int], dict[tuple[UUID, int], str]] = {}
         # Pending rows found at start-up: (log id, instance) -> blobs in order.
         self._recovered: dict[tuple[int, int], list[RecoveredBlob]] = {}
+        self.slot_holder: SlotHolder | None = None  # in a cluster (pgstore.cluster)
 
     async def load(self, conn: Connection) -> None:
         """Read the counters, the coordinator's state and the pending rows (start-up)."""
@@ -121,13 +129,35 @@ class PgTransactionStorage:
             partitions = await conn.fetch(self._sql.load_partitions)
             pending = await conn.fetch(self._sql.load_pending)
         self._counters = {row["name"]: int(row["value"]) for row in counters}
-        self._states = {row["transactional_id"]: bytes(row["state"]) for row in states}
+        self._states = {}
         self._txn_partitions = {}
+        self._recovered = {}
+        self._take(states, partitions, pending)
+
+    async def load_ids(self, conn: Connection, keep: Callable[[str], bool]) -> None:
+        """Read again the ids ``keep`` selects, with their open transactions'
+        partitions and pending rows, and the counters (this gateway gained
+        their coordinator slot: another gateway may have written them since)."""
+        counters, states, partitions, pending = await read_ids(conn, self._sql, keep)
+        for row in counters:  # never back: a change of this gateway may be in flight
+            name, value = row["name"], int(row["value"])
+            self._counters[name] = max(self._counters.get(name, value), value)
+        for transactional_id in [t for t in self._states if keep(t)]:
+            del self._states[transactional_id]  # deleted (expired) by another gateway
+        for key in [k for k in self._txn_partitions if keep(k[0])]:
+            del self._txn_partitions[key]
+        for row in pending:
+            self._recovered.pop((int(row["log_id"]), int(row["instance"])), None)
+        self._take(states, partitions, pending)
+
+    def _take(self, states: Sequence[Record], partitions: Sequence[Record],
+              pending: Sequence[Record]) -> None:
+        self._states.update(
+            (row["transactional_id"], bytes(row["state"])) for row in states)
         for row in partitions:
             key = (row["transactional_id"], int(row["instance"]))
             self._txn_partitions.setdefault(key, {})[(row["topic_id"], row["partition"])] = (
                 row["topic"])
-        self._recovered = {}
         for row in pending:
             log_id, instance, ordinal = int(row["log_id"]), int(row["instance"]), row["ordinal"]
             self._recovered.setdefault((log_id, instance), []).append(RecoveredBlob(
@@ -152,7 +182,7 @@ class PgTransactionStorage:
 
     # ---------------------------------------------------- atomic changes
     def begin(self) -> PgTxnChange:
-        return PgTxnChange()
+        return CoordinatorChange()
 
     def commit(self, change: AtomicChange) -> asyncio.Future[None]:
         """Write ``change`` (one PostgreSQL transaction, grouped with others);
@@ -203,11 +233,13 @@ class PgTransactionStorage:
 
     def put_txn_state(self, change: AtomicChange, transactional_id: str, value: bytes) -> None:
         pg = as_txn_change(change)
+        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
         pg.execute(self._sql.put_state, transactional_id, value)
         pg.on_durable(lambda: self._states.__setitem__(transactional_id, value))
 
     def delete_txn_state(self, change: AtomicChange, transactional_id: str) -> None:
         pg = as_txn_change(change)
+        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
         pg.execute(self._sql.delete_state, transactional_id)
 
         def durable() -> None:
@@ -224,6 +256,7 @@ class PgTransactionStorage:
     def put_txn_partition(self, change: AtomicChange, transactional_id: str, instance: int,
                           tp: TopicPartition, topic_id: UUID) -> None:
         pg = as_txn_change(change)
+        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
         pg.execute(self._sql.put_partition, transactional_id, instance, topic_id, tp[1], tp[0])
 
         def durable() -> None:
@@ -235,6 +268,7 @@ class PgTransactionStorage:
     def delete_txn_partition(self, change: AtomicChange, transactional_id: str, instance: int,
                              tp: TopicPartition, topic_id: UUID) -> None:
         pg = as_txn_change(change)
+        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
         pg.execute(self._sql.delete_partition, transactional_id, instance, topic_id, tp[1])
 
         def durable() -> None:
