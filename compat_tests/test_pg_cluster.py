@@ -17,30 +17,35 @@ from collections.abc import Iterator
 
 import asyncpg
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, TopicPartition
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
+from pgstore.leadership import coordinator_slot
 from testkit import kafka_requests as rq
 from testkit import postgres
 from testkit.batches import make_batch
 from testkit.gateway import GatewayProcess
+from testkit.pg_cluster import (
+    LEASE_MS,
+    PARTITIONS,
+    TIMEOUT,
+    cluster_gateways,
+    consume_all,
+    create,
+    leaders_in_db,
+    produce_values,
+    wait_balanced,
+)
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
-TIMEOUT = 60
-LEASE_MS = 3000  # broker.session.timeout.ms: failover within it plus a third
-PARTITIONS = 6
 
 
 @pytest.fixture(scope="module")
 def cluster(pg_server: PostgresServer, tmp_path_factory) -> Iterator[list[GatewayProcess]]:
     base = tmp_path_factory.mktemp("pg-cluster")
-    gateways = [GatewayProcess(base / f"data-{node}", "--store", pg_server.dsn,
-                               "--node-id", str(node),
-                               "--broker-session-timeout-ms", str(LEASE_MS))
-                for node in (1, 2, 3)]
+    gateways = cluster_gateways(base, pg_server.dsn)
     try:
         for gateway in gateways:
             gateway.start()
@@ -48,64 +53,6 @@ def cluster(pg_server: PostgresServer, tmp_path_factory) -> Iterator[list[Gatewa
     finally:
         for gateway in gateways:
             gateway.kill()
-
-
-def leaders(gateway: GatewayProcess, topic: str) -> tuple[set[int], dict[int, int]]:
-    """(broker ids, partition -> leader id) as one gateway's Metadata says."""
-    meta = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics(topic, timeout=10)
-    found = meta.topics[topic]
-    return set(meta.brokers), {p.id: p.leader for p in found.partitions.values()}
-
-
-def wait_balanced(gateways: list[GatewayProcess], topic: str, live: set[int],
-                  balanced: bool = True) -> tuple[float, dict[int, int]]:
-    """Seconds until every gateway's Metadata lists exactly ``live`` and every
-    partition led by one of them, with ``balanced`` within the topic (counts
-    within one: a topic made while all of ``live`` were up; the cluster
-    balances all partitions together), and the leaders then (partition ->
-    node)."""
-    start = time.monotonic()
-    last: object = None
-    while time.monotonic() - start < TIMEOUT:
-        views = [leaders(g, topic) for g in gateways]
-        last = views
-        if all(brokers == live and len(parts) == PARTITIONS
-               and set(parts.values()) <= live for brokers, parts in views):
-            counts = Counter(views[0][1].values())
-            if not balanced or max(counts.values()) - min(counts[n] for n in live) <= 1:
-                return time.monotonic() - start, views[0][1]
-        time.sleep(0.1)
-    raise AssertionError(f"not balanced over {live} in {TIMEOUT} s: {last}")
-
-
-def create(gateway: GatewayProcess, topic: str) -> None:
-    admin = AdminClient({"bootstrap.servers": gateway.bootstrap})
-    admin.create_topics([NewTopic(topic, num_partitions=PARTITIONS,
-                                  replication_factor=1)])[topic].result(TIMEOUT)
-
-
-def consume_all(gateway: GatewayProcess, topic: str, count: int) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": gateway.bootstrap, "group.id": f"{topic}-reader",
-                         "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    values: list[bytes] = []
-    try:
-        deadline = time.monotonic() + TIMEOUT
-        while len(values) < count and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            values.append(message.value())
-        # Anything beyond ``count`` would be a duplicate: read a little longer.
-        quiet = time.monotonic() + 2
-        while time.monotonic() < quiet:
-            message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                values.append(message.value())
-    finally:
-        consumer.close()
-    return values
 
 
 def test_metadata_from_any_gateway_lists_three_brokers_and_balanced_leaders(
@@ -237,17 +184,6 @@ def test_kill_9_of_a_gateway_mid_produce_loses_and_duplicates_nothing_acknowledg
     assert failover < LEASE_MS / 1000 * 4 / 3 + 5, f"failover took {failover:.2f} s"
 
 
-def produce_values(gateway: GatewayProcess, topic: str, values: list[bytes]) -> None:
-    producer = Producer({"bootstrap.servers": gateway.bootstrap,
-                         "enable.idempotence": True, "linger.ms": 5})
-    failures: list[object] = []
-    for index, value in enumerate(values):  # keyed: every partition gets some
-        producer.produce(topic, value, key=b"%d" % index,
-                         on_delivery=lambda err, _m: err and failures.append(err))
-    assert producer.flush(TIMEOUT) == 0
-    assert failures == []
-
-
 def test_a_consumer_group_across_the_cluster_consumes_and_commits(
         cluster: list[GatewayProcess]) -> None:
     """The group's coordinator is the leader of its slot (FindCoordinator);
@@ -298,15 +234,6 @@ def test_a_consumer_group_across_the_cluster_consumes_and_commits(
     assert sum(found.count(group) for found in names) == 1, names
 
 
-async def leaders_in_db(pg: PostgresServer) -> Counter[int | None]:
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        return Counter(row["leader_node"] for row in await conn.fetch(
-            "SELECT leader_node FROM kafka_gateway.partitions"))
-    finally:
-        await conn.close()
-
-
 def test_a_restarted_gateway_takes_its_share_back_and_clients_follow(
         cluster: list[GatewayProcess], pg_server: PostgresServer) -> None:
     """Node 3 (killed above) starts again: a new incarnation, which the live
@@ -349,3 +276,93 @@ def test_a_restarted_gateway_takes_its_share_back_and_clients_follow(
     assert [v for v, n in counts.items() if n > 1] == []
     assert set(values) <= set(got)
     assert len(got) == 600 + len(values)
+
+
+def test_transactions_whose_coordinator_leads_none_of_their_partitions_commit_and_abort(
+        cluster: list[GatewayProcess], pg_server: PostgresServer) -> None:
+    """A confluent-kafka transactional producer whose transactional id's
+    coordinator (its slot's leader in PostgreSQL, asserted with
+    ``coordinator_slot`` before and after) leads none of the partitions it
+    writes (Metadata): every Produce goes to another gateway, which stores
+    the batches for the coordinator's transaction. Four transactions
+    committed, one aborted between them: a read_committed consumer reads
+    exactly the committed records, once, in the order produced per
+    partition; nothing is left pending."""
+    topic = "pg-cluster-txn-across"
+    create(cluster[0], topic)
+    _, parts = wait_balanced(cluster, topic, {1, 2, 3})
+
+    async def slot_leader(transactional_id: str) -> int:
+        conn = await asyncpg.connect(pg_server.dsn)
+        try:
+            return int(await conn.fetchval(
+                "SELECT leader_node FROM kafka_gateway.coordinator_slots WHERE slot = $1",
+                coordinator_slot(transactional_id)))
+        finally:
+            await conn.close()
+
+    def coordinator(transactional_id: str) -> int:
+        return asyncio.run(asyncio.wait_for(slot_leader(transactional_id), TIMEOUT))
+
+    transactional_id = f"{topic}-id"
+    node = coordinator(transactional_id)
+    written = sorted(p for p, leader in parts.items() if leader != node)
+    assert len(written) == PARTITIONS - PARTITIONS // 3, (node, parts)  # the premise
+    producer = Producer({"bootstrap.servers": cluster[0].bootstrap,
+                         "transactional.id": transactional_id, "linger.ms": 5})
+    producer.init_transactions(TIMEOUT)
+    failures: list[object] = []
+    committed: dict[int, list[bytes]] = {p: [] for p in written}
+    for round_ in range(5):
+        aborted = round_ == 2
+        producer.begin_transaction()
+        for index in range(40):
+            partition = written[index % len(written)]
+            value = b"%s-%d-%d" % (b"aborted" if aborted else b"committed", round_, index)
+            producer.produce(topic, value, partition=partition,
+                             on_delivery=lambda err, _m: err and failures.append(err))
+            if not aborted:
+                committed[partition].append(value)
+        if aborted:
+            assert producer.flush(TIMEOUT) == 0  # stored through the leaders, then aborted
+            producer.abort_transaction(TIMEOUT)
+        else:
+            producer.commit_transaction(TIMEOUT)
+    assert failures == []
+    # The premise held throughout: the coordinator did not move, and led
+    # none of the partitions written.
+    assert coordinator(transactional_id) == node
+    _, after = wait_balanced(cluster, topic, {1, 2, 3})
+    assert after == parts and node not in {after[p] for p in written}
+
+    consumer = Consumer({"bootstrap.servers": cluster[2].bootstrap,
+                         "group.id": f"{topic}-reader", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    read: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+    total = sum(len(v) for v in committed.values())
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        while sum(len(v) for v in read.values()) < total and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            read[message.partition()].append(message.value())
+        quiet = time.monotonic() + 2  # anything more would be a duplicate or aborted
+        while time.monotonic() < quiet:
+            message = consumer.poll(0.2)
+            if message is not None and message.error() is None:
+                read[message.partition()].append(message.value())
+    finally:
+        consumer.close()
+    assert read == {p: committed.get(p, []) for p in range(PARTITIONS)}
+
+    async def pending() -> int:
+        conn = await asyncpg.connect(pg_server.dsn)
+        try:
+            return int(await conn.fetchval("SELECT count(*) FROM kafka_gateway.pending_batches"))
+        finally:
+            await conn.close()
+
+    assert asyncio.run(asyncio.wait_for(pending(), TIMEOUT)) == 0

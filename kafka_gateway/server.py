@@ -16,6 +16,7 @@ from pgstore.node import PgNodeSettings, PgNodeStorage
 from pgstore.node_records import PgNodeRecords
 from tablets import CleanerSettings, EngineSettings, StorageEngine
 from txn import TransactionCoordinator, TxnSettings
+from txn.remote_produce import RemoteTransactions
 
 from .acceptor import Acceptor, listening_sockets
 from .admin_http import AdminHttp
@@ -114,6 +115,14 @@ class GatewayServer:
                         self.config.txn_pending_memory_bytes,
                         self.config.txn_pending_disk_bytes, self.config.txn_max_bytes),
             newest_connection=lambda: self.broker.newest_connection)
+        if cluster is not None:  # transactional ids follow their coordinator slots
+            txns.in_cluster(cluster.coordinates)
+            cluster.watch_coordination(txns.drop, txns.load_gained)
+        if cluster is not None and isinstance(self.engine, PgNodeStorage):
+            # Produce to a partition led here for a transaction coordinated
+            # elsewhere, and this coordinator's part of such transactions.
+            txns.remote = RemoteTransactions(self.engine.remote_transactions(),
+                                             cluster.coordinates)
         group_offsets = GroupOffsets(self.config, groups, self.engine.consumer_offsets,
                                      pending=txns.pending_offsets)
         authorizer = Authorizer(

@@ -30,3 +30,5 @@ class Item:
     settings: TabletSettings
     now_ms: int
     sink: BlobSink | None  # a transactional batch's transaction
+    base: int = -1  # the offset last assigned
+    reassigned: int = 0  # times assigned again after the fence refused it

@@ -16,11 +16,16 @@ then, in arrival order, on the event loop:
   and from the log end the offsets were taken from), the bytes and their
   index row, the producer's row.
 
-The leader is the only writer, so offsets taken on the event loop are right
-as long as every change before lands. When one does not (refused, failed,
-or its outcome unknown because the connection broke during the commit), the
-changes after it find the log end moved and are refused by the fence, so
-nothing lands out of order. The log is then *in doubt*: no offsets are
+The leader is the only writer of its appends, so offsets taken on the
+event loop are right as long as every change before lands and no commit
+of another gateway publishes into the partition meanwhile (it takes its
+offsets from the row, under its lock: ``pgstore.txn_storage``). When a
+change does not land (refused, failed, or its outcome unknown because the
+connection broke during the commit), or such a commit moved the row's log
+end, the changes after it find the log end moved and are refused by the
+fence, so nothing lands out of order and no offset is given twice; an
+append refused so was not written, and takes new offsets after the reread
+(up to ``MAX_REASSIGN`` times, then it fails retriably). The log is then *in doubt*: no offsets are
 assigned until every change in flight has settled and the partition row (and
 its producers) has been reread; the appends queued meanwhile then go on from
 the row's log end. A reread that finds another epoch fences the partition:
@@ -50,7 +55,7 @@ from tablets.errors import (
     UnsupportedRecordKind,
 )
 from tablets.producer_rules import CachedBatch, next_seq
-from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink
+from tablets.seam import AppendResult, BlobSink
 
 from . import pending_appends
 from .append_items import FenceMiss, Item
@@ -65,6 +70,11 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 RECENT_BATCHES = 64  # the mean batch size (reads' bound) is over about this many
+# An append the fence refused because the row's log end moved under it
+# (another gateway's commit published into the partition meanwhile) was not
+# written: it takes new offsets after the reread, up to this many times
+# (each one reread of the row), before it fails (retriably).
+MAX_REASSIGN = 32
 
 
 class PgAppends:
@@ -76,6 +86,8 @@ class PgAppends:
         self._doubt = False  # a change failed: reread the row before assigning offsets
         self._rereading: asyncio.Task[None] | None = None
         self._fence_misses: list[asyncio.Future[AppendResult]] = []  # answered after the reread
+        self._again: list[Item] = []  # assigned again after the reread
+        self.reassigned = 0  # appends assigned again so far (statistics, tests)
         self._failures = 0  # changes failed so far (a batch joins the tail only if none did)
 
     def append(self, records: bytes | memoryview, now_ms: int,
@@ -181,8 +193,8 @@ class PgAppends:
                 return
             cached = CachedBatch(first, last, log.log_end_offset)
         settings = item.settings
-        base = log.log_end_offset
-        data = batch_header.stamp(item.view, header, base, LEADER_EPOCH)
+        base = item.base = log.log_end_offset
+        data = batch_header.stamp(item.view, header, base, log.batch_epoch)
         max_timestamp = item.checked.result()
         if settings.log_append_time:  # stamped when stored, as Kafka stamps its log
             max_timestamp = item.now_ms
@@ -211,7 +223,7 @@ class PgAppends:
                                  (RECENT_BATCHES if log.mean_batch_bytes else 1))
         append_time = item.now_ms if settings.log_append_time else -1
         self.submit(change, item.appended,
-                     AppendResult(base, append_time, log.log_start_offset))
+                     AppendResult(base, append_time, log.log_start_offset), again=item)
 
     def _answer_retry(self, item: Item, duplicate: CachedBatch) -> None:
         """A retry of a recent batch: answered with the original's offset once
@@ -229,9 +241,11 @@ class PgAppends:
                      AppendResult(duplicate.base_offset, -1, log.log_start_offset))
 
     def submit(self, change: PgChange, appended: asyncio.Future[AppendResult],
-                result: AppendResult, settle: Callable[[], None] | None = None) -> None:
+                result: AppendResult, settle: Callable[[], None] | None = None, *,
+                again: Item | None = None) -> None:
         """Queue ``change``; answer ``appended`` once written (``settle``
-        runs first, either way: after the change's durable callbacks)."""
+        runs first, either way: after the change's durable callbacks).
+        ``again``: the append to assign again if the fence refuses it."""
         self._in_flight += 1
         done = self._log.writer.commit(change)
 
@@ -246,7 +260,12 @@ class PgAppends:
             else:
                 self._failures += 1
                 self._doubt = True
-                if isinstance(error, FenceMiss):
+                if (isinstance(error, FenceMiss) and again is not None
+                        and again.reassigned < MAX_REASSIGN and not appended.done()):
+                    again.reassigned += 1
+                    self.reassigned += 1
+                    self._again.append(again)
+                elif isinstance(error, FenceMiss):
                     self._fence_misses.append(appended)
                 elif not appended.done():
                     appended.set_exception(error)
@@ -296,13 +315,21 @@ class PgAppends:
             error = StorageError(f"{log.name}: not written: an earlier write did not land; "
                                  "retry")
         misses, self._fence_misses = self._fence_misses, []
+        again, self._again = sorted(self._again, key=lambda item: item.base), []
+        if log.deleted or log.fenced:
+            misses += [item.appended for item in again]
+        else:  # not written: new offsets from the row, first, in their order
+            self._queue.extendleft(reversed(again))
         for future in misses:
             if not future.done():
                 future.set_exception(error)
+        log.catch_up()  # a notice past the row read: once more
         self._drain()
 
     def _fail_waiting(self, error: StorageError) -> None:
         misses, self._fence_misses = self._fence_misses, []
+        misses += [item.appended for item in self._again]
+        self._again = []
         waiting = [item.appended for item in self._queue if item.checked.done()]
         for item in self._queue:
             if item.checked.done() and item.sink is not None:

@@ -24,6 +24,13 @@ kept current, and the routing view the protocol layer reads (the seam's
   (``watch_coordination``: the group coordinator) drop what they keep in
   memory for its keys, so gaining it back starts from storage. The offsets'
   writes are fenced by the slot's epoch (``PgConsumerOffsets.slot_holder``).
+  The transactional ids of a slot gained are read again too
+  (``PgTransactionStorage.load_ids``) and handed to the watchers' ``gained``
+  (the transaction coordinator) before ``coordinates`` says yes; the
+  coordinator's writes are fenced by the slot's epoch (``pgstore.txn_slots``).
+- **Commits other gateways publish into partitions led here** reach their
+  logs at once (``pgstore.log_catch_up``: LISTEN on ``<schema>_log``, and a
+  resync of the led partitions' ends after every reconnection).
 - **Topics made by any gateway are seen by all**: a topic change notifies
   the channel ``<schema>_topics`` inside its own transaction; each gateway
   listens and rereads the catalog (``PgTopicCatalog.refresh``), also after
@@ -52,6 +59,7 @@ from tablets.seam import BrokerAddress, ClusterNode
 
 from .consumer_offsets import PgConsumerOffsets
 from .leadership import Leadership, LeadershipChange, coordinator_slot
+from .log_catch_up import LogCatchUp
 from .log_notices import LogNotices
 from .log_sql import load_row
 from .membership import (
@@ -68,6 +76,7 @@ from .producer_rows import PgProducerRows
 if TYPE_CHECKING:
     from .partition_log import PgPartitionLog
     from .topics import PgTopicCatalog
+    from .txn_storage import PgTransactionStorage
     from .writer import PgChange
 
 log = logging.getLogger(__name__)
@@ -96,7 +105,7 @@ class TopicNotices(LogNotices):
 
     def __init__(self, dsn: str, schema: str, on_topics: Callable[[], None],
                  on_resync: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(dsn, schema, lambda _log_id, _end: None, on_resync)
+        super().__init__(dsn, schema, lambda _notice: None, on_resync)
         self.channel = topics_channel(schema)
         self._on_topics = on_topics
 
@@ -109,7 +118,8 @@ class PgCluster:
     """This gateway's part in the cluster (see the module's docstring)."""
 
     def __init__(self, dsn: str, schema: str, catalog: PgTopicCatalog,
-                 settings: ClusterSettings, offsets: object | None = None) -> None:
+                 settings: ClusterSettings, offsets: object | None = None,
+                 txns: PgTransactionStorage | None = None) -> None:
         self.dsn = dsn
         self.schema = schema
         self.catalog = catalog
@@ -119,6 +129,10 @@ class PgCluster:
         if isinstance(offsets, PgConsumerOffsets):
             offsets.slot_holder = self.slot_held  # its writes' coordinator fence
         self._watchers: list[Callable[[Callable[[str], bool]], None]] = []
+        self._txns = txns  # the transaction coordinator's storage (load_ids), or None
+        if txns is not None:
+            txns.slot_holder = self.slot_held  # its writes' coordinator fence
+        self._gained: list[Callable[[Callable[[str], bool]], None]] = []
         self._pool: asyncpg.Pool | None = None  # opening logs, rereading topics and groups
         # The lease's renewals and the passes have their own connections, so
         # a burst of opening never makes a renewal wait past the lease.
@@ -127,6 +141,8 @@ class PgCluster:
         self.leadership: Leadership | None = None
         self._listeners: tuple[Listener, ...] = ()
         self._notices: TopicNotices | None = None
+        # Commits other gateways published into partitions led here.
+        self.log_catch_up: LogCatchUp | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._open_slots: set[int] = set()  # gained and loaded
         self._refresh: asyncio.Task[None] | None = None
@@ -146,6 +162,9 @@ class PgCluster:
         self._notices = TopicNotices(self.dsn, self.schema, self.topics_changed,
                                      self._resync_topics)
         await self._notices.start()
+        self.log_catch_up = LogCatchUp(self.dsn, self.schema, self.node_id, self.catalog,
+                                       lambda: self._pool)
+        await self.log_catch_up.start()
         await self._register()
 
     async def _register(self) -> None:
@@ -180,6 +199,8 @@ class PgCluster:
             task.cancel()
         if self._notices is not None:
             await self._notices.close()
+        if self.log_catch_up is not None:
+            await self.log_catch_up.close()
         for pool in (self._pool, self._lease_pool):
             if pool is not None:
                 await pool.close()
@@ -287,14 +308,20 @@ class PgCluster:
                 partition.producer_rows.loaded = producers.loaded
                 partition.producer_states.load()
                 partition.fenced = False
+                partition.catch_up()  # a commit noticed after the row was read
                 self.opened += 1
         log.info("node %d opened %d partitions", self.node_id, len(gained))
 
     async def _open_slots_of(self, slots: set[int]) -> None:
-        """Reread the committed offsets of the slots' groups (another
-        coordinator may have committed), then coordinate them."""
+        """Reread the committed offsets of the slots' groups and the slots'
+        transactional ids (another coordinator may have written them), then
+        coordinate them."""
         assert self._pool is not None
         load_group = getattr(self._offsets, "load_group", None)
+        in_slots: Callable[[str], bool] = lambda key: coordinator_slot(key) in slots  # noqa: E731
+        if self._txns is not None:
+            async with self._pool.acquire() as conn:
+                await self._txns.load_ids(conn, in_slots)
         if load_group is not None:
             async with self._pool.acquire() as conn:
                 s = quoted(self.schema)
@@ -306,7 +333,10 @@ class PgCluster:
                         await load_group(conn, row["group_id"])
         lead = self.leadership
         if lead is not None and self._current():
-            self._open_slots |= {s for s in slots if lead.slot_epoch(s) is not None}
+            opened = {s for s in slots if lead.slot_epoch(s) is not None}
+            for gained in self._gained:  # in the same step as the slots open
+                gained(lambda key: coordinator_slot(key) in opened)
+            self._open_slots |= opened
 
     # ------------------------------------------------------------ topics
     def topics_changed(self) -> None:
@@ -410,8 +440,12 @@ class PgCluster:
         epoch = lead.slot_epoch(slot)
         return None if epoch is None else (slot, self.node_id, epoch)
 
-    def watch_coordination(self, lost: Callable[[Callable[[str], bool]], None]) -> None:
+    def watch_coordination(self, lost: Callable[[Callable[[str], bool]], None],
+                           gained: Callable[[Callable[[str], bool]], None] | None = None,
+                           ) -> None:
         self._watchers.append(lost)
+        if gained is not None:
+            self._gained.append(gained)
 
 
 def close(partition: PgPartitionLog) -> None:

@@ -1,7 +1,7 @@
 """Commits that cross gateways: a change that moves a partition's log end
 tells every gateway, through PostgreSQL's LISTEN/NOTIFY.
 
-    announce_log_end(change, schema, log_id, new_end)   # in the writing change
+    announce_log_end(change, schema, LogEnd(log_id, base, end, nbytes, max_ts))
     notices = LogNotices(dsn, schema, on_log_end, on_resync)
     await notices.start()                                # one connection, LISTEN
 
@@ -12,7 +12,9 @@ tail caches and wake their waiting long-polls. ``announce_log_end`` adds
 ``pg_notify`` to the writing change, so the notice is sent only if that
 PostgreSQL transaction commits, and PostgreSQL delivers notices in commit
 order. Each gateway listens on one dedicated connection (``LogNotices``) and
-hands each notice to ``on_log_end(log_id, end)``.
+hands each notice to ``on_log_end(LogEnd)``: the partition's log ``log_id``
+took the offsets [base, end), ``nbytes`` of batches whose largest timestamp
+is ``max_timestamp`` (``PgPartitionLog.noticed`` says what its leader does).
 
 A notice is a hint, never the truth: LISTEN does not survive a broken
 connection, and notices sent while it was down are lost. So after every
@@ -28,6 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -59,16 +62,48 @@ def channel(schema: str) -> str:
     return f"{schema}_log"
 
 
-def announce_log_end(change: PgChange, schema: str, log_id: int, end: int) -> None:
-    """Tell every gateway, once ``change`` commits, that the log ``log_id``
-    now ends at ``end``."""
-    change.execute("SELECT pg_notify($1, $2)", channel(schema), f"{log_id}:{end}")
+@dataclass(frozen=True, slots=True)
+class LogEnd:
+    """What one change added to one partition's log: the offsets [base, end),
+    ``nbytes`` of batches, the largest timestamp among them (-1: none)."""
+
+    log_id: int
+    base: int
+    end: int
+    nbytes: int = 0
+    max_timestamp: int = -1
+
+    def payload(self) -> str:
+        return f"{self.log_id}:{self.base}:{self.end}:{self.nbytes}:{self.max_timestamp}"
+
+    @classmethod
+    def parse(cls, payload: str) -> LogEnd:
+        """Raises ValueError for anything but five integers, or a range that
+        is empty or reversed."""
+        log_id, base, end, nbytes, max_ts = (int(part) for part in payload.split(":"))
+        if not 0 <= base < end or nbytes < 0:
+            raise ValueError(f"not a log end: {payload!r}")
+        return cls(log_id, base, end, nbytes, max_ts)
+
+
+# The notice of a change whose offsets PostgreSQL assigned (the statement
+# that moved the row ran earlier in the same change): $1 log id, $2 the
+# channel, $3 offsets taken, $4 bytes, $5 the largest timestamp.
+ANNOUNCE_FROM_ROW = (
+    "SELECT pg_notify($2, $1::bigint || ':' || (log_end_offset - $3::bigint) || ':' || "
+    "log_end_offset || ':' || $4::bigint || ':' || $5::bigint) FROM {s}.partitions "
+    "WHERE log_id = $1")
+
+
+def announce_log_end(change: PgChange, schema: str, notice: LogEnd) -> None:
+    """Tell every gateway, once ``change`` commits, what it added to a log."""
+    change.execute("SELECT pg_notify($1, $2)", channel(schema), notice.payload())
 
 
 class LogNotices:
     """One connection listening for log ends; delivers them on the event loop."""
 
-    def __init__(self, dsn: str, schema: str, on_log_end: Callable[[int, int], None],
+    def __init__(self, dsn: str, schema: str, on_log_end: Callable[[LogEnd], None],
                  on_resync: Callable[[], Awaitable[None]], *,
                  connect: Callable[..., Any] = connect_any,
                  ping_seconds: float = PING_SECONDS,
@@ -154,10 +189,10 @@ class LogNotices:
 
     def _notice(self, _conn: Any, _pid: int, _channel: str, payload: object, /) -> None:
         try:
-            log_id, end = (int(part) for part in str(payload).split(":"))
+            notice = LogEnd.parse(str(payload))
         except ValueError:
             self.malformed += 1
             log.warning("PostgreSQL log notices: malformed payload %r ignored", payload)
             return
         self.notices += 1
-        self._on_log_end(log_id, end)
+        self._on_log_end(notice)

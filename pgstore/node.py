@@ -71,6 +71,7 @@ from .log_state import LogContext
 from .membership import Listener
 from .migrate import migrate, quoted
 from .partition_log import PgPartitionLog
+from .remote_txn import PgRemoteTxns
 from .retention import NodeRetention
 from .retention_sql import vacuum
 from .schema import DEFAULT_SCHEMA
@@ -160,11 +161,11 @@ class PgNodeStorage:
                 self.dsn, min_size=1, max_size=self.settings.read_connections)
             self._txn_storage.connect_pool(self._pool)
             await self.writer.start()
+            clustered = self.settings.cluster is not None
             context = LogContext(self.writer, self._pool, LogSql(schema), self.validators,
-                                 self._txn_storage)
+                                 self._txn_storage, batch_epochs=clustered)
             self.retention.vacuum = self._vacuum
             self._catalog = PgTopicCatalog(context, self.settings, lambda: self._offsets)
-            clustered = self.settings.cluster is not None
             if clustered:
                 self._catalog.notify = lambda change, name: announce_topics(change, schema, name)
             await self._catalog.load(conn, claim=not clustered)
@@ -184,7 +185,8 @@ class PgNodeStorage:
             if self.settings.cluster is not None:
                 # Routing answers "no leader yet" until the gateway has joined.
                 self._cluster = PgCluster(self.dsn, schema, self._catalog,
-                                          self.settings.cluster, self._offsets)
+                                          self.settings.cluster, self._offsets,
+                                          txns=self._txn_storage)
         finally:
             await conn.close()
         log.info("PostgreSQL store: %d topics, %d partitions %s (schema %s)",
@@ -324,6 +326,11 @@ class PgNodeStorage:
     def transaction_storage(self) -> PgTransactionStorage:
         """The transaction coordinator's storage (``txn_storage``)."""
         return self._txn_storage
+
+    def remote_transactions(self) -> PgRemoteTxns:
+        """Transactional batches stored across gateways (``remote_txn``); once started."""
+        assert self._pool is not None, "the engine is not started"
+        return PgRemoteTxns(self._pool, _txn_partition, self.settings.schema)
 
 
 def _txn_partition(log: PartitionLog) -> TxnPartition:

@@ -58,6 +58,7 @@ from .truncation import Truncation
 if TYPE_CHECKING:
     from tablets.tablet_settings import TabletSettings
 
+    from .log_notices import LogEnd
     from .log_sql import LogRow
     from .writer import PgChange
 
@@ -88,6 +89,10 @@ class PgPartitionLog:
         self.tail_end = row.log_end_offset  # the tail holds [its first, tail_end)
         self.tail_budget = tail_budget
         self._waiters: set[asyncio.Future[None]] = set()
+        # The largest log end other changes announced (``noticed``), and how
+        # many notices moved this log at once.
+        self.noticed_end = row.log_end_offset
+        self.notices_applied = 0
         self.producer_rows = producers
         self.producer_states: ProducerStates[PgChange] = ProducerStates(
             producers, settings().max_producers)
@@ -136,8 +141,11 @@ class PgPartitionLog:
         """A batch is durable: the high watermark moves to its end, and (when
         every batch before it is known durable) it joins the tail. A tail
         that does not end where the batch starts (a transaction's commit was
-        published in between, its batches not held here) restarts with it."""
-        if in_order and not self.deleted:
+        published in between, its batches not held here) restarts with it.
+        A batch below the high watermark (a notice moved it past: another
+        gateway's commit landed after it) adds nothing: the tail must reach
+        the high watermark."""
+        if in_order and not self.deleted and end > self.high_watermark:
             if base_offset != self.tail_end:
                 self.tail = InMemoryBatches()
             self.tail.append(base_offset, data)
@@ -158,29 +166,88 @@ class PgPartitionLog:
     # ---------------------------------- pgstore.txn_publication.TxnPartition
     @property
     def batch_epoch(self) -> int:
-        # Batches carry the epoch Metadata and Fetch answer (one, until
-        # leadership is wired into the gateway), never the fencing epoch of
-        # the partition row: a Java consumer validates its position with the
-        # epoch of the records it read (OffsetForLeaderEpoch).
-        return LEADER_EPOCH
+        # Batches carry the epoch Metadata and Fetch answer: in a cluster the
+        # partition's leader epoch (a batch a commit published, or one
+        # written before a leader change, carries an older one: at the
+        # leader, every epoch up to the current one ends at the high
+        # watermark, so a Java consumer validating its position with the
+        # epoch of the records it read never finds a divergence); alone, 0.
+        return self.leader_epoch if self.context.batch_epochs else LEADER_EPOCH
+
+    @property
+    def publish_epoch(self) -> int | None:
+        return None if self.fenced else self.leader_epoch
 
     def reserve(self, count: int) -> int | None:
         """Offsets for a commit's publication at the log end, taken in order
-        with the appends'; None while the log is in doubt (the database then
-        assigns them from the partition row, under its lock)."""
-        if self.appends.in_doubt:
+        with the appends'; None while the log is in doubt, or led by another
+        gateway (this one's view of its end is stale): the database then
+        assigns them from the partition row, under its lock."""
+        if self.appends.in_doubt or self.fenced or self.deleted:
             return None
         base = self.log_end_offset
         self.log_end_offset += count
         return base
 
-    def published(self, base: int, end: int, nbytes: int) -> None:
-        """A commit's batches and marker [base, end) are durable."""
-        if self.deleted:
+    def published(self, base: int, end: int, nbytes: int, max_timestamp: int) -> None:
+        """A commit's batches and marker [base, end) are durable (a log led
+        elsewhere is reread when it is opened: nothing to do)."""
+        if self.deleted or self.fenced:
             return
         self.log_end_offset = max(self.log_end_offset, end)
         self.size_bytes += nbytes
+        self.running_max_timestamp = max(self.running_max_timestamp, max_timestamp)
         self.advance_high_watermark(end)
+
+    # ------------------------------------------- pgstore.log_notices.LogEnd
+    def noticed(self, notice: LogEnd) -> None:
+        """Another change (another gateway's commit, or this one's) added
+        [base, end) to this log; the notice arrives after it committed.
+
+        On the leader: a notice below the high watermark is old news (never
+        moves anything back). One that starts at this gateway's log end
+        (every offset it assigned landed before it) moves the log end and
+        the high watermark there at once: the tail restarts empty at the new
+        end (the batches are read from PostgreSQL) and waiting long-polls
+        wake. One that starts below (it overlaps offsets this gateway
+        assigned) is either this gateway's own commit, published when
+        durable, or one that took the offsets of appends in flight, which
+        the fence refuses, so the row is reread. One that starts above (a
+        notice missed) or arrives while the log is in doubt: the row is
+        reread (``catch_up`` checks after each reread that it reached the
+        notice). A log led elsewhere only remembers the end, for when it
+        is opened."""
+        self.noticed_end = max(self.noticed_end, notice.end)
+        if self.deleted or self.fenced or notice.end <= self.high_watermark:
+            return
+        if self.appends.in_doubt:
+            return  # the reread under way, then catch_up
+        if notice.base == self.log_end_offset:
+            self.log_end_offset = notice.end
+            self.size_bytes += notice.nbytes
+            self.running_max_timestamp = max(self.running_max_timestamp,
+                                             notice.max_timestamp)
+            self.notices_applied += 1
+            self.advance_high_watermark(notice.end)
+        elif notice.base > self.log_end_offset:
+            self.appends.doubt()
+
+    def catch_up(self) -> None:
+        """After the row was (re)read as the truth: a notice heard meanwhile
+        past what was read makes it read once more (at most once per
+        notice: the reread then runs after that commit)."""
+        if self.noticed_end > self.log_end_offset and not self.fenced and not self.deleted:
+            self.noticed_end = self.log_end_offset
+            self.appends.doubt()
+
+    def resynced(self, row_end: int) -> None:
+        """The row's log end as a resync read it (the listener reconnected:
+        notices sent meanwhile are lost): past this gateway's, the row is
+        reread."""
+        self.noticed_end = max(self.noticed_end, row_end)
+        if (not self.deleted and not self.fenced and not self.appends.in_doubt
+                and row_end > self.log_end_offset):
+            self.appends.doubt()
 
     def in_doubt(self) -> None:
         """A commit carrying offsets reserved here failed or its outcome is

@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Protocol
 from tablets import batch as batch_header
 from tablets.errors import BatchRefused, NotLeader, TabletError
 from tablets.producer_rules import REFUSED, CachedBatch, next_seq
-from tablets.seam import LEADER_EPOCH, AppendResult, BlobSink
+from tablets.seam import AppendResult, BlobSink
 
 from .append_items import FenceMiss, Item
+from .remote_txn import RemotePendingSink
 from .txn_publication import log_ref_of
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def assign(appends: PgAppends, item: Item, sink: BlobSink) -> None:
             return
         cached = CachedBatch(first, last, -1)
     settings = item.settings
-    data = batch_header.stamp(item.view, header, 0, LEADER_EPOCH)
+    data = batch_header.stamp(item.view, header, 0, log.batch_epoch)
     max_timestamp = item.checked.result()
     if settings.log_append_time:
         data = batch_header.set_max_timestamp(data, item.now_ms, log_append_time=True)
@@ -85,7 +86,10 @@ def assign(appends: PgAppends, item: Item, sink: BlobSink) -> None:
     # kept for a retry, answered if the topic opts in.
     bound = log.log_end_offset + sink.pending_records(log_ref)
     change = log.writer.begin()
-    stored = log.context.pending.stage_pending(change, log, ref, data)  # type: ignore[arg-type]
+    if isinstance(sink, RemotePendingSink):  # a transaction another gateway coordinates
+        stored = sink.stage(change, log, ref, data)  # type: ignore[arg-type]
+    else:
+        stored = log.context.pending.stage_pending(change, log, ref, data)  # type: ignore[arg-type]
     if cached is not None:
         log.producer_states.stage(header.producer_id, header.producer_epoch,
                                   CachedBatch(cached.first_seq, cached.last_seq, bound),

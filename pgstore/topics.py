@@ -81,6 +81,9 @@ class PgTopic:
     configs: dict[str, str]  # overrides only
     partitions: list[PgPartitionLog] = field(default_factory=list)
     settings: TabletSettings | None = None  # derived from the configs, cached
+    # Bumped by every config change made here: a catalog reread that began
+    # before one must not put back what it read (``refresh``).
+    configs_changed: int = 0
 
 
 class PgTopicCatalog:
@@ -152,6 +155,9 @@ class PgTopicCatalog:
         """Catch up with topic changes other gateways made: topics made (their
         logs closed), deleted (released), new partitions, changed configs."""
         s = self.context.sql.schema
+        # A config change made here while the reread runs may have committed
+        # after its snapshot: the topic keeps it (its own notice rereads again).
+        changed_before = {t.topic_id: t.configs_changed for t in self.topics.values()}
         async with conn.transaction(isolation="repeatable_read", readonly=True):
             topics = await conn.fetch(f"SELECT topic_id, name, configs FROM {s}.topics")
             rows = await conn.fetch(f"SELECT log_id, topic_id, partition, leader_epoch "
@@ -179,7 +185,8 @@ class PgTopicCatalog:
                 log.info("topic %s was made by another gateway", known_topic.name)
             topic = known_topic
             configs = json.loads(record["configs"])
-            if configs != topic.configs:
+            if configs != topic.configs and (
+                    changed_before.get(topic.topic_id) == topic.configs_changed):
                 topic.configs, topic.settings = configs, None
             known = len(topic.partitions)
             self._add_logs(topic, [r for r in by_topic.get(topic.topic_id, [])
@@ -308,6 +315,7 @@ class PgTopicCatalog:
         await self.context.writer.commit(change)
         topic.configs = stored
         topic.settings = None
+        topic.configs_changed += 1
 
     # ------------------------------------------------------------ internals
     def _announce(self, change: PgChange, name: str) -> None:

@@ -43,16 +43,25 @@ class TxnPartition(Protocol):
         Metadata, Fetch and OffsetForLeaderEpoch answer for the partition)."""
         ...
 
+    @property
+    def publish_epoch(self) -> int | None:
+        """The epoch the partition row must hold for a commit to publish into
+        it: ``leader_epoch`` while this gateway leads the partition; None
+        when another gateway does (the commit then takes its offsets from the
+        row, under its lock, and the leader learns of them from the notice)."""
+        ...
+
     def reserve(self, count: int) -> int | None:
         """Take ``count`` offsets at the log end for a commit's publication
         (as an append takes its own), returning the first; None when this
-        gateway does not lead the partition: the database then assigns them
-        from the partition row, under its lock."""
+        gateway does not lead the partition, or its log end is in doubt: the
+        database then assigns them from the partition row, under its lock."""
         ...
 
-    def published(self, base: int, end: int, nbytes: int) -> None:
-        """The offsets [base, end), ``nbytes`` of batches, are durable: the
-        log end and high watermark move to ``end`` (waiting long-polls wake)."""
+    def published(self, base: int, end: int, nbytes: int, max_timestamp: int) -> None:
+        """The offsets [base, end), ``nbytes`` of batches stamped up to
+        ``max_timestamp``, are durable: the log end and high watermark move
+        to ``end`` (waiting long-polls wake)."""
         ...
 
     def in_doubt(self) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .log_notices import ANNOUNCE_FROM_ROW
+
 
 class TxnStatements:
     def __init__(self, s: str) -> None:
@@ -37,15 +39,16 @@ class TxnStatements:
             "RETURNING data_id) "
             f"INSERT INTO {s}.pending_batches (log_id, instance, ordinal, header, size, data_id) "
             "SELECT $1, $3, $4, $5, $6, d.data_id FROM d")
-        # A commit's publication, 1: the partition row takes the offsets, only
-        # at the publisher's leader epoch and (when the publisher reserved
-        # them: $5) only where its log end still is; the row stays locked to
-        # the end of the transaction, so nothing else appends in between.
+        # A commit's publication, 1: the partition row takes the offsets at
+        # its log end, only at the publisher's leader epoch ($2 NULL: a
+        # partition another gateway leads, whatever its epoch); the row stays
+        # locked to the end of the transaction, so nothing else appends in
+        # between, and the leader's appends, which check the log end, never
+        # reuse these offsets.
         self.publish_fence = (
             f"UPDATE {s}.partitions SET log_end_offset = log_end_offset + $3, "
             "size_bytes = size_bytes + $4 "
-            "WHERE log_id = $1 AND leader_epoch = $2 "
-            "AND ($5::bigint IS NULL OR log_end_offset = $5) RETURNING 1")
+            "WHERE log_id = $1 AND ($2::integer IS NULL OR leader_epoch = $2) RETURNING 1")
         # 2: the pending rows become index rows at offsets counted back from
         # the new log end (the marker takes the last), naming the same bytes
         # (shifted: stored before they had offsets); every blob must be there.
@@ -68,9 +71,9 @@ class TxnStatements:
             "greatest(prior.ts, e.running), moved.size, moved.data_id, true "
             "FROM moved JOIN e USING (ordinal), start, prior RETURNING 1) "
             "SELECT 1 WHERE (SELECT count(*) FROM ins) = cardinality($4::int[])")
-        # 3: the COMMIT marker, a new batch at the last offset taken ($5:
-        # stored with base offset 0, patched when read, when its offset was
-        # not known before the transaction).
+        # 3: the COMMIT marker, a new batch at the last offset taken ($5: the
+        # offset it was stamped with, NULL when none was expected; stored
+        # shifted, patched when read, when it landed elsewhere).
         self.publish_marker = (
             f"WITH d AS (INSERT INTO {s}.batch_data (log_id, data) VALUES ($1, $2) "
             "RETURNING data_id), "
@@ -79,13 +82,12 @@ class TxnStatements:
             "WHERE log_id = $1 ORDER BY base_offset DESC LIMIT 1), -1) AS ts) "
             f"INSERT INTO {s}.batches (log_id, base_offset, last_offset, max_timestamp, "
             "running_max_timestamp, size, data_id, shifted) "
-            "SELECT $1, at.offset, at.offset, $3, greatest(prior.ts, $3), $4, d.data_id, $5 "
+            "SELECT $1, at.offset, at.offset, $3, greatest(prior.ts, $3), $4, d.data_id, "
+            "$5::bigint IS DISTINCT FROM at.offset "
             "FROM d, at, prior")
-        # 4 (when the offsets were not reserved): the new log end, told to
-        # every gateway once the transaction commits, and read back.
-        self.publish_notify = (
-            f"SELECT pg_notify($2, $1::bigint || ':' || log_end_offset) FROM {s}.partitions "
-            "WHERE log_id = $1")
+        # 4: what the commit added, told to every gateway once the
+        # transaction commits, and the new log end read back.
+        self.publish_notify = ANNOUNCE_FROM_ROW.format(s=s)
         self.log_end = f"SELECT log_end_offset FROM {s}.partitions WHERE log_id = $1"
         # An abort: the pending rows of one transaction on one partition, and
         # the bytes they name (only they name them).
@@ -94,6 +96,23 @@ class TxnStatements:
             "RETURNING data_id) "
             f"DELETE FROM {s}.batch_data d USING gone WHERE d.log_id = $1 "
             "AND d.data_id = gone.data_id")
+        # The coordinator's fence (``pgstore.txn_slots``): the transactional
+        # id's slot is still this gateway's at the epoch it gained it; the
+        # row share-locked to the end of the change (a takeover waits for it).
+        self.slot_held = (
+            f"SELECT 1 FROM {s}.coordinator_slots WHERE slot = $1 AND leader_node = $2 "
+            "AND leader_epoch = $3 FOR SHARE")
+        # A slot gained: the partitions and pending rows of some ids ($1).
+        self.load_partitions_of = (
+            f"SELECT transactional_id, instance, topic_id, partition, topic "
+            f"FROM {s}.txn_partitions WHERE transactional_id = ANY($1::text[]) "
+            "ORDER BY transactional_id, instance, topic, partition")
+        self.load_pending_of = (
+            f"SELECT p.log_id, p.instance, p.ordinal, p.header, p.size "
+            f"FROM {s}.txn_partitions t JOIN {s}.partitions l "
+            "ON l.topic_id = t.topic_id AND l.partition = t.partition "
+            f"JOIN {s}.pending_batches p ON p.log_id = l.log_id AND p.instance = t.instance "
+            "WHERE t.transactional_id = ANY($1::text[]) ORDER BY p.log_id, p.instance, p.ordinal")
         # Start-up.
         self.load_counters = f"SELECT name, value FROM {s}.counters"
         self.load_states = f"SELECT transactional_id, state FROM {s}.txn_states"

@@ -46,6 +46,10 @@ PostgreSQL transaction is"):
   abort, ``settle_staged`` before the group's coordinator answers an
   OffsetFetch (``pgstore.txn_staged_offsets``).
 
+In a cluster, every change of the coordinator's state is fenced by the
+transactional id's coordinator slot, and a slot gained has its ids read
+again (``load_ids``): ``pgstore.txn_slots``.
+
 A change that fails (refused, the connection lost, the outcome unknown)
 runs the failure hooks its parts registered: the offsets staged are
 forgotten, each publishing partition is told its log end is in doubt
@@ -56,10 +60,11 @@ storage's ``begin`` and written by its ``commit``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from uuid import UUID
 
 import asyncpg
+from asyncpg import Record
 
 from tablets import batch as batch_header
 from tablets.errors import StorageError
@@ -74,7 +79,7 @@ from tablets.seam import (
 )
 
 from .consumer_offsets import PgConsumerOffsets
-from .log_notices import announce_log_end, channel
+from .log_notices import channel
 from .migrate import Connection, quoted
 from .schema import DEFAULT_SCHEMA
 from .txn_publication import (
@@ -92,6 +97,7 @@ from .txn_publication import (
     parse_pending_ref,
     plan_publication,
 )
+from .txn_slots import CoordinatorChange, SlotHolder, fence_coordinator, read_ids
 from .txn_staged_offsets import StagedHook, StagedOffsets
 from .txn_statements import TxnStatements
 from .writer import PgChange, PgWriter
@@ -122,6 +128,7 @@ class PgTransactionStorage:
         self._recovered: dict[tuple[int, int], list[RecoveredBlob]] = {}
         self._pool: asyncpg.Pool | None = None  # reads of settle_staged
         self._staged: StagedOffsets | None = None
+        self.slot_holder: SlotHolder | None = None  # in a cluster (pgstore.cluster)
 
     async def load(self, conn: Connection) -> None:
         """Read the counters, the coordinator's state and the pending rows (start-up)."""
@@ -131,13 +138,35 @@ class PgTransactionStorage:
             partitions = await conn.fetch(self._sql.load_partitions)
             pending = await conn.fetch(self._sql.load_pending)
         self._counters = {row["name"]: int(row["value"]) for row in counters}
-        self._states = {row["transactional_id"]: bytes(row["state"]) for row in states}
+        self._states = {}
         self._txn_partitions = {}
+        self._recovered = {}
+        self._take(states, partitions, pending)
+
+    async def load_ids(self, conn: Connection, keep: Callable[[str], bool]) -> None:
+        """Read again the ids ``keep`` selects, with their open transactions'
+        partitions and pending rows, and the counters (this gateway gained
+        their coordinator slot: another gateway may have written them since)."""
+        counters, states, partitions, pending = await read_ids(conn, self._sql, keep)
+        for row in counters:  # never back: a change of this gateway may be in flight
+            name, value = row["name"], int(row["value"])
+            self._counters[name] = max(self._counters.get(name, value), value)
+        for transactional_id in [t for t in self._states if keep(t)]:
+            del self._states[transactional_id]  # deleted (expired) by another gateway
+        for key in [k for k in self._txn_partitions if keep(k[0])]:
+            del self._txn_partitions[key]
+        for row in pending:
+            self._recovered.pop((int(row["log_id"]), int(row["instance"])), None)
+        self._take(states, partitions, pending)
+
+    def _take(self, states: Sequence[Record], partitions: Sequence[Record],
+              pending: Sequence[Record]) -> None:
+        self._states.update(
+            (row["transactional_id"], bytes(row["state"])) for row in states)
         for row in partitions:
             key = (row["transactional_id"], int(row["instance"]))
             self._txn_partitions.setdefault(key, {})[(row["topic_id"], row["partition"])] = (
                 row["topic"])
-        self._recovered = {}
         for row in pending:
             log_id, instance, ordinal = int(row["log_id"]), int(row["instance"]), row["ordinal"]
             self._recovered.setdefault((log_id, instance), []).append(RecoveredBlob(
@@ -174,7 +203,7 @@ class PgTransactionStorage:
 
     # ---------------------------------------------------- atomic changes
     def begin(self) -> PgTxnChange:
-        return PgTxnChange()
+        return CoordinatorChange()
 
     def commit(self, change: AtomicChange) -> asyncio.Future[None]:
         """Write ``change`` (one PostgreSQL transaction, grouped with others);
@@ -225,11 +254,13 @@ class PgTransactionStorage:
 
     def put_txn_state(self, change: AtomicChange, transactional_id: str, value: bytes) -> None:
         pg = as_txn_change(change)
+        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
         pg.execute(self._sql.put_state, transactional_id, value)
         pg.on_durable(lambda: self._states.__setitem__(transactional_id, value))
 
     def delete_txn_state(self, change: AtomicChange, transactional_id: str) -> None:
         pg = as_txn_change(change)
+        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
         pg.execute(self._sql.delete_state, transactional_id)
 
         def durable() -> None:
@@ -246,6 +277,7 @@ class PgTransactionStorage:
     def put_txn_partition(self, change: AtomicChange, transactional_id: str, instance: int,
                           tp: TopicPartition, topic_id: UUID) -> None:
         pg = as_txn_change(change)
+        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
         pg.execute(self._sql.put_partition, transactional_id, instance, topic_id, tp[1], tp[0])
 
         def durable() -> None:
@@ -257,6 +289,7 @@ class PgTransactionStorage:
     def delete_txn_partition(self, change: AtomicChange, transactional_id: str, instance: int,
                              tp: TopicPartition, topic_id: UUID) -> None:
         pg = as_txn_change(change)
+        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
         pg.execute(self._sql.delete_partition, transactional_id, instance, topic_id, tp[1])
 
         def durable() -> None:
@@ -308,17 +341,22 @@ class PgTransactionStorage:
         result tells the log once the change is durable."""
         pg = as_txn_change(change)
         part = self._txn_partition(log)
-        log_id, epoch = part.log_id, part.leader_epoch
+        log_id, epoch = part.log_id, part.publish_epoch
         plan = plan_publication(log_id, blobs)
         marker_view = memoryview(marker)
         marker_header = batch_header.parse_batches(marker_view)[0]
         plan_bytes = plan.nbytes + len(marker)
+        max_ts = max([*plan.max_timestamps, marker_header.max_timestamp])
+        # Where this gateway expects the commit, when it leads the partition:
+        # its appends after it take the offsets after it. PostgreSQL has the
+        # last word: the offsets are the row's, under its lock, so a commit
+        # another gateway published in between moves this one, not refuses it.
         base = part.reserve(plan.count)
-        pg.fence(self._sql.publish_fence, log_id, epoch, plan.count, plan_bytes, base,
+        pg.fence(self._sql.publish_fence, log_id, epoch, plan.count, plan_bytes,
                  refused=lambda: PublicationFenced(
-                     f"log {log_id}: not at leader epoch {epoch}"
-                     + ("" if base is None else f" and log end {base}")
-                     + " any more: the transaction's commit was not written"))
+                     f"log {log_id}: " + ("deleted" if epoch is None else
+                                          f"not at leader epoch {epoch} any more")
+                     + ": the transaction's commit was not written"))
         if blobs:
             pg.fence(self._sql.publish_blobs, log_id, plan.instance, plan.count,
                      plan.ordinals, plan.deltas, plan.last_deltas, plan.max_timestamps,
@@ -326,24 +364,27 @@ class PgTransactionStorage:
                      refused=lambda: MissingPending(
                          f"log {log_id}: pending batches of the commit are not stored "
                          "(aborted meanwhile?): the commit was not written"))
-        stamped = batch_header.stamp(marker_view, marker_header,
-                                     0 if base is None else base + plan.count - 1,
+        expected = None if base is None else base + plan.count - 1
+        stamped = batch_header.stamp(marker_view, marker_header, expected or 0,
                                      part.batch_epoch)
         pg.execute(self._sql.publish_marker, log_id, stamped, marker_header.max_timestamp,
-                   len(stamped), base is None)
+                   len(stamped), expected)
         pg.nbytes += len(stamped)
         found: list[int] = []
-        if base is None:
-            pg.execute(self._sql.publish_notify, log_id, self._channel)
-            pg.fetch(self._sql.log_end, log_id,
-                     into=lambda rows: found.__setitem__(slice(None), [int(rows[0][0])]))
-        else:
-            announce_log_end(pg, self.schema, log_id, base + plan.count)
+        pg.execute(self._sql.publish_notify, log_id, self._channel, plan.count, plan_bytes,
+                   max_ts)
+        pg.fetch(self._sql.log_end, log_id,
+                 into=lambda rows: found.__setitem__(slice(None), [int(rows[0][0])]))
+        if base is not None:
             pg.on_failure(part.in_doubt)
 
         def publish() -> None:
-            end = base + plan.count if base is not None else found[0]
-            part.published(end - plan.count, end, plan_bytes)
+            end = found[0]
+            part.published(end - plan.count, end, plan_bytes, max_ts)
+            if base is not None and end != base + plan.count:
+                # Another gateway's commit took the offsets reserved here: the
+                # leader's view of its log end is wrong, reread it.
+                part.in_doubt()
             self._recovered.pop((log_id, plan.instance), None)
 
         return publish

@@ -527,10 +527,14 @@ class ClusterView(Protocol):
         """This gateway coordinates the key and has loaded its state."""
         ...
 
-    def watch_coordination(self, lost: Callable[[Callable[[str], bool]], None]) -> None:
+    def watch_coordination(self, lost: Callable[[Callable[[str], bool]], None],
+                           gained: Callable[[Callable[[str], bool]], None] | None = None,
+                           ) -> None:
         """Call ``lost(was_here)`` whenever this gateway stops coordinating some
         keys (``was_here(key)``: the key was among them), before it may gain
-        them again, so that state kept in memory for them is dropped."""
+        them again, so that state kept in memory for them is dropped; and
+        ``gained(is_new)`` when it gains some, once the engine has read their
+        state again and before ``coordinates`` says yes for them."""
         ...
 
 

@@ -9,8 +9,9 @@ PostgreSQL engine's ``PartitionLog`` must provide to the transaction storage
 It keeps what a leader keeps in memory (its epoch, its log end and high
 watermark) and reads the partition row when opened and after a change it
 took part in failed (``in_doubt``, then ``reload``). With ``leads=False`` it
-is a partition this gateway does not lead: it reserves nothing and the
-commit takes offsets from the row. Reads go through ``pgstore.batch_log``,
+is a partition this gateway does not lead: it reserves nothing, its epoch
+is not checked (this gateway's view of it may be stale) and the commit takes
+offsets from the row. Reads go through ``pgstore.batch_log``,
 which patches the base offsets of batches stored before they had offsets.
 """
 
@@ -52,6 +53,10 @@ class TxnLog:
     def batch_epoch(self) -> int:
         return self.leader_epoch
 
+    @property
+    def publish_epoch(self) -> int | None:
+        return self.leader_epoch if self.leads else None
+
     def reserve(self, count: int) -> int | None:
         if not self.leads:
             return None
@@ -59,7 +64,7 @@ class TxnLog:
         self.log_end_offset += count
         return base
 
-    def published(self, base: int, end: int, nbytes: int) -> None:
+    def published(self, base: int, end: int, nbytes: int, max_timestamp: int) -> None:
         self.publications.append((base, end))
         self.log_end_offset = max(self.log_end_offset, end)
         self.high_watermark = max(self.high_watermark, end)

@@ -186,7 +186,7 @@ PG_STORE_TESTS=(
   compat_tests/test_cli.py
   compat_tests/test_confluent_kafka.py compat_tests/test_kafka_python.py
   compat_tests/test_aiokafka.py
-  compat_tests/test_groups_confluent.py
+  compat_tests/test_groups_confluent.py compat_tests/test_groups_kafka_python.py
   compat_tests/test_groups_aiokafka.py compat_tests/test_groups_java.py
 )
 if [ "$#" -eq 0 ]; then

@@ -190,6 +190,34 @@ def test_rebalance_completes_as_soon_as_every_member_rejoined(tmp_path):
     run(tmp_path, test)
 
 
+def test_in_a_stable_group_the_leaders_join_rebalances_and_a_followers_does_not(tmp_path):
+    """Kafka's rule for a known member's JoinGroup in a Stable group
+    (GroupCoordinator.doCurrentMemberJoinGroup): a follower whose protocols
+    are unchanged gets its generation back, without a rebalance; the leader's
+    always starts one (how a consumer's leader asks for a new assignment).
+    kafka-python sends such a JoinGroup after a join that completed outside
+    poll() (compat_tests/test_groups_kafka_python.py, PolledMember)."""
+    async def test(coordinator):
+        a, b = await stable_group(coordinator, 2)
+        leader, follower = (a, b) if a.member_id == a.leader_id else (b, a)
+        again = await coordinator.join_group(request(member_id=follower.member_id))
+        assert (again.error, again.generation_id, again.leader_id, again.members) == (
+            ErrorCode.none, 1, leader.member_id, [])
+        assert state(coordinator) is GroupState.STABLE
+        assert coordinator.heartbeat(GROUP, 1, follower.member_id, None) is ErrorCode.none
+
+        leader_join = asyncio.ensure_future(
+            coordinator.join_group(request(member_id=leader.member_id)))
+        await asyncio.sleep(0.01)
+        assert state(coordinator) is GroupState.PREPARING_REBALANCE
+        assert coordinator.heartbeat(GROUP, 1, follower.member_id,
+                                     None) is ErrorCode.rebalance_in_progress
+        follower_join = await coordinator.join_group(request(member_id=follower.member_id))
+        assert {(await leader_join).generation_id, follower_join.generation_id} == {2}
+
+    run(tmp_path, test)
+
+
 def test_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout(tmp_path):
     async def test(coordinator):
         a, b = await stable_group(coordinator, 2, session_ms=5_000)

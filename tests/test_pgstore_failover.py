@@ -44,7 +44,7 @@ import pytest
 from pgstore.batch_log import BatchLog
 from pgstore.connect import HOST_TIMEOUT_SECONDS, per_host
 from pgstore.connect import connect as connect_any
-from pgstore.log_notices import LogNotices, announce_log_end
+from pgstore.log_notices import LogEnd, LogNotices, announce_log_end
 from pgstore.migrate import migrate
 from pgstore.writer import OutcomeUnknown, PgWriter, StoreUnavailable
 from testkit import pg_replication
@@ -110,8 +110,8 @@ class Heard:
         self.ends: list[tuple[int, int]] = []
         self.resyncs = 0
 
-    def log_end(self, log_id: int, end: int) -> None:
-        self.ends.append((log_id, end))
+    def log_end(self, notice: LogEnd) -> None:
+        self.ends.append((notice.log_id, notice.end))
 
     async def resync(self) -> None:
         self.resyncs += 1
@@ -286,7 +286,7 @@ async def check_nothing_acknowledged_lost(load: Load, dsn: str) -> dict[str, int
 async def heard_again(load: Load, end: int) -> None:
     """A log end announced through the writer now reaches the listener."""
     change = load.writer.begin()
-    announce_log_end(change, SCHEMA, NOTICE_LOG_ID, end)
+    announce_log_end(change, SCHEMA, LogEnd(NOTICE_LOG_ID, end - 1, end))
     await load.writer.commit(change)
     await until(lambda: (NOTICE_LOG_ID, end) in load.heard.ends, "the notice heard", 30)
 
@@ -478,7 +478,7 @@ def test_while_no_server_takes_writes_the_writer_and_the_listener_keep_trying() 
                 with pytest.raises(asyncpg.TargetServerAttributeNotMatched):
                     await asyncpg.connect(dsn)  # the premise: no host matches
                 change = writer.begin()
-                announce_log_end(change, SCHEMA, NOTICE_LOG_ID, 1)
+                announce_log_end(change, SCHEMA, LogEnd(NOTICE_LOG_ID, 0, 1))
                 with pytest.raises(StoreUnavailable):
                     await writer.commit(change)
                 await asyncio.sleep(3 * 2.0)  # several of the listener's attempts
@@ -488,7 +488,7 @@ def test_while_no_server_takes_writes_the_writer_and_the_listener_keep_trying() 
                 pg.psql("SELECT pg_reload_conf()")
                 await until(lambda: heard.resyncs >= 2, "the listener back", 30)
                 change = writer.begin()
-                announce_log_end(change, SCHEMA, NOTICE_LOG_ID, 2)
+                announce_log_end(change, SCHEMA, LogEnd(NOTICE_LOG_ID, 1, 2))
                 await writer.commit(change)
                 await until(lambda: (NOTICE_LOG_ID, 2) in heard.ends, "the notice heard", 30)
             finally:

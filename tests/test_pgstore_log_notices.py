@@ -11,7 +11,7 @@ from collections.abc import Callable
 import asyncpg
 import pytest
 
-from pgstore.log_notices import LogNotices, announce_log_end, channel
+from pgstore.log_notices import LogEnd, LogNotices, announce_log_end, channel
 from pgstore.writer import PgWriter
 from testkit import postgres
 from testkit.postgres import PostgresServer
@@ -32,8 +32,8 @@ class Heard:
         self.ends: list[tuple[int, int]] = []
         self.resyncs = 0
 
-    def log_end(self, log_id: int, end: int) -> None:
-        self.ends.append((log_id, end))
+    def log_end(self, notice: LogEnd) -> None:
+        self.ends.append((notice.log_id, notice.end))
 
     async def resync(self) -> None:
         self.resyncs += 1
@@ -52,13 +52,13 @@ def test_committed_changes_are_heard_in_commit_order_by_every_listener(
             assert [h.resyncs for h in heard] == [1, 1]  # the first LISTEN resyncs too
             for end in range(1, 51):
                 change = writer.begin()
-                announce_log_end(change, SCHEMA, 7, end)
+                announce_log_end(change, SCHEMA, LogEnd(7, end - 1, end))
                 await writer.commit(change)
             # One group of several changes: one transaction, notices in order.
             changes = []
             for end in range(51, 61):
                 change = writer.begin()
-                announce_log_end(change, SCHEMA, 8, end)
+                announce_log_end(change, SCHEMA, LogEnd(8, end - 1, end))
                 changes.append(writer.commit(change))
             await asyncio.gather(*changes)
             for h in heard:
@@ -81,10 +81,10 @@ def test_a_refused_change_announces_nothing(pg_server: PostgresServer) -> None:
         await writer.start()
         try:
             refused = writer.begin()
-            announce_log_end(refused, SCHEMA, 1, 99)
+            announce_log_end(refused, SCHEMA, LogEnd(1, 98, 99))
             refused.fence("SELECT 1 WHERE false", refused=lambda: RuntimeError("moved"))
             kept = writer.begin()
-            announce_log_end(kept, SCHEMA, 1, 5)
+            announce_log_end(kept, SCHEMA, LogEnd(1, 4, 5))
             results = await asyncio.gather(writer.commit(refused), writer.commit(kept),
                                            return_exceptions=True)
             assert isinstance(results[0], RuntimeError) and results[1] is None
@@ -110,10 +110,10 @@ def test_a_lost_connection_is_reopened_and_resynced(pg_server: PostgresServer) -
                 "WHERE pid <> pg_backend_pid() AND query LIKE 'LISTEN%'")
             assert killed == 1  # the fault landed: the listening backend is gone
             await until(lambda: listener.connects == 2 and heard.resyncs == 2)
-            await admin.execute("SELECT pg_notify($1, '3:30')", channel(SCHEMA))
+            await admin.execute("SELECT pg_notify($1, '3:29:30:0:-1')", channel(SCHEMA))
             await until(lambda: heard.ends == [(3, 30)])
             await admin.execute("SELECT pg_notify($1, 'garbage')", channel(SCHEMA))
-            await admin.execute("SELECT pg_notify($1, '3:31')", channel(SCHEMA))
+            await admin.execute("SELECT pg_notify($1, '3:30:31:0:-1')", channel(SCHEMA))
             await until(lambda: heard.ends == [(3, 30), (3, 31)])
             assert listener.malformed == 1
         finally:

@@ -257,3 +257,60 @@ def test_consumer_offsets_and_important_groups_on_the_node(pg_server: PostgresSe
         await node.close()
 
     run(body)
+
+
+class _PausedAfterRead:
+    """A connection whose reread of the catalog stops after its first query
+    until ``go`` is set: a config change can then land in between."""
+
+    def __init__(self, conn: asyncpg.Connection) -> None:
+        self.conn = conn
+        self.read = asyncio.Event()
+        self.go = asyncio.Event()
+
+    def transaction(self, **kw: object) -> object:
+        return self.conn.transaction(**kw)  # type: ignore[arg-type]
+
+    async def fetch(self, sql: str, *args: object) -> list[asyncpg.Record]:
+        rows = await self.conn.fetch(sql, *args)
+        if not self.read.is_set():
+            self.read.set()
+            await self.go.wait()
+        return rows
+
+
+def test_a_catalog_reread_that_began_before_a_config_change_does_not_undo_it(
+        pg_server: PostgresServer) -> None:
+    """The reread (``PgTopicCatalog.refresh``, run on every topic notice) read
+    the old configs, the change committed and was applied here, then the
+    reread applied what it had read: the change was lost (seen once as
+    test_aiokafka's AlterConfigs round trip on the PostgreSQL store)."""
+    schema = f"node_{uuid.uuid4().hex[:10]}"
+
+    async def body() -> None:
+        node = PgNodeStorage(pg_server.dsn, PgNodeSettings(schema=schema))
+        await node.start()
+        try:
+            await node.create_topic("t", 1, {})
+            conn = await asyncpg.connect(pg_server.dsn)
+            try:
+                paused = _PausedAfterRead(conn)
+                reread = asyncio.ensure_future(node.catalog.refresh(paused))  # type: ignore[arg-type]
+                await paused.read.wait()  # it has read retention.bytes unset
+                await node.set_topic_configs("t", {"retention.bytes": "1000"})
+                paused.go.set()
+                await reread
+            finally:
+                await conn.close()
+            assert node.catalog.topic("t").configs == {"retention.bytes": "1000"}
+            # A later reread (the change's own notice) agrees with the database.
+            conn = await asyncpg.connect(pg_server.dsn)
+            try:
+                await node.catalog.refresh(conn)
+            finally:
+                await conn.close()
+            assert node.catalog.topic("t").configs == {"retention.bytes": "1000"}
+        finally:
+            await node.close()
+
+    run(body)

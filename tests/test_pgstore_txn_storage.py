@@ -36,7 +36,8 @@ import pytest
 
 from pgstore.batch_log import BatchLog
 from pgstore.consumer_offsets import PgConsumerOffsets
-from pgstore.log_notices import channel
+from pgstore.log_notices import LogEnd, channel
+from pgstore.migrate import quoted
 from pgstore.txn_publication import (
     CounterMoved,
     OffsetsMoved,
@@ -209,7 +210,11 @@ def test_a_commit_over_two_partitions_led_by_two_gateways_is_one_transaction(
             blobs_a = [await gateway.produce(a, 1, 0, produced[0]),
                        await gateway.produce(a, 1, 1, produced[1])]
             blobs_b = [await gateway.produce(b, 1, 2, produced[2])]
-            # The other gateway, leading b, appends meanwhile: the commit goes after it.
+            # The other gateway claims b (its epoch moves past the one this
+            # gateway last saw: not checked for a partition led elsewhere)
+            # and appends meanwhile: the commit goes after it.
+            await admin.execute(f"UPDATE {quoted(schema)}.partitions "
+                                "SET leader_epoch = leader_epoch + 1 WHERE log_id = $1", b_id)
             other = await BatchLog.open(pool, schema, b_id)
             assert await other.append([make_batch([b"x", b"y"], base_timestamp=500)]) == [0]
             before = await snapshot(admin, schema)
@@ -248,12 +253,17 @@ def test_a_commit_over_two_partitions_led_by_two_gateways_is_one_transaction(
             assert after["offsets"] == [("g", "t", 0, 42, "tx")]
             assert after["states"] == [("tx", b"COMPLETE_COMMIT")]
             assert gateway.offsets.committed("g", "t", 0).offset == 42  # type: ignore[union-attr]
-            # Both log ends announced to every gateway.
             for _ in range(100):
                 if len(heard) >= 2:
                     break
                 await asyncio.sleep(0.05)
-            assert sorted(heard) == sorted([f"{a_id}:6", f"{b_id}:7"])
+            # Both publications announced to every gateway: offsets, bytes, newest timestamp.
+            notices = sorted((LogEnd.parse(payload) for payload in heard), key=lambda n: n.log_id)
+            assert [(n.log_id, n.base, n.end) for n in notices] == sorted(
+                [(a_id, 0, 6), (b_id, 2, 7)])
+            assert {n.log_id: n.nbytes for n in notices} == {
+                a_id: sizes[a_id], b_id: sum(len(b) for b in read_b[1:])}
+            assert all(n.max_timestamp > 0 for n in notices)
         finally:
             await gateway.writer.close()
 

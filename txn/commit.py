@@ -37,6 +37,7 @@ from .partitions import TxnPartitions
 from .pending_offsets import PendingOffsets
 from .registry import TxnRegistry
 from .remote_offsets import StagingStorage
+from .remote_produce import RemoteTransactions
 from .state import TxnMetadata, TxnState
 from .stats import TxnStats
 
@@ -58,6 +59,9 @@ class TxnCompletion:
         self.clock = clock
         storage = registry.storage
         self.staging = storage if isinstance(storage, StagingStorage) else None
+        # A cluster's transactions whose batches other gateways store
+        # (``remote_produce.py``); None: every batch is this coordinator's.
+        self.remote: RemoteTransactions | None = None
 
     async def end_txn(self, meta: TxnMetadata, commit: bool, connection: int) -> None:
         """Commit or abort ``meta``'s open transaction, in one store write; the
@@ -152,6 +156,8 @@ class TxnCompletion:
 
     def stage_commit(self, meta: TxnMetadata, ops: AtomicChange) -> Callable[[], None]:
         """Add the whole commit to ``ops``; returns what publishes it once durable."""
+        if self.remote is not None:  # first: the leaders' appends checked before are in
+            self.remote.store.lock_txn(ops, meta.transactional_id)
         opened = self.open_txns.pop(meta.transactional_id)
         opened.data.end(InvalidTxnState, f"the transaction of {meta.transactional_id} was "
                         "committed before this batch was stored")
@@ -169,6 +175,8 @@ class TxnCompletion:
             own = storage.log_ref(tablet)
             blobs = [blob for blob in opened.data.blobs.get((topic, index), [])
                      if storage.pending_log_ref(blob.key) == own]
+            if self.remote is not None:  # the leader's batches first: stored before these
+                self.remote.store.stage_remote_commit(ops, tablet, meta.instance)
             publishers.append(storage.stage_commit(ops, tablet, blobs, marker))
         staged = {group: self.registry.storage.stage_offsets(
                       ops, group, commits, now, meta.transactional_id, meta.members.get(group))
@@ -190,6 +198,8 @@ class TxnCompletion:
     def stage_abort(self, meta: TxnMetadata, ops: AtomicChange, error: type[TxnError],
                     message: str) -> Callable[[], None]:
         """Add the abort to ``ops``; a batch still in flight gets ``error``."""
+        if self.remote is not None:  # first, as a commit's
+            self.remote.store.lock_txn(ops, meta.transactional_id)
         opened = self.open_txns.pop(meta.transactional_id)
         opened.data.end(error, message)
         opened.data.abort(self.partitions.prefixes(meta), ops)

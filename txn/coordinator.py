@@ -56,6 +56,15 @@ The coordinator is the front of parts that each own one concern:
 Here: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and the
 transactional Produce's sink, and loading everything at start-up.
 
+In a cluster of gateways (``coordinates``, wired by the server to the
+engine's ``ClusterView``), this coordinator holds only the transactional
+ids whose coordinator slot this gateway holds: none at start-up, those of
+a slot when it is gained (``load_gained``: read from the store before the
+slot answers for them; a transaction open there is open here, its timeout
+counted from its persisted start), and none of a slot it lost (``drop``:
+no timeout, no commit from here; requests answer NOT_COORDINATOR). The
+store fences every write by the slot's epoch besides (``pgstore.txn_slots``).
+
 State is persisted with every change, through the storage seam
 (``tablets.seam.TransactionStorage``: the id's state record, and a record per
 partition of the open transaction), so after ``kill -9`` an open transaction
@@ -73,12 +82,13 @@ touches and a Produce of the transaction cannot write to.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import copy
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
 from common.clock import now_ms
-from tablets.errors import ChangeRefused
+from tablets.errors import ChangeRefused, CoordinatorMoved
 from tablets.seam import AtomicChange, ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
 
 from .commit import TxnCompletion
@@ -92,6 +102,7 @@ from .pending_offsets import PendingOffsets
 from .producer_ids import ProducerIds
 from .registry import TxnRegistry
 from .remote_offsets import RemoteOffsets, StagingStorage
+from .remote_produce import RemoteTransactions
 from .sessions import Sessions
 from .state import TxnMetadata, TxnState
 from .stats import TxnSettings, TxnStats
@@ -127,8 +138,27 @@ class TransactionCoordinator:
         self.sessions = Sessions(self.registry, self.completion, ProducerIds(storage),
                                  self.writer, self.settings, self.stats, clock)
         # Offsets staged here for transactions other gateways coordinate.
-        self.remote = (RemoteOffsets(storage, self.pending_offsets)
+        self.remote_offsets = (RemoteOffsets(storage, self.pending_offsets)
                        if isinstance(storage, StagingStorage) else None)
+        self.sessions.check_coordinates = self.check_coordinates
+        self.sessions.refused = self.refused
+        # Ids whose write the store refused for the coordinator's fence: not
+        # coordinated here until their slot is gained again (or lost).
+        self._moved: set[str] = set()
+        # Whether this gateway coordinates a transactional id now (a node
+        # alone: every one; in a cluster: ``ClusterView.coordinates``).
+        self.coordinates: Callable[[str], bool] = lambda _transactional_id: True
+        self._keep: Callable[[str], bool] | None = None  # what ``load`` takes (None: all)
+
+    @property
+    def remote(self) -> RemoteTransactions | None:
+        """A cluster's transactions that other gateways coordinate, or whose
+        batches other gateways store (``remote_produce.py``); None alone."""
+        return self.completion.remote
+
+    @remote.setter
+    def remote(self, remote: RemoteTransactions | None) -> None:
+        self.completion.remote = remote
 
     @property
     def writer(self) -> ChangeWriter:
@@ -152,26 +182,103 @@ class TransactionCoordinator:
         return self.registry.ordered
 
     def load(self) -> None:
-        """Read every transactional id; rebuild open transactions' blob lists."""
-        for meta in self.registry.load():
+        """Read every transactional id this gateway coordinates (start-up);
+        rebuild open transactions' blob lists."""
+        self._take(self.registry.load(self._keep))
+        log.info("loaded %d transactional ids, %d open transactions", len(self.txns),
+                 len(self.open_txns.by_id))
+
+    def in_cluster(self, coordinates: Callable[[str], bool]) -> None:
+        """Coordinate only the ids ``coordinates`` says (before ``load``)."""
+        self.coordinates = self._keep = coordinates
+
+    def load_gained(self, gained: Callable[[str], bool]) -> None:
+        """This gateway gained the coordinator slots of the ids ``gained``
+        selects, and the store has read them again: take those not in memory
+        (``ClusterView.watch_coordination``). An open transaction's timeout
+        runs from its persisted start, so one past it is aborted by the next
+        expiry pass."""
+        self._moved = {t for t in self._moved if not gained(t)}
+        loaded = self._take(self.registry.load(gained))
+        if loaded:
+            log.info("coordinator slot gained: loaded %d transactional ids, %d of them with "
+                     "an open transaction", loaded, sum(
+                         1 for t in self.open_txns.by_id if gained(t)))
+
+    def _take(self, metas: builtins.list[TxnMetadata]) -> int:
+        for meta in metas:
             if meta.is_open:
                 self.open_txns.recover(meta)
                 for group, commits in meta.offsets.items():
                     self.pending_offsets.hold(group, commits)
-        log.info("loaded %d transactional ids, %d open transactions", len(self.txns),
-                 len(self.open_txns.by_id))
+        return len(metas)
+
+    def drop(self, was_here: Callable[[str], bool]) -> None:
+        """This gateway stopped coordinating the ids ``was_here`` selects
+        (``ClusterView.watch_coordination``): forget them, with their open
+        transactions' memory (no timeout or commit from here any more; the
+        gateway that gained the slot reads them from the store). A batch of
+        theirs still being checked stores nothing (INVALID_TXN_STATE: the
+        producer aborts)."""
+        self._moved = {t for t in self._moved if not was_here(t)}
+        gone = [meta for transactional_id, meta in self.registry.txns.items()
+                if was_here(transactional_id)]
+        for meta in gone:
+            opened = self.open_txns.by_id.pop(meta.transactional_id, None)
+            if opened is not None:
+                opened.data.end(InvalidTxnState, f"the coordinator of {meta.transactional_id} "
+                                "moved to another gateway before this batch was stored")
+                opened.data.release()
+                for group, commits in meta.offsets.items():
+                    self.pending_offsets.release(group, commits)
+            self.partitions.forget(meta.transactional_id)
+            self.registry.forget(meta)
+        if gone:
+            log.info("coordinator slot lost: dropped %d transactional ids", len(gone))
+
+    def check_coordinates(self, transactional_id: str) -> None:
+        """NOT_COORDINATOR for an id this gateway stopped coordinating while
+        its request waited (the protocol layer checked it on arrival)."""
+        if transactional_id in self._moved or not self.coordinates(transactional_id):
+            raise CoordinatorMoved(f"transactional id {transactional_id!r}: its coordinator "
+                                   "slot moved to another gateway")
+
+    def refused(self, transactional_id: str) -> None:
+        """The store refused a write for the id (its slot's epoch moved): what
+        memory holds of it may be ahead of the store (a commit staged, an
+        epoch bumped), so it is dropped and not coordinated here (a retry
+        answers NOT_COORDINATOR, never "already committed") until its slot is
+        gained again, which reads it from the store."""
+        self.drop(lambda t: t == transactional_id)
+        self._moved.add(transactional_id)
+
+    @contextlib.asynccontextmanager
+    async def _serving(self, transactional_id: str) -> AsyncIterator[None]:
+        """A request for the id: one at a time, only while coordinated here."""
+        async with self.registry.lock(transactional_id):
+            self.check_coordinates(transactional_id)
+            try:
+                yield
+            except CoordinatorMoved:
+                self.refused(transactional_id)
+                raise
 
     # ------------------------------------------------------ sessions and ends
     async def init_producer_id(self, transactional_id: str | None, timeout_ms: int,
                                producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
         """(producer id, epoch) for a new session of a producer (``sessions.py``)."""
-        return await self.sessions.init_producer_id(transactional_id, timeout_ms,
-                                                    producer_id, epoch)
+        try:
+            return await self.sessions.init_producer_id(transactional_id, timeout_ms,
+                                                        producer_id, epoch)
+        except CoordinatorMoved:
+            if transactional_id is not None:
+                self.refused(transactional_id)
+            raise
 
     async def end_txn(self, transactional_id: str, producer_id: int, epoch: int,
                       commit: bool, connection: int = -1) -> None:
         """Commit or abort the open transaction, in one store write (``commit.py``)."""
-        async with self.registry.lock(transactional_id):
+        async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             await self.completion.end_txn(meta, commit, connection)
 
@@ -187,7 +294,7 @@ class TransactionCoordinator:
 
         The caller has checked that every partition exists.
         """
-        async with self.registry.lock(transactional_id):
+        async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             began = not meta.is_open
             before = copy.deepcopy(meta) if began else None
@@ -205,7 +312,7 @@ class TransactionCoordinator:
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                           group: str, connection: int = -1) -> None:
-        async with self.registry.lock(transactional_id):
+        async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             before = None if meta.is_open else copy.deepcopy(meta)
             self.open_txns.touch(meta, connection)
@@ -246,7 +353,7 @@ class TransactionCoordinator:
         one and the generation (else ""), which the check treats apart
         (``conflicts.py``), here and at EndTxn.
         """
-        async with self.registry.lock(transactional_id):
+        async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             if not meta.is_open or group not in meta.groups:
                 raise InvalidTxnState(
@@ -281,17 +388,17 @@ class TransactionCoordinator:
         """Stage a group's offsets, here its coordinator, for a transaction
         another gateway coordinates (``remote_offsets.py``). The caller
         checked KIP-447's generation and member fences first."""
-        if self.remote is None:
+        if self.remote_offsets is None:
             raise InvalidProducerIdMapping(
                 f"transactional id {transactional_id!r} is coordinated elsewhere, and this "
                 "store cannot stage offsets for another coordinator")
-        await self.remote.stage(transactional_id, producer_id, epoch, group, commits)
+        await self.remote_offsets.stage(transactional_id, producer_id, epoch, group, commits)
 
     async def settle_offsets(self, group: str) -> None:
         """Before the group's offsets are read: make visible what transactions
         coordinated elsewhere committed of what they staged here."""
-        if self.remote is not None:
-            await self.remote.settle(group)
+        if self.remote_offsets is not None:
+            await self.remote_offsets.settle(group)
 
     # -------------------------------------------------- transactional Produce
     def sink_for(self, transactional_id: str, producer_id: int, epoch: int, topic: str,

@@ -108,6 +108,10 @@ class TxnPartitions:
             for tp in meta.partitions:
                 self._put(meta, tp, ops)
 
+    def forget(self, transactional_id: str) -> None:
+        """The id is no longer coordinated here (its slot moved away)."""
+        self._unsaved.discard(transactional_id)
+
     def is_unsaved(self, meta: TxnMetadata) -> bool:
         return meta.transactional_id in self._unsaved
 

@@ -9,6 +9,7 @@ Requests for one id are served one at a time: ``lock``.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from tablets.seam import AtomicChange, TransactionStorage
 
@@ -29,13 +30,18 @@ class TxnRegistry:
         self._locks: dict[str, asyncio.Lock] = {}
         self._last_instance = storage.counter(_INSTANCE) or 0
 
-    def load(self) -> list[TxnMetadata]:
-        """Read every transactional id (start-up); returns them."""
+    def load(self, keep: Callable[[str], bool] | None = None) -> list[TxnMetadata]:
+        """Read every transactional id (start-up), or those ``keep`` selects
+        that are not in memory (a coordinator slot gained: their instances
+        were taken, and counted, by the gateway that began them); returns them."""
         loaded = []
         for transactional_id, value in self.storage.txn_states():
+            if keep is not None and (transactional_id in self.txns or not keep(transactional_id)):
+                continue
             meta = TxnMetadata.decode(transactional_id, value)
             self.register(meta)
-            self._last_instance = max(self._last_instance, meta.instance)
+            if keep is None:
+                self._last_instance = max(self._last_instance, meta.instance)
             self.partitions.load(meta)
             loaded.append(meta)
         return loaded

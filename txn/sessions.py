@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable
 
 from common.logtext import client_text
+from tablets.errors import CoordinatorMoved
 from tablets.seam import AtomicChange, ChangeWriter
 
 from .commit import TxnCompletion
@@ -43,6 +44,11 @@ class Sessions:
         self.settings = settings
         self.stats = stats
         self.clock = clock
+        # Raises NOT_COORDINATOR for an id not coordinated here (a cluster of
+        # gateways: ``TransactionCoordinator.check_coordinates``).
+        self.check_coordinates: Callable[[str], None] = lambda _transactional_id: None
+        # Told of an id whose write the store refused for the coordinator's fence.
+        self.refused: Callable[[str], None] = lambda _transactional_id: None
 
     async def init_producer_id(self, transactional_id: str | None, timeout_ms: int,
                                producer_id: int = -1, epoch: int = -1) -> tuple[int, int]:
@@ -65,6 +71,7 @@ class Sessions:
                 f"transaction timeout {timeout_ms} ms is not in (0, "
                 f"{self.settings.max_timeout_ms}] (transaction.max.timeout.ms)")
         async with self.registry.lock(transactional_id):
+            self.check_coordinates(transactional_id)
             meta = self.registry.txns.get(transactional_id)
             ops = self.writer.begin()
             now = self.clock()
@@ -125,27 +132,38 @@ class Sessions:
 
     async def expire(self) -> None:
         """Abort timed-out transactions (bumping the epoch, as Kafka does) and
-        forget transactional ids idle for ``transactional.id.expiration.ms``."""
+        forget transactional ids idle for ``transactional.id.expiration.ms``.
+        Only ids in memory, which are those coordinated here."""
         now = self.clock()
         for meta in list(self.registry.txns.values()):
-            if meta.is_open and now - meta.started_ms > meta.timeout_ms:
-                await self._time_out(meta)
-            elif (not meta.is_open and now - meta.updated_ms > self.settings.id_expiration_ms
-                  and not self.registry.lock(meta.transactional_id).locked()):
-                ops = self.writer.begin()
-                self.registry.storage.delete_txn_state(ops, meta.transactional_id)
-                updated = meta.updated_ms
-                await self.writer.commit(ops)
-                # A request that used the id meanwhile wrote it again after
-                # this deletion (writes land in order): it stays.
-                if (self.registry.txns.get(meta.transactional_id) is meta and not meta.is_open
-                        and meta.updated_ms == updated):
-                    meta.move(TxnState.DEAD)
-                    self.registry.forget(meta)
+            if self.registry.txns.get(meta.transactional_id) is not meta:
+                continue  # dropped meanwhile (its coordinator slot moved away)
+            try:
+                await self._expire_one(meta, now)
+            except CoordinatorMoved as exc:  # the store's fence: another gateway's now
+                log.info("transaction timeout or expiry not written: %s", exc)
+                self.refused(meta.transactional_id)
+
+    async def _expire_one(self, meta: TxnMetadata, now: int) -> None:
+        if meta.is_open and now - meta.started_ms > meta.timeout_ms:
+            await self._time_out(meta)
+        elif (not meta.is_open and now - meta.updated_ms > self.settings.id_expiration_ms
+              and not self.registry.lock(meta.transactional_id).locked()):
+            ops = self.writer.begin()
+            self.registry.storage.delete_txn_state(ops, meta.transactional_id)
+            updated = meta.updated_ms
+            await self.writer.commit(ops)
+            # A request that used the id meanwhile wrote it again after
+            # this deletion (writes land in order): it stays.
+            if (self.registry.txns.get(meta.transactional_id) is meta and not meta.is_open
+                    and meta.updated_ms == updated):
+                meta.move(TxnState.DEAD)
+                self.registry.forget(meta)
 
     async def _time_out(self, meta: TxnMetadata) -> None:
         async with self.registry.lock(meta.transactional_id):
-            if not meta.is_open or self.clock() - meta.started_ms <= meta.timeout_ms:
+            if (not meta.is_open or self.clock() - meta.started_ms <= meta.timeout_ms
+                    or self.registry.txns.get(meta.transactional_id) is not meta):
                 return
             log.info("transaction %s (producer %d epoch %d) timed out after %d ms: aborted",
                      client_text(meta.transactional_id), meta.producer_id, meta.epoch,

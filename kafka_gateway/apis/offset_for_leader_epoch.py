@@ -4,10 +4,10 @@ Clients ask it to detect log truncation after a leader change (KIP-320).
 A node alone has one epoch, so epoch 0 ends at the high watermark; any other
 epoch is unknown here and gets the undefined answer (-1, -1), as in Kafka.
 In a cluster of gateways over PostgreSQL, the leaders share one log that is
-never truncated, and every batch is stamped with epoch 0: any epoch up to
-the partition's current one ends at the high watermark (so a client never
-finds a divergence), and a partition led elsewhere answers
-NOT_LEADER_OR_FOLLOWER.
+never truncated, and batches carry the epochs of the gateways that wrote
+them: any epoch up to the partition's current one ends at the high
+watermark (so a client never finds a divergence), and a partition led
+elsewhere answers NOT_LEADER_OR_FOLLOWER.
 Needs DESCRIBE on each topic, or CLUSTER_ACTION on the cluster
 (TOPIC_AUTHORIZATION_FAILED).
 """

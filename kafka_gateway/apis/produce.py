@@ -61,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import TypeAlias
 
 from kio.schema.errors import ErrorCode
@@ -68,6 +69,8 @@ from kio.schema.errors import ErrorCode
 from common.clock import now_ms
 from tablets.batch import transactional_producer
 from tablets.seam import AppendResult
+from txn.remote_produce import RemoteTransactions
+from txn.state import TxnMetadata
 
 from ..answers import refuse_denied
 from ..codec import Request
@@ -122,7 +125,8 @@ async def handle(broker: HandlerContext, request: Request[ProduceRequest]) -> Re
     parts = [(topic, part) for topic in body.topic_data for part in topic.partition_data]
     key = (id(broker), request.connection)
     lock = _APPEND_LOCKS.get(key)
-    if lock is None and never_yields(len(parts)):
+    remote = _remote_txns(broker, request, refused)
+    if lock is None and remote is None and never_yields(len(parts)):
         for topic_data, part in parts:
             pending.append(_append(broker, request, topic_data.name, part, now, refused,
                                    denied))
@@ -130,7 +134,13 @@ async def handle(broker: HandlerContext, request: Request[ProduceRequest]) -> Re
         if lock is None:
             lock = _APPEND_LOCKS[key] = asyncio.Lock()
         async with lock:
-            await _append_all(broker, request, parts, now, refused, denied, pending)
+            stored = None
+            if remote is not None:  # read under the lock: the connection's order holds
+                try:
+                    stored = _Stored(await remote.read(body.transactional_id or ""))
+                except EXPECTED as exc:
+                    refused = exc  # type: ignore[assignment]
+            await _append_all(broker, request, parts, now, refused, denied, pending, stored)
 
     results: dict[str, list[PartitionAnswer]] = {}
     errors = broker.metrics.response_errors
@@ -160,6 +170,29 @@ async def handle(broker: HandlerContext, request: Request[ProduceRequest]) -> Re
     return produce_response.encode(request.version, results)
 
 
+@dataclass(frozen=True, slots=True)
+class _Stored:
+    """The transactional id's stored state, read by a leader that does not
+    coordinate it (None: no such id)."""
+
+    meta: TxnMetadata | None
+
+
+def _remote_txns(broker: HandlerContext, request: Request[ProduceRequest],
+                 refused: BaseException | None) -> RemoteTransactions | None:
+    """What reads the transaction's stored state, when this request carries
+    transactional batches of an id another gateway of the cluster coordinates
+    (``txn/remote_produce.py``); None otherwise (alone: always)."""
+    remote = broker.txns.remote
+    txn_id = request.body.transactional_id
+    if remote is None or not txn_id or refused is not None or remote.coordinates(txn_id):
+        return None
+    if not any(part.records is not None and transactional_producer(part.records) is not None
+               for topic in request.body.topic_data for part in topic.partition_data):
+        return None
+    return remote
+
+
 def _refused(broker: HandlerContext, request: Request[ProduceRequest]) -> KafkaError | None:
     """The error of every partition of a request with transactional batches
     that Kafka refuses whole: no transactional id (whatever the authorizer),
@@ -185,19 +218,22 @@ def _refused(broker: HandlerContext, request: Request[ProduceRequest]) -> KafkaE
 async def _append_all(broker: HandlerContext, request: Request[ProduceRequest],
                       parts: list[tuple[TopicProduceData, PartitionProduceData]], now: int,
                       refused: KafkaError | None, denied: dict[str, ErrorCode] | None,
-                      pending: list[tuple[str, int, _Outcome]]) -> None:
+                      pending: list[tuple[str, int, _Outcome]],
+                      stored: _Stored | None = None) -> None:
     """Append every partition's records, in request order, in slices; each outcome
     to ``pending``."""
     slices = Slices()
     for topic_data, part in parts:
-        pending.append(_append(broker, request, topic_data.name, part, now, refused, denied))
+        pending.append(_append(broker, request, topic_data.name, part, now, refused, denied,
+                               stored))
         if slices.due():
             await slices.pause()
 
 
 def _append(broker: HandlerContext, request: Request[ProduceRequest], name: str,
             part: PartitionProduceData, now: int, refused: KafkaError | None,
-            denied: dict[str, ErrorCode] | None) -> tuple[str, int, _Outcome]:
+            denied: dict[str, ErrorCode] | None,
+            stored: _Stored | None = None) -> tuple[str, int, _Outcome]:
     """One partition's append (pending until durable), or the error refusing it."""
     try:
         if refused is not None:
@@ -213,8 +249,13 @@ def _append(broker: HandlerContext, request: Request[ProduceRequest], name: str,
             transactional_id = request.body.transactional_id
             if not transactional_id:
                 raise InvalidRequest("a transactional id must not be empty")
-            sink = broker.txns.sink_for(transactional_id, *producer, name, part.index,
-                                        request.connection)
+            if stored is not None and broker.txns.remote is not None:
+                # Another gateway coordinates it: checked on its stored state.
+                sink = broker.txns.remote.sink(stored.meta, transactional_id, *producer, name,
+                                               part.index, tablet.topic_id)
+            else:
+                sink = broker.txns.sink_for(transactional_id, *producer, name, part.index,
+                                            request.connection)
         outcome = tablet.append(records, now, sink)
         size = len(records)
         metrics = broker.metrics
