@@ -118,6 +118,7 @@ class GatewayServer:
         if cluster is not None:  # transactional ids follow their coordinator slots
             txns.in_cluster(cluster.coordinates)
             cluster.watch_coordination(txns.drop, txns.load_gained)
+            txns.reload = cluster.reload_coordinated  # after a write in doubt
         if cluster is not None and isinstance(self.engine, PgNodeStorage):
             # Produce to a partition led here for a transaction coordinated
             # elsewhere, and this coordinator's part of such transactions.

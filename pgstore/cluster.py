@@ -312,6 +312,12 @@ class PgCluster:
                 self.opened += 1
         log.info("node %d opened %d partitions", self.node_id, len(gained))
 
+    async def reload_coordinated(self, keep: Callable[[str], bool]) -> None:
+        if self._txns is None or self._pool is None:
+            return
+        async with self._pool.acquire() as conn:
+            await self._txns.load_ids(conn, keep)
+
     async def _open_slots_of(self, slots: set[int]) -> None:
         """Reread the committed offsets of the slots' groups and the slots'
         transactional ids (another coordinator may have written them), then

@@ -537,6 +537,13 @@ class ClusterView(Protocol):
         state again and before ``coordinates`` says yes for them."""
         ...
 
+    async def reload_coordinated(self, keep: Callable[[str], bool]) -> None:
+        """Read the state of the coordinated keys ``keep`` selects from the
+        store again (a write for them failed with its outcome unknown); the
+        caller then takes it as ``gained`` would. Raises what the store
+        raises while it cannot be read."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RecoveredBlob:

@@ -259,3 +259,76 @@ def test_a_stale_coordinator_neither_commits_nor_times_out(pg_server: PostgresSe
         await a.node.close()
 
     run(body)
+
+
+class _FailingOnce:
+    """The coordinator's writer, but its next commit fails with ``error``:
+    before the change is sent (``landed`` False: nothing written), or after
+    it committed (``landed`` True: a lost answer, the outcome unknown)."""
+
+    def __init__(self, writer: object, error: Exception, landed: bool) -> None:
+        self.writer, self.error, self.landed, self.used = writer, error, landed, False
+
+    def begin(self) -> object:
+        return self.writer.begin()  # type: ignore[attr-defined]
+
+    def commit(self, change: object) -> asyncio.Future[None]:
+        if self.used:
+            return self.writer.commit(change)  # type: ignore[attr-defined, no-any-return]
+        self.used = True
+        failed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        async def fail() -> None:
+            if self.landed:
+                await self.writer.commit(change)  # type: ignore[attr-defined]
+            failed.set_exception(self.error)
+
+        self.task = asyncio.ensure_future(fail())
+        return failed
+
+
+@pytest.mark.parametrize("landed", [False, True], ids=["not-written", "written"])
+def test_an_end_whose_write_failed_is_answered_from_the_store_not_from_memory(
+        pg_server: PostgresServer, landed: bool) -> None:
+    """EndTxn(commit)'s write fails in the store (StoreUnavailable: nothing
+    written; OutcomeUnknown: the answer lost after it committed). What the
+    coordinator staged in memory (CompleteCommit) is not trusted: the id is
+    read again from PostgreSQL, a retry meanwhile answers NOT_COORDINATOR,
+    and the retried EndTxn commits the transaction (not written) or finds it
+    committed (written); either way its batch is in the log once."""
+    from pgstore.writer import OutcomeUnknown, StoreUnavailable
+
+    schema = f"txfo_{uuid.uuid4().hex[:10]}"
+
+    async def body() -> None:
+        a = await gateway(pg_server, schema, 1)
+        a.txns.reload = a.cluster.reload_coordinated  # as kafka_gateway/server.py wires it
+        await a.node.create_topic("t", 1, {})
+        await until(lambda: a.cluster.leads("t", 0), "t-0 led by a", 3 * LEASE)
+        slot = min(a.cluster.leadership.led_slots)  # type: ignore[union-attr]
+        [transactional_id] = ids_in_slot(slot, 1)
+        await until(lambda: a.cluster.coordinates(transactional_id), "coordinated by a",
+                    3 * LEASE)
+        pid, epoch = await open_txn(a, transactional_id, 0, [b"v1"])
+        error = (OutcomeUnknown("the connection broke during COMMIT") if landed
+                 else StoreUnavailable("the connection broke before COMMIT"))
+        failing = _FailingOnce(a.txns.completion.writer, error, landed)
+        a.txns.completion.writer = failing  # type: ignore[assignment]
+        with pytest.raises(type(error)):
+            await a.txns.end_txn(transactional_id, pid, epoch, commit=True)
+        assert failing.used
+        # Never "committed" from memory while the store is read again.
+        if transactional_id not in a.txns.txns:
+            with pytest.raises(CoordinatorMoved):
+                await a.txns.end_txn(transactional_id, pid, epoch, commit=True)
+        await until(lambda: transactional_id in a.txns.txns, "the id read again", 10)
+        assert await stored_state(pg_server, schema, transactional_id) == (
+            "CompleteCommit" if landed else "Ongoing")
+        # The client's retry, on one of its connections (ids count from 0;
+        # a recovered transaction takes an EndTxn from any of them).
+        await a.txns.end_txn(transactional_id, pid, epoch, commit=True, connection=7)
+        assert await stored_state(pg_server, schema, transactional_id) == "CompleteCommit"
+        assert await log_rows(pg_server, schema) == (2, 0)  # the batch and its marker, once
+        await a.node.close()
+
+    run(body)

@@ -81,14 +81,16 @@ touches and a Produce of the transaction cannot write to.
 
 from __future__ import annotations
 
+import asyncio
 import builtins
 import contextlib
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
 from common.clock import now_ms
-from tablets.errors import ChangeRefused, CoordinatorMoved
+from common.logtext import client_text
+from tablets.errors import ChangeRefused, CoordinatorMoved, StorageError
 from tablets.seam import AtomicChange, ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
 
 from .commit import TxnCompletion
@@ -149,6 +151,12 @@ class TransactionCoordinator:
         # alone: every one; in a cluster: ``ClusterView.coordinates``).
         self.coordinates: Callable[[str], bool] = lambda _transactional_id: True
         self._keep: Callable[[str], bool] | None = None  # what ``load`` takes (None: all)
+        # In a cluster: reads the ids a predicate selects from the store again
+        # (``ClusterView.reload_coordinated``), for an id whose write failed
+        # with its outcome unknown (``_in_doubt``); None: a node alone, whose
+        # failed write stops the node's writes for good.
+        self.reload: Callable[[Callable[[str], bool]], Awaitable[None]] | None = None
+        self._reloads: set[asyncio.Task[None]] = set()
 
     @property
     def remote(self) -> RemoteTransactions | None:
@@ -252,6 +260,39 @@ class TransactionCoordinator:
         self.drop(lambda t: t == transactional_id)
         self._moved.add(transactional_id)
 
+    def _in_doubt(self, transactional_id: str) -> None:
+        """A write for the id failed in the store (a lost connection, a
+        failover: it may or may not have landed): memory may be ahead of the
+        store (a commit staged as CompleteCommit), so the id is dropped as for
+        a refused write, and read again from the store; until then its
+        requests answer NOT_COORDINATOR (retriable), never from memory. A
+        retried EndTxn then finds what the store holds: the commit, or the
+        transaction still open."""
+        if self.reload is None:
+            return
+        self.refused(transactional_id)
+        reload = self.reload
+
+        def keep(t: str) -> bool:
+            return t == transactional_id
+
+        async def again() -> None:
+            pause = 0.05
+            while transactional_id in self._moved and self.coordinates(transactional_id):
+                try:
+                    await reload(keep)
+                except Exception as exc:  # the store is still away: try again
+                    log.warning("transactional id %s: reading it again failed, retrying: %r",
+                                client_text(transactional_id), exc)
+                    await asyncio.sleep(pause)
+                    pause = min(pause * 2, 2.0)
+                    continue
+                self.load_gained(keep)
+
+        task = asyncio.get_running_loop().create_task(again(), name="txn id reload")
+        self._reloads.add(task)
+        task.add_done_callback(self._reloads.discard)
+
     @contextlib.asynccontextmanager
     async def _serving(self, transactional_id: str) -> AsyncIterator[None]:
         """A request for the id: one at a time, only while coordinated here."""
@@ -261,6 +302,9 @@ class TransactionCoordinator:
                 yield
             except CoordinatorMoved:
                 self.refused(transactional_id)
+                raise
+            except StorageError:
+                self._in_doubt(transactional_id)
                 raise
 
     # ------------------------------------------------------ sessions and ends
