@@ -59,7 +59,7 @@ answers with it: one write per rebalance, none per heartbeat.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Container, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 
 import asyncpg
 
@@ -68,7 +68,7 @@ from tablets.offset_state import Deletion, OffsetState
 from tablets.seam import CommittedOffset, OffsetCommit, TopicPartition
 
 from .group_counters import GroupCounters
-from .migrate import quoted
+from .migrate import Connection, quoted
 from .offset_statements import OffsetStatements
 from .schema import DEFAULT_SCHEMA
 from .writer import PgChange, PgWriter
@@ -80,6 +80,8 @@ WHOLE_GROUP = ("", -1)
 # A group -> (its slot, this gateway's node id, the slot's epoch here), or
 # None when this gateway does not coordinate it now.
 SlotHolder = Callable[[str], "tuple[int, int, int] | None"]
+# (the read transaction's connection, the group read or None for every group)
+LoadedHook = Callable[[Connection, "str | None"], Awaitable[None]]
 
 
 
@@ -114,6 +116,10 @@ class PgConsumerOffsets(OffsetState):
         self._counters = GroupCounters(schema)
         self._generations: dict[str, int] = {}
         self.slot_holder: SlotHolder | None = None  # in a cluster (pgstore.cluster)
+        # Run as the last read of ``load`` (None) and ``load_group`` (the
+        # group), in their snapshot: pgstore.txn_staged_offsets reads the
+        # offsets staged for transactions, which commit into these rows later.
+        self.loaded_hook: LoadedHook | None = None
 
     persists_generations = True
 
@@ -128,13 +134,15 @@ class PgConsumerOffsets(OffsetState):
             released = await conn.fetch(
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets")
             generations = await conn.fetch(self._counters.generations_sql)
+            if self.loaded_hook is not None:
+                await self.loaded_hook(conn, None)
         self._generations = {row["group_id"]: int(row["generation"]) for row in generations}
         self.clear()
         self._db_versions.clear()
         self.versions_from(int(counter or 0))
         self._take_rows(rows, released, None)
 
-    async def load_group(self, conn: asyncpg.Connection, group: str) -> None:
+    async def load_group(self, conn: Connection, group: str) -> None:
         """Read one group again (a gateway taking over its coordination: another
         may have committed since ``load``); its counter rises above the group's
         versions. Commits of the group this gateway has in flight stay in flight.
@@ -154,6 +162,8 @@ class PgConsumerOffsets(OffsetState):
                 f"SELECT group_id, topic, partition FROM {s}.released_offsets "
                 "WHERE group_id = $1", group)
             generation = await self._counters.generation(conn, group)
+            if self.loaded_hook is not None:
+                await self.loaded_hook(conn, group)
         self._generations[group] = generation
         known = {tp: (self._db_versions.get((group, tp), record.version), record)
                  for tp, record in self.group_offsets(group).items()}

@@ -159,6 +159,7 @@ class PgNodeStorage:
                 f"SELECT cluster_id FROM {quoted(schema)}.cluster"))
             self._pool = await asyncpg.create_pool(
                 self.dsn, min_size=1, max_size=self.settings.read_connections)
+            self._txn_storage.connect_pool(self._pool)
             await self.writer.start()
             clustered = self.settings.cluster is not None
             context = LogContext(self.writer, self._pool, LogSql(schema), self.validators,
@@ -171,9 +172,9 @@ class PgNodeStorage:
             await self._txn_storage.load(conn)
             if self._offsets_factory is not None:
                 offsets = self._offsets = self._offsets_factory(self.writer, schema)
-                await offsets.load(conn)
                 if isinstance(offsets, PgConsumerOffsets):  # a transaction's offsets
-                    self._txn_storage.connect_offsets(offsets)
+                    self._txn_storage.connect_offsets(offsets)  # (before load: its hook)
+                await offsets.load(conn)
                 offsets.is_important = self._catalog.is_important_consumer
                 self.retention.important = PgImportantConsumers(offsets, schema)
             if self._records_factory is not None:

@@ -33,6 +33,12 @@ on the tables retention deletes from, ``batches`` and ``batch_data`` and its
 TOAST table (``TABLE_STORAGE_PARAMETERS``), and the index on ``batches``
 (log_id, data_id) that the foreign key's check needs when bytes are deleted.
 
+Version 4 adds ``txn_staged_offsets``: the offsets a TxnOffsetCommit staged
+on the group's coordinator for a transaction another gateway coordinates,
+until that transaction's commit moves them into ``consumer_offsets`` or its
+abort deletes them (``pgstore.txn_staged_offsets``; docs/cluster-design.md,
+"Transactional offsets staged by another gateway").
+
 How RocksDB's keys map (``tablets/keys.py`` kind -> table):
 
 - ``T`` topic record -> ``topics`` (configs: the overrides, as JSON);
@@ -282,12 +288,35 @@ _V3 = (
     "CREATE INDEX batches_by_data ON {schema}.batches (log_id, data_id)",
 )
 
+_V4 = (
+    # expected_version: the consumer_offsets row's version when the partition
+    # was first staged in this transaction (0: no row), which the commit's
+    # compare-and-set expects. Keyed by the transactional id first: a commit
+    # or an abort takes or deletes its rows by that prefix.
+    """CREATE TABLE {schema}.txn_staged_offsets (
+        transactional_id text NOT NULL,
+        group_id text NOT NULL,
+        topic text NOT NULL,
+        partition integer NOT NULL,
+        producer_id bigint NOT NULL,
+        producer_epoch smallint NOT NULL,
+        committed_offset bigint NOT NULL,
+        leader_epoch integer NOT NULL,
+        metadata text NOT NULL,
+        expected_version bigint NOT NULL,
+        PRIMARY KEY (transactional_id, group_id, topic, partition)
+    )""",
+    "CREATE INDEX txn_staged_offsets_by_group ON {schema}.txn_staged_offsets (group_id)",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "what one gateway keeps in RocksDB, with leader epochs", _V1),
     Migration(2, "the cluster: nodes and leases, partition leaders, coordinator slots, "
                  "group generations and offset versions", _V2),
     Migration(3, "retention: autovacuum settings of batches and batch_data, "
                  "the index the deletes' foreign key check needs", _V3),
+    Migration(4, "offsets staged by a group's coordinator for a transaction another "
+                 "gateway coordinates", _V4),
 )
 
 LATEST = MIGRATIONS[-1].version

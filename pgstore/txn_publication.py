@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tablets import batch as batch_header
-from tablets.errors import StorageError
+from tablets.errors import ChangeRefused, CommitRefused, StorageError
 from tablets.seam import AtomicChange, PendingBlob
 
 from .writer import PgChange
@@ -80,13 +80,13 @@ class MissingPending(StorageError):
     nothing of the change was written."""
 
 
-class CounterMoved(StorageError):
+class CounterMoved(ChangeRefused):
     """Another gateway set the counter since this one read it: nothing of the
     change was written. The change read the row first, so this gateway's view
     is the database's now and its next allocation starts from there."""
 
 
-class OffsetsMoved(StorageError):
+class OffsetsMoved(CommitRefused):
     """A transaction's offsets: a row is not at the version this gateway holds
     (another gateway committed it): nothing of the change was written."""
 

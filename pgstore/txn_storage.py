@@ -40,6 +40,11 @@ PostgreSQL transaction is"):
   compare-and-set: they land only if each row is, under its row lock, at
   the version this gateway's memory holds, so the conflict check txn/ ran
   on that memory holds inside the transaction.
+- **Offsets staged by another gateway** (the group's coordinator, when it
+  is not the transactional id's): ``stage_elsewhere`` there, then
+  ``take_staged_offsets`` in the commit, ``discard_staged_offsets`` in an
+  abort, ``settle_staged`` before the group's coordinator answers an
+  OffsetFetch (``pgstore.txn_staged_offsets``).
 
 In a cluster, every change of the coordinator's state is fenced by the
 transactional id's coordinator slot, and a slot gained has its ids read
@@ -55,9 +60,10 @@ storage's ``begin`` and written by its ``commit``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from uuid import UUID
 
+import asyncpg
 from asyncpg import Record
 
 from tablets import batch as batch_header
@@ -92,6 +98,7 @@ from .txn_publication import (
     plan_publication,
 )
 from .txn_slots import CoordinatorChange, SlotHolder, fence_coordinator, read_ids
+from .txn_staged_offsets import StagedHook, StagedOffsets
 from .txn_statements import TxnStatements
 from .writer import PgChange, PgWriter
 
@@ -119,6 +126,8 @@ class PgTransactionStorage:
         self._txn_partitions: dict[tuple[str, int], dict[tuple[UUID, int], str]] = {}
         # Pending rows found at start-up: (log id, instance) -> blobs in order.
         self._recovered: dict[tuple[int, int], list[RecoveredBlob]] = {}
+        self._pool: asyncpg.Pool | None = None  # reads of settle_staged
+        self._staged: StagedOffsets | None = None
         self.slot_holder: SlotHolder | None = None  # in a cluster (pgstore.cluster)
 
     async def load(self, conn: Connection) -> None:
@@ -165,8 +174,20 @@ class PgTransactionStorage:
                 int(row["size"])))
 
     def connect_offsets(self, offsets: PgConsumerOffsets) -> None:
-        """The consumer offsets, when made after this storage (the engine's start)."""
+        """The consumer offsets, when made after this storage (the engine's
+        start), before they are loaded: their loads read the staged offsets too."""
         self._offsets = offsets
+        self._staged = None
+        offsets.loaded_hook = self._staged_offsets().read_staged
+
+    def connect_pool(self, pool: asyncpg.Pool) -> None:
+        """The engine's pool of read connections (``settle_staged``)."""
+        self._pool = pool
+
+    def _staged_offsets(self) -> StagedOffsets:
+        if self._staged is None:
+            self._staged = StagedOffsets(self.writer, self.consumer_offsets, self.schema)
+        return self._staged
 
     @property
     def consumer_offsets(self) -> PgConsumerOffsets:
@@ -394,3 +415,38 @@ class PgTransactionStorage:
 
     def recover_pending(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
         return list(self._recovered.get((log_id_of(log_ref), instance), ()))
+
+    # ------------------------- offsets staged by another gateway (txn_staged_offsets)
+    async def stage_elsewhere(self, transactional_id: str, producer_id: int, epoch: int,
+                              group: str, commits: Mapping[TopicPartition, OffsetCommit],
+                              ) -> None:
+        """Stage a transaction's offsets here, the group's coordinator, for
+        the transactional id's coordinator, another gateway, to commit."""
+        await self._staged_offsets().stage(transactional_id, producer_id, epoch, group, commits)
+
+    def take_staged_offsets(self, change: AtomicChange, transactional_id: str,
+                            producer_id: int, epoch: int, now_ms: int) -> None:
+        """Add the commit of the offsets other gateways staged for the
+        transaction to its commit ``change`` (a compare-and-set)."""
+        self._staged_offsets().take(as_txn_change(change), transactional_id, producer_id,
+                                    epoch, now_ms)
+
+    def discard_staged_offsets(self, change: AtomicChange, transactional_id: str) -> None:
+        """Add the deletion of the offsets other gateways staged for the
+        transaction to its abort ``change``."""
+        self._staged_offsets().discard(as_txn_change(change), transactional_id)
+
+    def watch_staged(self, hook: StagedHook) -> dict[str, dict[str, list[TopicPartition]]]:
+        """What was staged when the offsets were loaded (group -> transactional
+        id -> partitions); ``hook`` hears the same of a group read again."""
+        staged = self._staged_offsets()
+        staged.hook = hook
+        return staged.at_load
+
+    async def settle_staged(self, group: str, transactional_ids: Collection[str]) -> set[str]:
+        """Of the transactions that staged offsets of ``group`` here, those
+        that ended since (the group read again when any did)."""
+        if self._pool is None:
+            raise StorageError("the PostgreSQL store is not started")
+        async with self._pool.acquire() as conn:
+            return await self._staged_offsets().settle(conn, group, transactional_ids)

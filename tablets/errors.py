@@ -16,6 +16,34 @@ class StorageError(RuntimeError):
     """A write to the store failed: nothing of that change is acknowledged."""
 
 
+class ChangeRefused(StorageError):
+    """A compare-and-set inside a change refused it (a row another gateway
+    moved): nothing of the change was written."""
+
+
+class CommitRefused(ChangeRefused):
+    """A transaction's commit was refused by a compare-and-set inside it (its
+    offsets' rows moved since they were read): nothing of it was written, and
+    the coordinator aborts the transaction instead."""
+
+
+class TxnStateMismatch(StorageError):
+    """Offsets staged for a transaction another gateway coordinates were
+    refused: its stored state (``state``, the coordinator's encoding; None:
+    no such transactional id) is not an open transaction of that producer id
+    and epoch to which AddOffsetsToTxn added the group. Nothing was staged."""
+
+    def __init__(self, message: str, state: bytes | None) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class OffsetBehind(StorageError):
+    """Offsets staged for a transaction another gateway coordinates were
+    refused: one is below the partition's committed offset (that range was
+    processed already). Nothing was staged."""
+
+
 class TabletError(Exception):
     """Base class for failures a request can be answered with."""
 

@@ -10,6 +10,12 @@ a fence by InitProducerId, a timeout) deletes the blobs and the partitions'
 keys in one write. Either way what is in memory (the partitions' tails, the
 visible offsets, the pending offsets, the memory budget) changes only once
 the write is durable (``publish``).
+
+In a cluster, offsets the group's coordinator staged for the transaction
+(``remote_offsets.py``) are taken into the commit's write, under their
+compare-and-set, and deleted by an abort. A commit the store refuses
+(``CommitRefused``: offsets another commit claimed since) wrote nothing: it
+is aborted instead and answered as a conflict (``TxnConflict``).
 """
 
 from __future__ import annotations
@@ -17,17 +23,20 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from uuid import UUID
 
 from common.logtext import client_text
 from tablets.control import commit_marker
-from tablets.seam import AtomicChange, ChangeWriter, ConsumerOffsetStore
+from tablets.errors import CommitRefused
+from tablets.seam import AtomicChange, ChangeWriter, ConsumerOffsetStore, TopicPartition
 
 from .conflicts import offset_conflict
 from .errors import InvalidTxnState, TxnConflict, TxnError
-from .open_transactions import OpenTransactions
+from .open_transactions import OpenTransaction, OpenTransactions
 from .partitions import TxnPartitions
 from .pending_offsets import PendingOffsets
 from .registry import TxnRegistry
+from .remote_offsets import StagingStorage
 from .remote_produce import RemoteTransactions
 from .state import TxnMetadata, TxnState
 from .stats import TxnStats
@@ -48,6 +57,8 @@ class TxnCompletion:
         self.writer = writer
         self.stats = stats
         self.clock = clock
+        storage = registry.storage
+        self.staging = storage if isinstance(storage, StagingStorage) else None
         # A cluster's transactions whose batches other gateways store
         # (``remote_produce.py``); None: every batch is this coordinator's.
         self.remote: RemoteTransactions | None = None
@@ -94,7 +105,10 @@ class TxnCompletion:
                 log.warning("transaction %s conflicts at commit and is aborted: %s",
                             client_text(transactional_id), reason)
         ops = self.writer.begin()
-        if commit and reason is None:
+        committing = commit and reason is None
+        if committing:
+            # What an abort needs, should the store refuse the commit.
+            partitions = dict(meta.partitions)
             publish = self.stage_commit(meta, ops)
             meta.move(TxnState.COMPLETE_COMMIT)
             self.stats.commits += 1
@@ -108,9 +122,37 @@ class TxnCompletion:
         meta.updated_ms = self.clock()
         meta.abort_only = None
         self.registry.put(meta, ops)
-        await self.write(ops, publish)
+        try:
+            await self.write(ops, publish)
+        except CommitRefused as exc:
+            if not committing:
+                raise
+            await self.abort_refused(meta, opened, partitions, str(exc))
+            raise TxnConflict(str(exc)) from exc
         if reason is not None:
             raise TxnConflict(reason)
+
+    async def abort_refused(self, meta: TxnMetadata, opened: OpenTransaction,
+                            partitions: dict[TopicPartition, UUID | None], reason: str) -> None:
+        """The store refused the commit of ``meta``'s transaction, so nothing
+        of it was written: the transaction is still open there. Abort it."""
+        self.stats.commits -= 1
+        self.stats.conflicts += 1
+        log.warning("the commit of %s was refused by the store and is aborted: %s",
+                    client_text(meta.transactional_id), reason)
+        meta.state = TxnState.ONGOING  # as stored: the commit did not land
+        meta.partitions = partitions
+        self.open_txns.by_id[meta.transactional_id] = opened
+        ops = self.writer.begin()
+        publish = self.stage_abort(
+            meta, ops, InvalidTxnState,
+            f"the transaction of {meta.transactional_id} was aborted before this batch was "
+            "stored")
+        meta.move(TxnState.COMPLETE_ABORT)
+        meta.updated_ms = self.clock()
+        meta.abort_only = None
+        self.registry.put(meta, ops)
+        await self.write(ops, publish)
 
     def stage_commit(self, meta: TxnMetadata, ops: AtomicChange) -> Callable[[], None]:
         """Add the whole commit to ``ops``; returns what publishes it once durable."""
@@ -139,6 +181,9 @@ class TxnCompletion:
         staged = {group: self.registry.storage.stage_offsets(
                       ops, group, commits, now, meta.transactional_id, meta.members.get(group))
                   for group, commits in meta.offsets.items()}
+        if self.staging is not None and meta.groups:
+            self.staging.take_staged_offsets(ops, meta.transactional_id, meta.producer_id,
+                                             meta.epoch, now)
 
         def publish() -> None:
             for each in publishers:
@@ -159,6 +204,8 @@ class TxnCompletion:
         opened.data.end(error, message)
         opened.data.abort(self.partitions.prefixes(meta), ops)
         self.partitions.drop(meta, ops)
+        if self.staging is not None and meta.groups:
+            self.staging.discard_staged_offsets(ops, meta.transactional_id)
         offsets = dict(meta.offsets)
 
         def publish() -> None:

@@ -49,7 +49,9 @@ The coordinator is the front of parts that each own one concern:
 - ``commit.py``: EndTxn, and the commit or abort staged in one write;
 - ``registry.py``: the ids in memory, in order and in the store;
 - ``partitions.py``, ``pending.py``, ``pending_offsets.py``, ``conflicts.py``:
-  a transaction's partitions, batches, staged offsets and their check.
+  a transaction's partitions, batches, staged offsets and their check;
+- ``remote_offsets.py``: TxnOffsetCommit for a transaction another gateway
+  coordinates (a cluster).
 
 Here: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and the
 transactional Produce's sink, and loading everything at start-up.
@@ -82,17 +84,18 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import copy
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 
 from common.clock import now_ms
 from common.logtext import client_text
-from tablets.errors import CoordinatorMoved, StorageError
-from tablets.seam import ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
+from tablets.errors import ChangeRefused, CoordinatorMoved, StorageError
+from tablets.seam import AtomicChange, ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
 
 from .commit import TxnCompletion
 from .conflicts import offset_conflict
-from .errors import ConcurrentTransactions, InvalidTxnState, TxnConflict
+from .errors import ConcurrentTransactions, InvalidProducerIdMapping, InvalidTxnState, TxnConflict
 from .open_transactions import OpenTransactions
 from .ordered import SortedIds
 from .partitions import TxnPartitions
@@ -100,6 +103,7 @@ from .pending import MemoryBudget, PartitionSink, StoredBytes
 from .pending_offsets import PendingOffsets
 from .producer_ids import ProducerIds
 from .registry import TxnRegistry
+from .remote_offsets import RemoteOffsets, StagingStorage
 from .remote_produce import RemoteTransactions
 from .sessions import Sessions
 from .state import TxnMetadata, TxnState
@@ -135,6 +139,9 @@ class TransactionCoordinator:
                                         self.stats, clock)
         self.sessions = Sessions(self.registry, self.completion, ProducerIds(storage),
                                  self.writer, self.settings, self.stats, clock)
+        # Offsets staged here for transactions other gateways coordinate.
+        self.remote_offsets = (RemoteOffsets(storage, self.pending_offsets)
+                       if isinstance(storage, StagingStorage) else None)
         self.sessions.check_coordinates = self.check_coordinates
         self.sessions.refused = self.refused
         # Ids whose write the store refused for the coordinator's fence: not
@@ -334,6 +341,7 @@ class TransactionCoordinator:
         async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
             began = not meta.is_open
+            before = copy.deepcopy(meta) if began else None
             self.open_txns.touch(meta, connection)
             ops = self.writer.begin()
             # Only the partitions added are written (and the state record when
@@ -344,18 +352,38 @@ class TransactionCoordinator:
                 self.registry.put(meta, ops)
             elif not added:
                 return
-            await self.writer.commit(ops)
+            await self._write_begin(meta, ops, before)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                           group: str, connection: int = -1) -> None:
         async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
+            before = None if meta.is_open else copy.deepcopy(meta)
             self.open_txns.touch(meta, connection)
             if group not in meta.groups:
                 meta.groups.add(group)
                 ops = self.writer.begin()
                 self.registry.put(meta, ops)
-                await self.writer.commit(ops)
+                await self._write_begin(meta, ops, before)
+
+    async def _write_begin(self, meta: TxnMetadata, ops: AtomicChange,
+                           before: TxnMetadata | None) -> None:
+        """Write a change that may begin the transaction (``before``: the
+        state then). A store shared by gateways refuses it when another
+        gateway moved a counter it sets (the transaction's instance):
+        nothing was written, so the transaction did not begin, here either;
+        the client's retry begins it with a new instance."""
+        try:
+            await self.writer.commit(ops)
+        except ChangeRefused:
+            if before is not None:
+                opened = self.open_txns.by_id.pop(meta.transactional_id, None)
+                if opened is not None:
+                    opened.data.end(InvalidTxnState, f"the transaction of "
+                                    f"{meta.transactional_id} did not begin")
+                for name in TxnMetadata.__slots__:
+                    setattr(meta, name, getattr(before, name))
+            raise
 
     # ------------------------------------------------------ TxnOffsetCommit
     async def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
@@ -396,6 +424,25 @@ class TransactionCoordinator:
             self.registry.put(meta, ops)
             await self.writer.commit(ops)
             self.pending_offsets.hold(group, new)
+
+    async def txn_offset_commit_elsewhere(self, transactional_id: str, producer_id: int,
+                                          epoch: int, group: str,
+                                          commits: Mapping[TopicPartition, OffsetCommit],
+                                          ) -> None:
+        """Stage a group's offsets, here its coordinator, for a transaction
+        another gateway coordinates (``remote_offsets.py``). The caller
+        checked KIP-447's generation and member fences first."""
+        if self.remote_offsets is None:
+            raise InvalidProducerIdMapping(
+                f"transactional id {transactional_id!r} is coordinated elsewhere, and this "
+                "store cannot stage offsets for another coordinator")
+        await self.remote_offsets.stage(transactional_id, producer_id, epoch, group, commits)
+
+    async def settle_offsets(self, group: str) -> None:
+        """Before the group's offsets are read: make visible what transactions
+        coordinated elsewhere committed of what they staged here."""
+        if self.remote_offsets is not None:
+            await self.remote_offsets.settle(group)
 
     # -------------------------------------------------- transactional Produce
     def sink_for(self, transactional_id: str, producer_id: int, epoch: int, topic: str,

@@ -75,8 +75,14 @@ class TxnRegistry:
         """Add the id's state to ``ops``."""
         self.storage.put_txn_state(ops, meta.transactional_id, meta.encode())
         self.partitions.put_unsaved(meta, ops)
-        if meta.instance == self._last_instance:
-            self.storage.set_counter(ops, _INSTANCE, self._last_instance)
+        # The counter is set by the change that begins the transaction (its
+        # instance above the counter as the storage holds it), not again:
+        # setting it back to an instance another gateway already passed is
+        # refused by a store shared by gateways (every later change of the
+        # transaction, and every InitProducerId of a new id, whose instance
+        # is 0, failed once another gateway began a transaction).
+        if meta.instance > (self.storage.counter(_INSTANCE) or 0):
+            self.storage.set_counter(ops, _INSTANCE, meta.instance)
 
     def describe(self, transactional_id: str) -> TxnMetadata:
         meta = self.txns.get(transactional_id)

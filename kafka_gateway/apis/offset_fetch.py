@@ -7,7 +7,10 @@
   staged answers UNSTABLE_OFFSET_COMMIT, so the consumer retries instead of
   starting from an offset about to move.
 - Offsets are read from memory (loaded at start-up), whatever the group's
-  membership state; an unknown group simply has none.
+  membership state; an unknown group simply has none. In a cluster, offsets
+  staged here for a transaction another gateway coordinates are pending
+  until the store says it ended; the group is read again then
+  (``TransactionCoordinator.settle_offsets``).
 
 Needs DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) and on each topic:
 named ones the principal may not describe answer TOPIC_AUTHORIZATION_FAILED,
@@ -16,6 +19,7 @@ an all-topics answer leaves them out.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from types import ModuleType
 from typing import TYPE_CHECKING, TypeAlias
@@ -28,7 +32,7 @@ from tablets.seam import CommittedOffset, TopicPartition
 from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
-from ..errors import code_of
+from ..errors import EXPECTED, code_of
 from ..routing import authorize_coordinated
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
@@ -109,6 +113,13 @@ async def _topics(broker: HandlerContext, request: Request[object], schema: Modu
         tp async for tp in sliced((t.name, p) for t in topics for p in t.partition_indexes)
     ]
     found: _Found
+    if not group_denied:
+        # Offsets staged here for transactions other gateways coordinate:
+        # those committed since are read first (txn/remote_offsets.py). When
+        # the store cannot be asked they stay held: require_stable answers
+        # UNSTABLE_OFFSET_COMMIT for them.
+        with contextlib.suppress(*EXPECTED):
+            await broker.txns.settle_offsets(group_id)
     if group_denied:  # v1: the group's refusal is told per partition
         found = {tp: (None, group_denied) for tp in wanted or ()}
     elif broker.authorizer is None:

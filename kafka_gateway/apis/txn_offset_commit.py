@@ -14,6 +14,13 @@ UNSTABLE_OFFSET_COMMIT for them. Checked in order:
   answered ILLEGAL_GENERATION, abortable in the Java client
   (CommitFailedException) and in librdkafka alike.
 
+In a cluster, when another gateway coordinates the transactional id (Kafka
+clients send this request to the group's coordinator, EndTxn to the id's),
+the offsets are staged in the store for that gateway's commit instead, after
+the same KIP-447 fences: the store checks the transaction's stored state
+(``txn/remote_offsets.py`` says what each refusal answers) and the offset-range
+check is the commit's compare-and-set.
+
 Past the group checks, a partition whose metadata is longer than
 ``offset.metadata.max.bytes`` gets OFFSET_METADATA_TOO_LARGE and is not
 staged; the others are (Kafka's GroupMetadataManager.storeOffsets).
@@ -89,12 +96,19 @@ async def handle(broker: HandlerContext, request: Request[TxnOffsetCommitRequest
         for tp in too_large:
             del commits[tp]
     if code is ErrorCode.none and commits:
+        cluster = broker.engine.cluster()
         try:
-            # Member-fenced (a generation and a member, and the fence passed):
-            # the range check lets an unchanged offset pass (txn.conflicts).
-            await broker.txns.txn_offset_commit(
-                body.transactional_id, body.producer_id, body.producer_epoch, body.group_id,
-                commits, request.connection, member_tag(generation, member_id or ""))
+            if cluster is not None and not cluster.coordinates(body.transactional_id):
+                await broker.txns.txn_offset_commit_elsewhere(
+                    body.transactional_id, body.producer_id, body.producer_epoch,
+                    body.group_id, commits)
+            else:
+                # Member-fenced (a generation and a member, and the fence passed):
+                # the range check lets an unchanged offset pass (txn.conflicts).
+                await broker.txns.txn_offset_commit(
+                    body.transactional_id, body.producer_id, body.producer_epoch,
+                    body.group_id, commits, request.connection,
+                    member_tag(generation, member_id or ""))
         except EXPECTED as exc:
             code = error_code(exc, API_KEY, request.version)
     codes.update(dict.fromkeys(commits, code))
