@@ -22,9 +22,15 @@ kept current, and the routing view the protocol layer reads (the seam's
   again (``load_group``) before ``coordinates`` says yes for its keys.
 - **Topics made by any gateway are seen by all**: a topic change notifies
   the channel ``<schema>_topics`` inside its own transaction; each gateway
-  listens and rereads the catalog (``PgTopicCatalog.refresh``), also after
-  its listening connection was lost, and when a pass hands it a partition
-  of a topic it does not know yet.
+  listens and rereads the catalog (``PgTopicCatalog.refresh``) and runs a
+  pass (so it opens at once the new partitions it leads), also after its
+  listening connection was lost, and when a pass hands it a partition of a
+  topic it does not know yet.
+- **New partitions have leaders from the start**, as Kafka's controller
+  gives them: the gateway that makes them writes each row with a leader,
+  the least loaded live node as of its last pass (``place_new``; ties: the
+  lower node id), so Metadata names a leader as soon as the create is
+  answered; the plan then moves none of them (counts stay within one).
 - **Membership lost**: everything is closed at once. A lease that ran out
   (the process was paused or cut off) makes the gateway join again as a new
   incarnation; a newer process of the same node.id (``Superseded``) wins,
@@ -125,6 +131,7 @@ class PgCluster:
         self._leaving = False
         self.opened = 0  # partitions opened so far (statistics, tests)
         self.rejoins = 0
+        catalog.place = self.place_new
 
     # ------------------------------------------------------------ lifecycle
     async def join(self, listeners: Sequence[Listener]) -> None:
@@ -190,6 +197,24 @@ class PgCluster:
         opening = [t for t in self._tasks if t.get_name() == "open partitions"]
         if opening:
             await asyncio.wait(opening)
+
+    def place_new(self, count: int) -> list[int] | None:
+        """Leaders for ``count`` new partitions: each to the live node leading
+        the fewest partitions as of the last pass (None: no view yet, the
+        passes place them)."""
+        lead = self.leadership
+        if lead is None or not lead.live:
+            return None
+        load = dict.fromkeys(lead.live, 0)
+        for found in lead.partition_leaders.values():
+            if found.leader_node in load:
+                load[found.leader_node] += 1
+        leaders = []
+        for _ in range(count):
+            node = min(load, key=lambda n: (load[n], n))
+            load[node] += 1
+            leaders.append(node)
+        return leaders
 
     def _lost(self, lost: MembershipLost) -> None:
         if isinstance(lost, Superseded):
@@ -310,6 +335,8 @@ class PgCluster:
                 await self.refresh_topics()
             except Exception as exc:
                 log.warning("node %d: topic catalog reread failed: %r", self.node_id, exc)
+            else:
+                await self.lead_new()  # the new partitions it leads, opened now
             if not self._refresh_again:
                 return
 

@@ -95,14 +95,18 @@ class PgTopicCatalog:
         # In a cluster: logs start closed, and each change tells the others.
         self.claims = True
         self.notify: Callable[[PgChange, str], None] | None = None
+        # In a cluster: the leaders of ``count`` new partitions, written with
+        # their rows (pgstore.cluster: PgCluster.place_new); None: no leader.
+        self.place: Callable[[int], list[int] | None] | None = None
         self._creating: set[str] = set()  # registered, not yet committed
         self._deleting: set[UUID] = set()  # unregistered, not yet committed
         s = context.sql.schema
         self._sql_topic = (f"INSERT INTO {s}.topics (topic_id, name, configs, created_ms) "
                            "VALUES ($1, $2, $3::jsonb, $4)")
         self._sql_partitions = f"""
-            INSERT INTO {s}.partitions (topic_id, partition, leader_epoch)
-            SELECT $1, g, {FIRST_EPOCH} FROM generate_series($2::int, $3::int) g
+            INSERT INTO {s}.partitions (topic_id, partition, leader_epoch, leader_node)
+            SELECT $1, g, {FIRST_EPOCH}, ($4::integer[])[g - $2 + 1]
+              FROM generate_series($2::int, $3::int) g
          RETURNING log_id, partition, leader_epoch"""
         self._sql_delete = f"DELETE FROM {s}.topics WHERE topic_id = $1"
         self._sql_configs = f"UPDATE {s}.topics SET configs = $2::jsonb WHERE topic_id = $1"
@@ -244,6 +248,7 @@ class PgTopicCatalog:
         change.execute(self._sql_topic, topic.topic_id, name, json.dumps(stored), now_ms())
         rows: list[Any] = []
         change.fetch(self._sql_partitions, topic.topic_id, 0, partitions - 1,
+                     self._leaders(partitions),
                      into=lambda found: rows.__setitem__(slice(None), found))
         self._announce(change, name)
         try:
@@ -292,6 +297,7 @@ class PgTopicCatalog:
         change = self.context.writer.begin()
         rows: list[Any] = []
         change.fetch(self._sql_partitions, topic.topic_id, len(topic.partitions), count - 1,
+                     self._leaders(count - len(topic.partitions)),
                      into=lambda found: rows.__setitem__(slice(None), found))
         self._announce(change, name)
         await self.context.writer.commit(change)
@@ -310,6 +316,9 @@ class PgTopicCatalog:
         topic.settings = None
 
     # ------------------------------------------------------------ internals
+    def _leaders(self, count: int) -> list[int] | None:
+        return None if self.place is None else self.place(count)
+
     def _announce(self, change: PgChange, name: str) -> None:
         if self.notify is not None:
             self.notify(change, name)

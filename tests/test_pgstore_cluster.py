@@ -159,3 +159,36 @@ def test_producer_ids_handed_out_through_two_gateways_are_never_the_same(
         await b.close()
 
     run(body)
+
+
+def test_new_partitions_have_balanced_leaders_as_soon_as_the_create_is_answered(
+        pg_server: PostgresServer) -> None:
+    """As Kafka's controller does, the gateway that makes a topic (or adds
+    partitions) names a leader for each in the same write: its Metadata view
+    has them all, balanced, when the create returns (no pass in between),
+    and the other gateway opens its share on the topic's notice."""
+    schema = f"cluster_{uuid.uuid4().hex[:10]}"
+
+    async def body() -> None:
+        a = await gateway(pg_server, schema, 1)
+        b = await gateway(pg_server, schema, 2)
+        ca, cb = a.cluster(), b.cluster()
+        assert ca is not None and cb is not None
+        await until(lambda: ca.brokers("PLAINTEXT") and len(ca.brokers("PLAINTEXT")) == 2,
+                    "both live in a's view", 3 * LEASE)
+        await a.create_topic("fresh", 4, {})
+        leaders = [ca.partition_leader("fresh", i) for i in range(4)]
+        assert sorted(leaders) == [1, 1, 2, 2], leaders  # type: ignore[type-var]
+        await a.create_partitions("fresh", 6)
+        leaders = [ca.partition_leader("fresh", i) for i in range(6)]
+        assert sorted(leaders) == [1, 1, 1, 2, 2, 2], leaders  # type: ignore[type-var]
+        # What each leads is what was written: a leads its share at once,
+        # b opens its share; the views then agree.
+        assert all(ca.leads("fresh", i) == (leaders[i] == 1) for i in range(6))
+        await until(lambda: b.find_topic("fresh") is not None
+                    and all(cb.leads("fresh", i) == (leaders[i] == 2) for i in range(6)),
+                    "b leads its share", 3 * LEASE)
+        await a.close()
+        await b.close()
+
+    run(body)
