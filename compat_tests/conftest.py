@@ -19,6 +19,7 @@ from testkit import kafka_requests as rq
 from testkit.differential import TALLY
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
+from testkit.routing import leader_client
 
 # Stored batch headers as a raw Fetch returns them: [(base offset, codec, records)].
 StoredBatches = Callable[[str, int], list[tuple[int, int, int]]]
@@ -81,7 +82,7 @@ def stored_batches(gateway) -> StoredBatches:
     """
 
     async def read(topic: str, partition: int) -> list[tuple[int, int, int]]:
-        client = await leader_client(gateway, topic, partition)
+        client = await leader_client(gateway.host_port, topic, partition)
         try:
             out: list[tuple[int, int, int]] = []
             offset, high_watermark = 0, 1
@@ -108,21 +109,6 @@ def stored_batches(gateway) -> StoredBatches:
             await client.close()
 
     return lambda topic, partition: asyncio.run(asyncio.wait_for(read(topic, partition), 30))
-
-
-async def leader_client(gateway: GatewayProcess, topic: str, partition: int) -> KafkaClient:
-    """A connection to the partition's leader, as Metadata from ``gateway``
-    names it: the gateway itself, or another gateway of its cluster
-    (``KAFKA_GATEWAY_TEST_STORE=postgresql-cluster``)."""
-    client = await KafkaClient.connect(*gateway.host_port)
-    try:
-        answer = await client.request(rq.metadata([topic]))
-    finally:
-        await client.close()
-    [found] = answer.topics
-    [leader] = [p.leader_id for p in found.partitions if p.partition_index == partition]
-    [broker] = [b for b in answer.brokers if b.node_id == leader]
-    return await KafkaClient.connect(broker.host, broker.port)
 
 
 async def earliest(client: KafkaClient, topic: str, partition: int) -> int:

@@ -198,17 +198,23 @@ class PgCluster:
         if opening:
             await asyncio.wait(opening)
 
-    def place_new(self, count: int) -> list[int] | None:
+    async def place_new(self, count: int) -> list[int] | None:
         """Leaders for ``count`` new partitions: each to the live node leading
-        the fewest partitions as of the last pass (None: no view yet, the
-        passes place them)."""
-        lead = self.leadership
-        if lead is None or not lead.live:
+        the fewest partitions, counted in the database now (a view as of the
+        last pass would still count deleted topics, and the plan would then
+        move the new partitions at once). None: not joined, the passes place
+        them."""
+        if self.leadership is None or self._pool is None or self._leaving:
             return None
-        load = dict.fromkeys(lead.live, 0)
-        for found in lead.partition_leaders.values():
-            if found.leader_node in load:
-                load[found.leader_node] += 1
+        s = quoted(self.schema)
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(f"""
+                SELECT n.node_id, count(p.log_id) AS led FROM {s}.nodes n
+                  LEFT JOIN {s}.partitions p ON p.leader_node = n.node_id
+                 WHERE n.lease_expires_at > now() GROUP BY n.node_id""")
+        load = {int(r["node_id"]): int(r["led"]) for r in rows}
+        if not load:
+            return None
         leaders = []
         for _ in range(count):
             node = min(load, key=lambda n: (load[n], n))
@@ -336,7 +342,9 @@ class PgCluster:
             except Exception as exc:
                 log.warning("node %d: topic catalog reread failed: %r", self.node_id, exc)
             else:
-                await self.lead_new()  # the new partitions it leads, opened now
+                # The new partitions it leads, opened now; in a task of its
+                # own, so the next reread never waits for a pass.
+                self._spawn(self.lead_new(), "pass after topics")
             if not self._refresh_again:
                 return
 

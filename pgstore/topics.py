@@ -25,7 +25,7 @@ import json
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
@@ -97,7 +97,7 @@ class PgTopicCatalog:
         self.notify: Callable[[PgChange, str], None] | None = None
         # In a cluster: the leaders of ``count`` new partitions, written with
         # their rows (pgstore.cluster: PgCluster.place_new); None: no leader.
-        self.place: Callable[[int], list[int] | None] | None = None
+        self.place: Callable[[int], Awaitable[list[int] | None]] | None = None
         self._creating: set[str] = set()  # registered, not yet committed
         self._deleting: set[UUID] = set()  # unregistered, not yet committed
         s = context.sql.schema
@@ -244,14 +244,14 @@ class PgTopicCatalog:
         topic = PgTopic(name, uuid.uuid4(), stored)
         self._register(topic)  # before the write lands, so a concurrent create sees it
         self._creating.add(name)
-        change = self.context.writer.begin()
-        change.execute(self._sql_topic, topic.topic_id, name, json.dumps(stored), now_ms())
         rows: list[Any] = []
-        change.fetch(self._sql_partitions, topic.topic_id, 0, partitions - 1,
-                     self._leaders(partitions),
-                     into=lambda found: rows.__setitem__(slice(None), found))
-        self._announce(change, name)
         try:
+            leaders = await self._leaders(partitions)
+            change = self.context.writer.begin()
+            change.execute(self._sql_topic, topic.topic_id, name, json.dumps(stored), now_ms())
+            change.fetch(self._sql_partitions, topic.topic_id, 0, partitions - 1, leaders,
+                         into=lambda found: rows.__setitem__(slice(None), found))
+            self._announce(change, name)
             await self.context.writer.commit(change)
         except BaseException:
             self._unregister(topic)
@@ -294,11 +294,11 @@ class PgTopicCatalog:
 
     async def create_partitions(self, name: str, count: int) -> None:
         topic = self.check_new_partitions(name, count)
+        leaders = await self._leaders(count - len(topic.partitions))
         change = self.context.writer.begin()
         rows: list[Any] = []
         change.fetch(self._sql_partitions, topic.topic_id, len(topic.partitions), count - 1,
-                     self._leaders(count - len(topic.partitions)),
-                     into=lambda found: rows.__setitem__(slice(None), found))
+                     leaders, into=lambda found: rows.__setitem__(slice(None), found))
         self._announce(change, name)
         await self.context.writer.commit(change)
         self._add_logs(topic, rows)
@@ -316,8 +316,8 @@ class PgTopicCatalog:
         topic.settings = None
 
     # ------------------------------------------------------------ internals
-    def _leaders(self, count: int) -> list[int] | None:
-        return None if self.place is None else self.place(count)
+    async def _leaders(self, count: int) -> list[int] | None:
+        return None if self.place is None else await self.place(count)
 
     def _announce(self, change: PgChange, name: str) -> None:
         if self.notify is not None:
