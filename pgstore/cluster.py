@@ -128,6 +128,7 @@ class PgCluster:
         self._open_slots: set[int] = set()  # gained and loaded
         self._refresh: asyncio.Task[None] | None = None
         self._refresh_again = False
+        self._rereading = asyncio.Lock()
         self._leaving = False
         self.opened = 0  # partitions opened so far (statistics, tests)
         self.rejoins = 0
@@ -354,7 +355,9 @@ class PgCluster:
 
     async def refresh_topics(self) -> None:
         assert self._pool is not None
-        async with self._pool.acquire() as conn:
+        # One reread at a time: an older snapshot applied after a newer one
+        # would take configs back.
+        async with self._rereading, self._pool.acquire() as conn:
             await self.catalog.refresh(conn)
         if self.leadership is not None:  # partitions led here whose log was not known yet
             by_id = self._logs_by_id()
@@ -405,6 +408,9 @@ class PgCluster:
         if found is None or found.leader_node is None or found.leader_node not in lead.live:
             return None
         return found.leader_node
+
+    async def catch_up_topics(self) -> None:
+        await self.refresh_topics()
 
     def coordinates(self, key: str) -> bool:
         lead = self.leadership

@@ -166,7 +166,8 @@ def test_new_partitions_have_balanced_leaders_as_soon_as_the_create_is_answered(
     """As Kafka's controller does, the gateway that makes a topic (or adds
     partitions) names a leader for each in the same write: its Metadata view
     has them all, balanced, when the create returns (no pass in between),
-    and the other gateway opens its share on the topic's notice."""
+    and the other gateway opens its share on the topic's notice. A gateway
+    that catches up reads the topics and configs the other just changed."""
     schema = f"cluster_{uuid.uuid4().hex[:10]}"
 
     async def body() -> None:
@@ -188,6 +189,17 @@ def test_new_partitions_have_balanced_leaders_as_soon_as_the_create_is_answered(
         await until(lambda: b.find_topic("fresh") is not None
                     and all(cb.leads("fresh", i) == (leaders[i] == 2) for i in range(6)),
                     "b leads its share", 3 * LEASE)
+        # Configs changed through a are read through b once b catches up
+        # (what DescribeConfigs and AlterConfigs do first in a cluster),
+        # without waiting for the notice.
+        for value in ("7200000", "3600000", "1800000"):
+            await a.set_topic_configs("fresh", {"retention.ms": value})
+            await cb.catch_up_topics()
+            found = b.find_topic("fresh")
+            assert found is not None and found.configs == {"retention.ms": value}
+        await a.create_topic("made-by-a", 1, {})
+        await cb.catch_up_topics()
+        assert b.find_topic("made-by-a") is not None
         await a.close()
         await b.close()
 
