@@ -30,9 +30,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
+import asyncpg
+
 from common.clock import now_ms
 from tablets.errors import (
     InvalidPartitions,
+    StorageError,
+    TopicAlreadyExists,
     UnknownPartition,
     UnknownTopic,
 )
@@ -253,6 +257,13 @@ class PgTopicCatalog:
                          into=lambda found: rows.__setitem__(slice(None), found))
             self._announce(change, name)
             await self.context.writer.commit(change)
+        except StorageError as exc:
+            self._unregister(topic)
+            if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+                # Another gateway made it first (this one has not read its
+                # notice yet): Kafka's answer, and the caller catches up.
+                raise TopicAlreadyExists(f"Topic '{name}' already exists.") from exc
+            raise
         except BaseException:
             self._unregister(topic)
             raise
