@@ -19,6 +19,7 @@ from testkit import kafka_requests as rq
 from testkit.differential import TALLY
 from testkit.gateway import GatewayProcess
 from testkit.kafka_broker import KafkaBroker
+from testkit.routing import leader_client
 
 # Stored batch headers as a raw Fetch returns them: [(base offset, codec, records)].
 StoredBatches = Callable[[str, int], list[tuple[int, int, int]]]
@@ -81,7 +82,7 @@ def stored_batches(gateway) -> StoredBatches:
     """
 
     async def read(topic: str, partition: int) -> list[tuple[int, int, int]]:
-        client = await KafkaClient.connect(*gateway.host_port)
+        client = await leader_client(gateway.host_port, topic, partition)
         try:
             out: list[tuple[int, int, int]] = []
             offset, high_watermark = 0, 1

@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from kio.schema.describe_groups.v5 import request as describe_groups
+from kio.schema.errors import ErrorCode
 from kio.schema.offset_fetch.v8 import request as offset_fetch
 
 from kafka_gateway.client import KafkaClient
 from kafka_gateway.groups.consumer_protocol import assigned_partitions
 from testkit.gateway import GatewayProcess
+from testkit.routing import coordinator_client
 
 T = TypeVar("T")
 
@@ -52,9 +54,14 @@ def wait_for(condition: Callable[[], T], timeout: float, what: str,
         time.sleep(interval)
 
 
-def _run(gateway: GatewayProcess, coro_fn: Callable[[KafkaClient], object]) -> object:
+def _run(gateway: GatewayProcess, coro_fn: Callable[[KafkaClient], object],
+         group: str) -> object:
+    """``coro_fn`` on a connection to ``group``'s coordinator, as FindCoordinator
+    through ``gateway`` names it: the gateway itself, or another gateway of its
+    cluster (``KAFKA_GATEWAY_TEST_STORE=postgresql-cluster``)."""
+
     async def main() -> object:
-        client = await KafkaClient.connect(*gateway.host_port)
+        client = await coordinator_client(gateway.host_port, group)
         try:
             return await coro_fn(client)  # type: ignore[misc]
         finally:
@@ -85,7 +92,7 @@ def describe_group(gateway: GatewayProcess, group: str) -> dict:
             },
         }
 
-    return _run(gateway, describe)  # type: ignore[return-value]
+    return _run(gateway, describe, group)  # type: ignore[return-value]
 
 
 def committed_offsets(gateway: GatewayProcess,
@@ -96,10 +103,11 @@ def committed_offsets(gateway: GatewayProcess,
         response = await client.request(offset_fetch.OffsetFetchRequest(
             groups=(offset_fetch.OffsetFetchRequestGroup(group_id=group, topics=None),),
             require_stable=True))
+        assert response.groups[0].error_code is ErrorCode.none, response.groups[0]
         return {(t.name, p.partition_index): (p.committed_offset, p.metadata)
                 for t in response.groups[0].topics for p in t.partitions}
 
-    return _run(gateway, fetch)  # type: ignore[return-value]
+    return _run(gateway, fetch, group)  # type: ignore[return-value]
 
 
 def stable_assignment(gateway: GatewayProcess, group: str, members: int,

@@ -32,8 +32,8 @@ from kio.schema.errors import ErrorCode
 from kio.schema.produce.v9 import request as produce
 from kio.static.primitive import Records, i32Timedelta
 
-from kafka_gateway.client import KafkaClient
 from testkit.batches import make_batch
+from testkit.routing import leader_client
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT = 30
@@ -276,8 +276,10 @@ def test_kill_9_then_read_everything_back(gateway, topic_name):
 
 
 def _raw_produce(gateway, topic: str, records: bytes):
+    """One raw Produce to partition 0, sent to its leader (Metadata's)."""
+
     async def send():
-        client = await KafkaClient.connect(*gateway.host_port)
+        client = await leader_client(gateway.host_port, topic, 0)
         try:
             return await client.request(produce.ProduceRequest(
                 transactional_id=None, acks=-1,

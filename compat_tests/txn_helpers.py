@@ -32,6 +32,7 @@ from tablets.batch import parse_batches
 from testkit import kafka_requests as rq
 from testkit.gateway import GatewayProcess
 from testkit.raw_txn import RawTxn as RawTxn  # re-exported: the compat tests import it here
+from testkit.routing import coordinator_client, leader_client
 
 T = TypeVar("T")
 TIMEOUT_S = 30.0
@@ -158,11 +159,14 @@ def expected_view(topics: dict[str, int], visible: list[tuple[str, list[int]]]
 
 
 # ------------------------------------------------------------- raw requests
-def run_raw(server: Server, fn: Callable[[KafkaClient], Awaitable[T]]) -> T:
-    """Run ``fn`` with a fresh connection to the server, bounded in time."""
+def run_raw(server: Server, fn: Callable[[KafkaClient], Awaitable[T]],
+            connect: Callable[[], Awaitable[KafkaClient]] | None = None) -> T:
+    """Run ``fn`` with a fresh connection to the server (or the one
+    ``connect`` opens: the leader or coordinator it routes to), bounded in time."""
 
     async def main() -> T:
-        client = await KafkaClient.connect(*server.host_port)
+        client = await (connect() if connect is not None
+                        else KafkaClient.connect(*server.host_port))
         try:
             return await fn(client)
         finally:
@@ -221,7 +225,7 @@ def stored_log(server: Server, topic: str, partition: int) -> StoredLog:
                 offset = base + header.record_count
         return StoredLog(out, high_watermark, stable)
 
-    return run_raw(server, read)
+    return run_raw(server, read, lambda: leader_client(server.host_port, topic, partition))
 
 
 def fetch_offsets(server: Server, group: str, partitions: list[tuple[str, int]],
@@ -242,7 +246,7 @@ def fetch_offsets(server: Server, group: str, partitions: list[tuple[str, int]],
         return {(t.name, p.partition_index): (p.committed_offset, p.error_code)
                 for t in answer.topics for p in t.partitions}
 
-    return run_raw(server, fetch_them)
+    return run_raw(server, fetch_them, lambda: coordinator_client(server.host_port, group))
 
 
 def assert_one_idempotent_producer(gateway, topic: str, partition: int) -> None:

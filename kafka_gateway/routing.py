@@ -38,6 +38,16 @@ def brokers(broker: HandlerContext, request: object) -> list[BrokerAddress]:
     return [found[node] for node in sorted(found)]
 
 
+async def topics_current(broker: HandlerContext) -> None:
+    """In a cluster, reread the topic catalog before answering from it: a
+    request about topic configs reads what another gateway changed or made a
+    moment ago (as Kafka's controller answers config changes), instead of
+    the catalog as of this gateway's last topic notice."""
+    cluster = broker.engine.cluster()
+    if cluster is not None:
+        await cluster.catch_up_topics()
+
+
 def partition_leader(broker: HandlerContext, topic: str, index: int) -> int | None:
     cluster = broker.engine.cluster()
     return broker.node_id if cluster is None else cluster.partition_leader(topic, index)

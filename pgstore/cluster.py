@@ -33,9 +33,15 @@ kept current, and the routing view the protocol layer reads (the seam's
   resync of the led partitions' ends after every reconnection).
 - **Topics made by any gateway are seen by all**: a topic change notifies
   the channel ``<schema>_topics`` inside its own transaction; each gateway
-  listens and rereads the catalog (``PgTopicCatalog.refresh``), also after
-  its listening connection was lost, and when a pass hands it a partition
-  of a topic it does not know yet.
+  listens and rereads the catalog (``PgTopicCatalog.refresh``) and runs a
+  pass (so it opens at once the new partitions it leads), also after its
+  listening connection was lost, and when a pass hands it a partition of a
+  topic it does not know yet.
+- **New partitions have leaders from the start**, as Kafka's controller
+  gives them: the gateway that makes them writes each row with a leader,
+  the least loaded live node as of its last pass (``place_new``; ties: the
+  lower node id), so Metadata names a leader as soon as the create is
+  answered; the plan then moves none of them (counts stay within one).
 - **Membership lost**: everything is closed at once. A lease that ran out
   (the process was paused or cut off) makes the gateway join again as a new
   incarnation; a newer process of the same node.id (``Superseded``) wins,
@@ -147,9 +153,11 @@ class PgCluster:
         self._open_slots: set[int] = set()  # gained and loaded
         self._refresh: asyncio.Task[None] | None = None
         self._refresh_again = False
+        self._rereading = asyncio.Lock()
         self._leaving = False
         self.opened = 0  # partitions opened so far (statistics, tests)
         self.rejoins = 0
+        catalog.place = self.place_new
 
     # ------------------------------------------------------------ lifecycle
     async def join(self, listeners: Sequence[Listener]) -> None:
@@ -220,6 +228,30 @@ class PgCluster:
         opening = [t for t in self._tasks if t.get_name() == "open partitions"]
         if opening:
             await asyncio.wait(opening)
+
+    async def place_new(self, count: int) -> list[int] | None:
+        """Leaders for ``count`` new partitions: each to the live node leading
+        the fewest partitions, counted in the database now (a view as of the
+        last pass would still count deleted topics, and the plan would then
+        move the new partitions at once). None: not joined, the passes place
+        them."""
+        if self.leadership is None or self._pool is None or self._leaving:
+            return None
+        s = quoted(self.schema)
+        async with self._pool.acquire() as conn:
+            rows = await conn.fetch(f"""
+                SELECT n.node_id, count(p.log_id) AS led FROM {s}.nodes n
+                  LEFT JOIN {s}.partitions p ON p.leader_node = n.node_id
+                 WHERE n.lease_expires_at > now() GROUP BY n.node_id""")
+        load = {int(r["node_id"]): int(r["led"]) for r in rows}
+        if not load:
+            return None
+        leaders = []
+        for _ in range(count):
+            node = min(load, key=lambda n: (load[n], n))
+            load[node] += 1
+            leaders.append(node)
+        return leaders
 
     def _lost(self, lost: MembershipLost) -> None:
         if isinstance(lost, Superseded):
@@ -361,6 +393,10 @@ class PgCluster:
                 await self.refresh_topics()
             except Exception as exc:
                 log.warning("node %d: topic catalog reread failed: %r", self.node_id, exc)
+            else:
+                # The new partitions it leads, opened now; in a task of its
+                # own, so the next reread never waits for a pass.
+                self._spawn(self.lead_new(), "pass after topics")
             if not self._refresh_again:
                 return
 
@@ -370,7 +406,9 @@ class PgCluster:
 
     async def refresh_topics(self) -> None:
         assert self._pool is not None
-        async with self._pool.acquire() as conn:
+        # One reread at a time: an older snapshot applied after a newer one
+        # would take configs back.
+        async with self._rereading, self._pool.acquire() as conn:
             await self.catalog.refresh(conn)
         if self.leadership is not None:  # partitions led here whose log was not known yet
             by_id = self._logs_by_id()
@@ -431,6 +469,9 @@ class PgCluster:
         if found is None or found.leader_node is None or found.leader_node not in lead.live:
             return None
         return found.leader_node
+
+    async def catch_up_topics(self) -> None:
+        await self.refresh_topics()
 
     def coordinates(self, key: str) -> bool:
         return self.slot_held(key) is not None

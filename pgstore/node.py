@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Protocol
 import asyncpg
 
 from common.clock import now_ms
-from tablets.errors import StorageError
+from tablets.errors import StorageError, TopicAlreadyExists
 from tablets.seam import (
     CleanerStats,
     ConsumerOffsetStore,
@@ -247,7 +247,15 @@ class PgNodeStorage:
 
     async def create_topic(self, name: str, partitions: int,
                            configs: dict[str, str]) -> PgTopic:
-        topic = await self.catalog.create_topic(name, partitions, configs)
+        try:
+            topic = await self.catalog.create_topic(name, partitions, configs)
+        except TopicAlreadyExists:
+            if self._cluster is not None:
+                # Made by another gateway a moment ago: learn it now (its
+                # notice may have been read while this create was in flight,
+                # and skipped), so the next lookup here finds it.
+                await self._cluster.catch_up_topics()
+            raise
         if self._cluster is not None:
             await self._cluster.lead_new()  # its partitions need leaders now
         return topic

@@ -25,14 +25,18 @@ import json
 import logging
 import uuid
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from uuid import UUID
 
+import asyncpg
+
 from common.clock import now_ms
 from tablets.errors import (
     InvalidPartitions,
+    StorageError,
+    TopicAlreadyExists,
     UnknownPartition,
     UnknownTopic,
 )
@@ -98,14 +102,18 @@ class PgTopicCatalog:
         # In a cluster: logs start closed, and each change tells the others.
         self.claims = True
         self.notify: Callable[[PgChange, str], None] | None = None
+        # In a cluster: the leaders of ``count`` new partitions, written with
+        # their rows (pgstore.cluster: PgCluster.place_new); None: no leader.
+        self.place: Callable[[int], Awaitable[list[int] | None]] | None = None
         self._creating: set[str] = set()  # registered, not yet committed
         self._deleting: set[UUID] = set()  # unregistered, not yet committed
         s = context.sql.schema
         self._sql_topic = (f"INSERT INTO {s}.topics (topic_id, name, configs, created_ms) "
                            "VALUES ($1, $2, $3::jsonb, $4)")
         self._sql_partitions = f"""
-            INSERT INTO {s}.partitions (topic_id, partition, leader_epoch)
-            SELECT $1, g, {FIRST_EPOCH} FROM generate_series($2::int, $3::int) g
+            INSERT INTO {s}.partitions (topic_id, partition, leader_epoch, leader_node)
+            SELECT $1, g, {FIRST_EPOCH}, ($4::integer[])[g - $2 + 1]
+              FROM generate_series($2::int, $3::int) g
          RETURNING log_id, partition, leader_epoch"""
         self._sql_delete = f"DELETE FROM {s}.topics WHERE topic_id = $1"
         self._sql_configs = f"UPDATE {s}.topics SET configs = $2::jsonb WHERE topic_id = $1"
@@ -247,14 +255,22 @@ class PgTopicCatalog:
         topic = PgTopic(name, uuid.uuid4(), stored)
         self._register(topic)  # before the write lands, so a concurrent create sees it
         self._creating.add(name)
-        change = self.context.writer.begin()
-        change.execute(self._sql_topic, topic.topic_id, name, json.dumps(stored), now_ms())
         rows: list[Any] = []
-        change.fetch(self._sql_partitions, topic.topic_id, 0, partitions - 1,
-                     into=lambda found: rows.__setitem__(slice(None), found))
-        self._announce(change, name)
         try:
+            leaders = await self._leaders(partitions)
+            change = self.context.writer.begin()
+            change.execute(self._sql_topic, topic.topic_id, name, json.dumps(stored), now_ms())
+            change.fetch(self._sql_partitions, topic.topic_id, 0, partitions - 1, leaders,
+                         into=lambda found: rows.__setitem__(slice(None), found))
+            self._announce(change, name)
             await self.context.writer.commit(change)
+        except StorageError as exc:
+            self._unregister(topic)
+            if isinstance(exc.__cause__, asyncpg.UniqueViolationError):
+                # Another gateway made it first (this one has not read its
+                # notice yet): Kafka's answer, and the caller catches up.
+                raise TopicAlreadyExists(f"Topic '{name}' already exists.") from exc
+            raise
         except BaseException:
             self._unregister(topic)
             raise
@@ -296,10 +312,11 @@ class PgTopicCatalog:
 
     async def create_partitions(self, name: str, count: int) -> None:
         topic = self.check_new_partitions(name, count)
+        leaders = await self._leaders(count - len(topic.partitions))
         change = self.context.writer.begin()
         rows: list[Any] = []
         change.fetch(self._sql_partitions, topic.topic_id, len(topic.partitions), count - 1,
-                     into=lambda found: rows.__setitem__(slice(None), found))
+                     leaders, into=lambda found: rows.__setitem__(slice(None), found))
         self._announce(change, name)
         await self.context.writer.commit(change)
         self._add_logs(topic, rows)
@@ -318,6 +335,9 @@ class PgTopicCatalog:
         topic.configs_changed += 1
 
     # ------------------------------------------------------------ internals
+    async def _leaders(self, count: int) -> list[int] | None:
+        return None if self.place is None else await self.place(count)
+
     def _announce(self, change: PgChange, name: str) -> None:
         if self.notify is not None:
             self.notify(change, name)

@@ -335,8 +335,9 @@ class PgWriter:
                 except _PASS_THROUGH:
                     raise
                 except asyncpg.PostgresError as exc:  # this change's fault alone
-                    raise _Refused(index, StorageError(
-                        f"PostgreSQL refused a change: {exc}")) from exc
+                    refused = StorageError(f"PostgreSQL refused a change: {exc}")
+                    refused.__cause__ = exc  # what the caller may tell apart (a duplicate)
+                    raise _Refused(index, refused) from exc
             else:
                 kept.append((change, future))
         return kept

@@ -544,6 +544,11 @@ class ClusterView(Protocol):
         raises while it cannot be read."""
         ...
 
+    async def catch_up_topics(self) -> None:
+        """Reread the topic catalog now: topics and configs another gateway
+        changed a moment ago (its notice may not have been acted on yet)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RecoveredBlob:

@@ -7,6 +7,11 @@
 
 The port is chosen by the OS at the first start (``--listen 127.0.0.1:0``)
 and kept across restarts so clients can reconnect.
+
+With ``KAFKA_GATEWAY_TEST_STORE=postgresql-cluster`` (``testkit.pg_store_mode``)
+a gateway is the first of three on one PostgreSQL database: ``siblings``
+are started, stopped, killed and restarted with it, and a start is over when
+all three list the three in Metadata.
 """
 
 from __future__ import annotations
@@ -29,8 +34,11 @@ _ADMIN = re.compile(r"admin http ([\d.]+:\d+)")
 
 class GatewayProcess:
     def __init__(self, data_dir: str | os.PathLike[str], *extra_args: str,
-                 port: int = 0, startup_timeout: float = 30.0) -> None:
+                 port: int = 0, startup_timeout: float = 30.0,
+                 store_dir: str | os.PathLike[str] | None = None) -> None:
         self.data_dir = Path(data_dir)
+        # The data directory whose database it uses (a cluster sibling: the first's).
+        self.store_dir = Path(store_dir) if store_dir is not None else self.data_dir
         self.extra_args = list(extra_args)
         self.port = port
         self.startup_timeout = startup_timeout
@@ -38,6 +46,14 @@ class GatewayProcess:
         self.log_path = self.data_dir.parent / f"{self.data_dir.name}.log"
         self._log_lines: list[str] = []
         self.listener_ports: dict[str, int] = {}  # listener name -> bound port
+        self.siblings: list[GatewayProcess] = []
+        if pg_store_mode.forms_cluster(self.extra_args) and store_dir is None:
+            first = pg_store_mode.node_id(self.extra_args)
+            self.siblings = [
+                GatewayProcess(self.data_dir.parent / f"{self.data_dir.name}-node{node}",
+                               *pg_store_mode.sibling_args(self.extra_args, node),
+                               startup_timeout=startup_timeout, store_dir=self.data_dir)
+                for node in range(first + 1, first + pg_store_mode.CLUSTER_SIZE)]
 
     @property
     def bootstrap(self) -> str:
@@ -52,6 +68,26 @@ class GatewayProcess:
         return f"127.0.0.1:{self.listener_ports[listener]}"
 
     def start(self) -> GatewayProcess:
+        """Start it (and its cluster siblings, all at once); return when all
+        are ready (and, in a cluster, all list the three in Metadata)."""
+        members = [self, *self.siblings]
+        for member in members:
+            member._spawn()
+        try:
+            for member in members:
+                member._wait_ready()
+            if self.siblings:
+                pg_store_mode.check_cluster(
+                    [member.host_port for member in members],
+                    {pg_store_mode.node_id(member.extra_args) for member in members},
+                    self.startup_timeout)
+        except BaseException:
+            for member in members:
+                member._kill_one()
+            raise
+        return self
+
+    def _spawn(self) -> None:
         assert self.process is None or self.process.poll() is not None, "already running"
         command = [
             sys.executable, "-m", "kafka_gateway", "serve",
@@ -59,11 +95,14 @@ class GatewayProcess:
             "--data-dir", str(self.data_dir),
             *self.extra_args,
             # KAFKA_GATEWAY_TEST_STORE=postgresql: on the PostgreSQL store.
-            *pg_store_mode.store_args(self.data_dir, self.extra_args),
+            *pg_store_mode.store_args(self.store_dir, self.extra_args),
         ]
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
+
+    def _wait_ready(self) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + self.startup_timeout
         assert self.process.stdout is not None
         while True:
@@ -79,13 +118,12 @@ class GatewayProcess:
             elif self.process.poll() is not None:
                 raise RuntimeError(f"gateway exited at start-up:\n{self.output()}")
             if time.monotonic() > deadline:
-                self.kill()
+                self._kill_one()
                 raise TimeoutError(
                     f"gateway not ready in {self.startup_timeout}s:\n{self.output()}"
                 )
         threading.Thread(target=self._drain, args=(self.process,), daemon=True).start()
         pg_store_mode.check_started(self.output(), self.extra_args)
-        return self
 
     def _drain(self, process: subprocess.Popen[str]) -> None:
         assert process.stdout is not None
@@ -121,20 +159,39 @@ class GatewayProcess:
         return prom.samples(prom.scrape(self.admin_address()))
 
     def kill(self) -> None:
-        """kill -9: no clean shutdown, no flush."""
+        """kill -9 (with its cluster siblings): no clean shutdown, no flush."""
+        for member in (self, *self.siblings):
+            member._kill_one()
+
+    def _kill_one(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(timeout=10)
 
     def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM and wait: the gateway answers in-flight requests and closes the store."""
+        """SIGTERM and wait: the gateway answers in-flight requests and closes
+        the store. Its cluster siblings are stopped at the same time; the
+        answer is its own exit status."""
+        for sibling in self.siblings:
+            sibling._signal(signal.SIGTERM)
+        try:
+            return self._stop_one(timeout)
+        finally:
+            for sibling in self.siblings:
+                sibling._stop_one(timeout)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+
+    def _stop_one(self, timeout: float) -> int:
         if self.process is None or self.process.poll() is not None:
             return self.process.returncode if self.process else 0
         self.process.send_signal(signal.SIGTERM)
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.kill()
+            self._kill_one()
             raise
 
     def restart(self, hard: bool = True) -> GatewayProcess:

@@ -13,13 +13,14 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 
+import asyncpg
 import pytest
 
 from pgstore.cluster import ClusterSettings
 from pgstore.engine_seam_check import node as as_node
 from pgstore.membership import Listener
 from pgstore.node import PgNodeSettings, PgNodeStorage
-from tablets.errors import NotLeader, StorageError
+from tablets.errors import NotLeader, StorageError, TopicAlreadyExists
 from testkit import postgres
 from testkit.batches import make_batch
 from testkit.postgres import PostgresServer
@@ -98,10 +99,17 @@ def test_two_gateways_share_partitions_see_each_others_topics_and_hand_over(
             mine = a if ca.leads("t", index) else b
             assert mine.partition("t", index).high_watermark == 1
 
-        # Coordinators: one gateway per key, the same answer from both.
+        # Coordinators: one gateway per key, the same answer from both once
+        # the slots are balanced (b joined after a took all 50; new
+        # partitions get their leaders at once, so the partitions above can
+        # settle before a's pass hands b its slots).
         await until(lambda: any(ca.coordinates(f"g{i}") or cb.coordinates(f"g{i}")
                                 for i in range(50)), "slots opened", 3 * LEASE)
+        await until(lambda: len(ca.leadership.led_slots) == len(cb.leadership.led_slots) == 25
+                    if ca.leadership and cb.leadership else False, "25 slots each", 3 * LEASE)
         for key in ("group-a", "group-b", "txn-1"):
+            await until(lambda k=key: ca.coordinator(k) == cb.coordinator(k),
+                        f"both views agree on {key}'s coordinator", 3 * LEASE)
             assert ca.coordinator(key) == cb.coordinator(key) in (1, 2)
             await until(lambda k=key: ca.coordinates(k) != cb.coordinates(k),
                         f"{key} coordinated by one", 3 * LEASE)
@@ -157,5 +165,78 @@ def test_producer_ids_handed_out_through_two_gateways_are_never_the_same(
         assert refused > 0  # the premise: gateways did race for the same values
         await a.close()
         await b.close()
+
+    run(body)
+
+
+def test_new_partitions_have_balanced_leaders_as_soon_as_the_create_is_answered(
+        pg_server: PostgresServer) -> None:
+    """As Kafka's controller does, the gateway that makes a topic (or adds
+    partitions) names a leader for each in the same write: its Metadata view
+    has them all, balanced, when the create returns (no pass in between),
+    and the other gateway opens its share on the topic's notice. A gateway
+    that catches up reads the topics and configs the other just changed."""
+    schema = f"cluster_{uuid.uuid4().hex[:10]}"
+
+    async def body() -> None:
+        a = await gateway(pg_server, schema, 1)
+        b = await gateway(pg_server, schema, 2)
+        ca, cb = a.cluster(), b.cluster()
+        assert ca is not None and cb is not None
+        await until(lambda: ca.brokers("PLAINTEXT") and len(ca.brokers("PLAINTEXT")) == 2,
+                    "both live in a's view", 3 * LEASE)
+        await a.create_topic("fresh", 4, {})
+        leaders = [ca.partition_leader("fresh", i) for i in range(4)]
+        assert sorted(leaders) == [1, 1, 2, 2], leaders  # type: ignore[type-var]
+        await a.create_partitions("fresh", 6)
+        leaders = [ca.partition_leader("fresh", i) for i in range(6)]
+        assert sorted(leaders) == [1, 1, 1, 2, 2, 2], leaders  # type: ignore[type-var]
+        # What each leads is what was written: a leads its share at once,
+        # b opens its share; the views then agree.
+        assert all(ca.leads("fresh", i) == (leaders[i] == 1) for i in range(6))
+        await until(lambda: b.find_topic("fresh") is not None
+                    and all(cb.leads("fresh", i) == (leaders[i] == 2) for i in range(6)),
+                    "b leads its share", 3 * LEASE)
+        # Configs changed through a are read through b once b catches up
+        # (what DescribeConfigs and AlterConfigs do first in a cluster),
+        # without waiting for the notice.
+        for value in ("7200000", "3600000", "1800000"):
+            await a.set_topic_configs("fresh", {"retention.ms": value})
+            await cb.catch_up_topics()
+            found = b.find_topic("fresh")
+            assert found is not None and found.configs == {"retention.ms": value}
+        await a.create_topic("made-by-a", 1, {})
+        await cb.catch_up_topics()
+        assert b.find_topic("made-by-a") is not None
+        await a.close()
+        await b.close()
+
+    run(body)
+
+
+def test_a_create_that_loses_to_another_gateways_learns_the_topic(
+        pg_server: PostgresServer) -> None:
+    """A topic another gateway made whose notice this one missed (read while
+    its own create of the name was in flight, and skipped): the create
+    answers TopicAlreadyExists, as Kafka, and the gateway knows the topic
+    from then on (before, it never learned it until another topic changed,
+    and a producer's auto-creating Metadata looped on it for 30 s)."""
+    schema = f"cluster_{uuid.uuid4().hex[:10]}"
+
+    async def body() -> None:
+        a = await gateway(pg_server, schema, 1)
+        # The row as another gateway writes it, with no notice.
+        conn = await asyncpg.connect(pg_server.dsn)
+        try:
+            await conn.execute(
+                f'INSERT INTO "{schema}".topics (topic_id, name, configs, created_ms) '
+                "VALUES ($1, 'ghost', '{}'::jsonb, 0)", uuid.uuid4())
+        finally:
+            await conn.close()
+        assert a.find_topic("ghost") is None
+        with pytest.raises(TopicAlreadyExists):
+            await a.create_topic("ghost", 1, {})
+        assert a.find_topic("ghost") is not None
+        await a.close()
 
     run(body)

@@ -17,6 +17,7 @@ from kio.schema.errors import ErrorCode
 from tablets import check_topic_name
 from tablets.topic_config import validate_all
 
+from .. import routing
 from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
@@ -91,6 +92,9 @@ async def alter(broker: HandlerContext, request: Request[object], api_key: int,
     """Apply ``change`` (current overrides, a resource of the request) -> new overrides."""
     schema = response_schema(api_key, request.version)
     responses = []
+    resources = list(resources)
+    if any(r.resource_type == RESOURCE_TOPIC for r in resources):
+        await routing.topics_current(broker)
     async for resource in sliced(resources):
         try:
             authorize_config(broker, request, Operation.ALTER_CONFIGS,

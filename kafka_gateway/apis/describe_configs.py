@@ -18,6 +18,7 @@ from kio.schema.errors import ErrorCode
 
 from tablets import check_topic_name
 
+from .. import routing
 from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
@@ -64,6 +65,8 @@ async def handle(broker: HandlerContext, request: Request[DescribeConfigsRequest
     body = request.body
     results = []
     resources: tuple[DescribeConfigsResource, ...] = body.resources
+    if any(r.resource_type == RESOURCE_TOPIC for r in resources):
+        await routing.topics_current(broker)
     async for resource in sliced(resources):
         try:
             authorize_config(broker, request, Operation.DESCRIBE_CONFIGS,
