@@ -47,7 +47,13 @@ from tablets.seam import OffsetCommit
 from testkit import postgres
 from testkit.postgres import PostgresServer
 from txn import TransactionCoordinator
-from txn.errors import InvalidProducerIdMapping, InvalidTxnState, ProducerFenced, TxnConflict
+from txn.errors import (
+    ConcurrentTransactions,
+    InvalidProducerIdMapping,
+    InvalidTxnState,
+    ProducerFenced,
+    TxnConflict,
+)
 from txn.state import TxnState
 
 pg_server = postgres.server_fixture("module")
@@ -136,11 +142,13 @@ async def rows(pg: PostgresServer, schema: str, table: str, group: str) -> list[
 async def retried(call: Callable[[], Awaitable[T]]) -> T:
     """A request a client retries: a gateway whose counter (producer ids,
     transaction instances) another gateway moved is refused once per counter
-    (docs/cluster.md, "producer ids across gateways")."""
+    (docs/cluster.md, "producer ids across gateways"): InitProducerId with a
+    storage error, a begin (AddPartitionsToTxn, AddOffsetsToTxn) with
+    CONCURRENT_TRANSACTIONS."""
     for _ in range(3):
         try:
             return await call()
-        except CounterMoved:
+        except (CounterMoved, ConcurrentTransactions):
             pass
     return await call()
 
@@ -349,7 +357,8 @@ def test_two_gateways_committing_one_partitions_range_exactly_one_wins(
 def test_transactions_begun_on_two_gateways_both_commit(pg_server: PostgresServer) -> None:
     """Each gateway takes transaction instances from the shared counter. A
     begin from a stale view of it is refused once (``CounterMoved``, nothing
-    written: the transaction is not open, here either), its retry begins
+    written: the transaction is not open, here either; answered
+    CONCURRENT_TRANSACTIONS, which clients retry), its retry begins
     it; a transaction that began before another gateway moved the counter
     still commits (its later changes do not set the counter again)."""
 
@@ -361,8 +370,10 @@ def test_transactions_begun_on_two_gateways_both_commit(pg_server: PostgresServe
             apid, aepoch = await retried(lambda: a.txns.init_producer_id(a_id, 60_000))
             bpid, bepoch = await retried(lambda: b.txns.init_producer_id(b_id, 60_000))
             await a.txns.add_partitions(a_id, apid, aepoch, [(TOPIC, 0)])  # a: instance 1
-            with pytest.raises(CounterMoved):  # b's view of the counter: none
+            with pytest.raises(ConcurrentTransactions) as refused:  # b's view: none
                 await b.txns.add_partitions(b_id, bpid, bepoch, [(TOPIC, 1)])
+            assert isinstance(refused.value.__cause__, CounterMoved)
+            assert error_code(refused.value) is ErrorCode.concurrent_transactions
             assert not b.txns.txns[b_id].is_open and b.txns.open_count == 0
             assert b.txns.txns[b_id].partitions == {}
             await b.txns.add_partitions(b_id, bpid, bepoch, [(TOPIC, 1)])

@@ -372,10 +372,13 @@ class TransactionCoordinator:
         state then). A store shared by gateways refuses it when another
         gateway moved a counter it sets (the transaction's instance):
         nothing was written, so the transaction did not begin, here either;
-        the client's retry begins it with a new instance."""
+        the client's retry begins it with a new instance: it is answered
+        CONCURRENT_TRANSACTIONS, which clients retry (AddPartitionsToTxn and
+        AddOffsetsToTxn), as they do while Kafka completes a previous
+        transaction; a storage error would fail the transaction."""
         try:
             await self.writer.commit(ops)
-        except ChangeRefused:
+        except ChangeRefused as refused:
             if before is not None:
                 opened = self.open_txns.by_id.pop(meta.transactional_id, None)
                 if opened is not None:
@@ -383,7 +386,9 @@ class TransactionCoordinator:
                                     f"{meta.transactional_id} did not begin")
                 for name in TxnMetadata.__slots__:
                     setattr(meta, name, getattr(before, name))
-            raise
+            raise ConcurrentTransactions(
+                f"{meta.transactional_id}: another gateway began a transaction at the same "
+                "moment; retry") from refused
 
     # ------------------------------------------------------ TxnOffsetCommit
     async def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
