@@ -177,11 +177,26 @@ PG_CLUSTER_TESTS=(
   compat_tests/test_java_client.py
   compat_tests/test_groups_confluent.py compat_tests/test_groups_aiokafka.py
   compat_tests/test_groups_java.py compat_tests/test_groups_kafkajs.py
+  compat_tests/test_txn_confluent.py compat_tests/test_txn_kafka_python.py
+  compat_tests/test_txn_java.py
 )
 # Tests that check a one-broker answer (broker, leader or coordinator 0), a
 # new partition count read through another gateway at once, and stalled raw
-# Fetches sent to the first gateway whatever it leads.
+# Fetches sent to the first gateway whatever it leads; and the transaction
+# tests that fail on three gateways (docs/cluster.md, "Checked with real
+# clients", says why for each).
 PG_CLUSTER_DESELECT=(
+  --deselect compat_tests/test_txn_confluent.py::test_raw_duplicate_after_restart_gets_its_original_offset
+  --deselect compat_tests/test_txn_confluent.py::test_delayed_end_txn_cannot_end_a_later_transaction
+  --deselect compat_tests/test_txn_confluent.py::test_kill_9_between_produce_and_commit
+  --deselect "compat_tests/test_txn_confluent.py::test_two_transactional_ids_one_group_partition[gateway-before_winner_commits]"
+  --deselect "compat_tests/test_txn_confluent.py::test_two_transactional_ids_one_group_partition[gateway-after_winner_commits]"
+  --deselect compat_tests/test_txn_kafka_python.py::test_conflict_at_txn_offset_commit_is_abortable
+  --deselect compat_tests/test_txn_kafka_python.py::test_transaction_timeout_aborts_and_fences
+  --deselect "compat_tests/test_txn_java.py::test_two_transactional_ids_commit_the_same_group_partition[java-3.4.1-late-offsets]"
+  --deselect "compat_tests/test_txn_java.py::test_two_transactional_ids_commit_the_same_group_partition[java-4.4.0-late-offsets]"
+  --deselect "compat_tests/test_txn_java.py::test_admin_lists_and_describes_transactions_and_producers[java-3.4.1]"
+  --deselect "compat_tests/test_txn_java.py::test_admin_lists_and_describes_transactions_and_producers[java-4.4.0]"
   --deselect compat_tests/test_kcat.py::test_metadata_lists_broker_topic_and_partitions
   --deselect compat_tests/test_kafka_python.py::test_admin_creates_topic_with_partitions_and_configs
   --deselect compat_tests/test_kafkajs.py::test_admin_create_topics_metadata_and_delete
