@@ -30,11 +30,11 @@ from testkit.pg_cluster import (
     LEASE_MS,
     PARTITIONS,
     TIMEOUT,
-    cluster_gateways,
     consume_all,
     create,
     leaders_in_db,
     produce_values,
+    running_cluster,
     wait_balanced,
 )
 from testkit.postgres import PostgresServer
@@ -45,14 +45,8 @@ pg_server = postgres.server_fixture("module")
 @pytest.fixture(scope="module")
 def cluster(pg_server: PostgresServer, tmp_path_factory) -> Iterator[list[GatewayProcess]]:
     base = tmp_path_factory.mktemp("pg-cluster")
-    gateways = cluster_gateways(base, pg_server.dsn)
-    try:
-        for gateway in gateways:
-            gateway.start()
+    with running_cluster(base, pg_server.dsn) as gateways:
         yield gateways
-    finally:
-        for gateway in gateways:
-            gateway.kill()
 
 
 def test_metadata_from_any_gateway_lists_three_brokers_and_balanced_leaders(

@@ -62,6 +62,7 @@ from kafka_gateway.client import KafkaClient
 from testkit import kafka_requests as rq
 from testkit import postgres
 from testkit.gateway import GatewayProcess
+from testkit.pg_cluster import running_cluster
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
@@ -73,17 +74,9 @@ COMMITS = 50
 def cluster(pg_server: PostgresServer, tmp_path_factory) -> Iterator[list[GatewayProcess]]:
     pg_server.psql(f"CREATE DATABASE {DATABASE}")
     base = tmp_path_factory.mktemp("pg-cross")
-    gateways = [GatewayProcess(base / f"data-{node}", "--store", pg_server.dsn_of(DATABASE),
-                               "--node-id", str(node),
-                               "--broker-session-timeout-ms", str(LEASE_MS))
-                for node in (1, 2)]
-    try:
-        for gateway in gateways:
-            gateway.start()
+    with running_cluster(base, pg_server.dsn_of(DATABASE), nodes=(1, 2),
+                         lease_ms=LEASE_MS) as gateways:
         yield gateways
-    finally:
-        for gateway in gateways:
-            gateway.kill()
 
 
 def test_a_commit_through_another_gateway_wakes_the_leaders_long_poll(

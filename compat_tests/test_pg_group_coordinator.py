@@ -39,6 +39,7 @@ from kafka_gateway.client import KafkaClient
 from testkit import kafka_requests as rq
 from testkit import postgres
 from testkit.gateway import GatewayProcess
+from testkit.pg_cluster import running_cluster
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
@@ -51,17 +52,8 @@ TIMEOUT = 120
 @pytest.fixture(scope="module")
 def cluster(pg_server: PostgresServer, tmp_path_factory) -> Iterator[list[GatewayProcess]]:
     base = tmp_path_factory.mktemp("pg-group-coordinator")
-    gateways = [GatewayProcess(base / f"data-{node}", "--store", pg_server.dsn,
-                               "--node-id", str(node),
-                               "--broker-session-timeout-ms", str(LEASE_MS))
-                for node in (1, 2, 3)]
-    try:
-        for gateway in gateways:
-            gateway.start()
+    with running_cluster(base, pg_server.dsn, lease_ms=LEASE_MS) as gateways:
         yield gateways
-    finally:
-        for gateway in gateways:
-            gateway.kill()
 
 
 class Book:

@@ -11,8 +11,10 @@ PostgreSQL has them.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
@@ -33,6 +35,20 @@ def cluster_gateways(base: Path, dsn: str, nodes: tuple[int, ...] = (1, 2, 3),
     return [GatewayProcess(base / f"data-{node}", "--store", dsn, "--node-id", str(node),
                            "--broker-session-timeout-ms", str(lease_ms))
             for node in nodes]
+
+
+@contextlib.contextmanager
+def running_cluster(base: Path, dsn: str, nodes: tuple[int, ...] = (1, 2, 3),
+                    lease_ms: int = LEASE_MS) -> Iterator[list[GatewayProcess]]:
+    """``cluster_gateways`` started, and killed at the end (a module's fixture)."""
+    gateways = cluster_gateways(base, dsn, nodes, lease_ms)
+    try:
+        for gateway in gateways:
+            gateway.start()
+        yield gateways
+    finally:
+        for gateway in gateways:
+            gateway.kill()
 
 
 def leaders(gateway: GatewayProcess, topic: str) -> tuple[set[int], dict[int, int]]:
