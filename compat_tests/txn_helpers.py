@@ -96,9 +96,10 @@ def within(timeout: float, fn: Callable[..., T], *args: object) -> T:
 
 
 def timed_out(gateway: GatewayProcess, transactional_id: str) -> bool:
-    """Whether the gateway logged that it aborted this id's transaction on timeout."""
+    """Whether the gateway logged that it aborted this id's transaction on
+    timeout (in a cluster: whichever of the three coordinates the id)."""
     return any(f"transaction {transactional_id} " in line and "timed out" in line
-               for line in gateway.output().splitlines())
+               for output in gateway.outputs() for line in output.splitlines())
 
 
 # ------------------------------------------------------------------ scenario

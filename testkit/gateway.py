@@ -138,6 +138,12 @@ class GatewayProcess:
     def output(self) -> str:
         return "".join(self._log_lines)
 
+    def outputs(self) -> list[str]:
+        """Its output and its cluster siblings': what a gateway does for a
+        key (a transaction's timeout, a group's rebalance) is logged by the
+        one that coordinates the key, which in a cluster may be a sibling."""
+        return [member.output() for member in (self, *self.siblings)]
+
     def admin_address(self) -> str:
         """host:port of the admin HTTP endpoint of the latest start."""
         found = _ADMIN.findall(self.output())

@@ -192,7 +192,6 @@ PG_CLUSTER_DESELECT=(
   --deselect "compat_tests/test_txn_confluent.py::test_two_transactional_ids_one_group_partition[gateway-before_winner_commits]"
   --deselect "compat_tests/test_txn_confluent.py::test_two_transactional_ids_one_group_partition[gateway-after_winner_commits]"
   --deselect compat_tests/test_txn_kafka_python.py::test_conflict_at_txn_offset_commit_is_abortable
-  --deselect compat_tests/test_txn_kafka_python.py::test_transaction_timeout_aborts_and_fences
   --deselect "compat_tests/test_txn_java.py::test_two_transactional_ids_commit_the_same_group_partition[java-3.4.1-late-offsets]"
   --deselect "compat_tests/test_txn_java.py::test_two_transactional_ids_commit_the_same_group_partition[java-4.4.0-late-offsets]"
   --deselect "compat_tests/test_txn_java.py::test_admin_lists_and_describes_transactions_and_producers[java-3.4.1]"

@@ -37,6 +37,22 @@ def test_modes(monkeypatch: pytest.MonkeyPatch) -> None:
         pg_store_mode.enabled()
 
 
+def test_outputs_include_the_siblings_logs(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path) -> None:
+    """What a sibling logs (the transaction timeout of an id it coordinates)
+    is in the first gateway's ``outputs``, after the first's own (issue 22:
+    the timeout tests read only the first gateway's log and waited for ever
+    when a sibling coordinated the id)."""
+    monkeypatch.setenv(pg_store_mode.ENV, "postgresql-cluster")
+    gateway = GatewayProcess(tmp_path / "data")
+    assert len(gateway.siblings) == 2
+    gateway._log("first\n")
+    gateway.siblings[1]._log("transaction t-1 (producer 0 epoch 0) timed out\n")
+    assert gateway.outputs() == [
+        "first\n", "", "transaction t-1 (producer 0 epoch 0) timed out\n"]
+    assert GatewayProcess(tmp_path / "alone", "--store", "postgresql://x/y").outputs() == [""]
+
+
 def test_a_gateway_alone_fails_the_cluster_check(pg_server: PostgresServer, tmp_path) -> None:
     """One gateway on a database: Metadata lists node 0 only, so the check
     for three fails (with what it saw); with its two siblings it passes."""
