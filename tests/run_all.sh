@@ -188,7 +188,6 @@ PG_CLUSTER_TESTS=(
 PG_CLUSTER_DESELECT=(
   --deselect compat_tests/test_txn_confluent.py::test_raw_duplicate_after_restart_gets_its_original_offset
   --deselect compat_tests/test_txn_confluent.py::test_delayed_end_txn_cannot_end_a_later_transaction
-  --deselect compat_tests/test_txn_confluent.py::test_kill_9_between_produce_and_commit
   --deselect "compat_tests/test_txn_confluent.py::test_two_transactional_ids_one_group_partition[gateway-before_winner_commits]"
   --deselect "compat_tests/test_txn_confluent.py::test_two_transactional_ids_one_group_partition[gateway-after_winner_commits]"
   --deselect compat_tests/test_txn_kafka_python.py::test_conflict_at_txn_offset_commit_is_abortable
