@@ -81,6 +81,7 @@ from tablets.seam import (
 from .consumer_offsets import PgConsumerOffsets
 from .log_notices import channel
 from .migrate import Connection, quoted
+from .remote_txn import REMOTE_ORDINALS
 from .schema import DEFAULT_SCHEMA
 from .txn_publication import (
     LOG_REF,
@@ -169,6 +170,13 @@ class PgTransactionStorage:
                 row["topic"])
         for row in pending:
             log_id, instance, ordinal = int(row["log_id"]), int(row["instance"]), row["ordinal"]
+            if ordinal >= REMOTE_ORDINALS:
+                # Stored by another gateway, the partition's leader: the
+                # commit publishes those rows itself (``stage_remote_commit``),
+                # an abort deletes them by instance. Taken as the
+                # coordinator's own too, a commit would publish them twice
+                # and be refused (MissingPending).
+                continue
             self._recovered.setdefault((log_id, instance), []).append(RecoveredBlob(
                 PENDING_REF.pack(log_id, instance, ordinal), ordinal, bytes(row["header"]),
                 int(row["size"])))

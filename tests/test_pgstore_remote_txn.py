@@ -282,3 +282,52 @@ def test_an_aborted_transaction_leaves_nothing_of_the_leaders_batches(
             await b.node.close()
 
     run(body)
+
+
+def test_the_restarted_coordinator_commits_the_leaders_batches_once(
+        pg_server: PostgresServer) -> None:
+    """The coordinator restarts (kill -9 between produce and commit): it
+    rebuilds the open transaction from the store, where b's rows (ordinals
+    from REMOTE_ORDINALS) sit next to its own. Those are b's, published by
+    the commit's ``stage_remote_commit``: taken as the coordinator's own too,
+    the commit published them twice, the second time finding them gone
+    (MissingPending, answered KAFKA_STORAGE_ERROR)."""
+    async def body() -> None:
+        a, b, txn_id, b_led, a_led = await two_gateways(pg_server)
+        schema = a.node.settings.schema
+        a2: Gateway | None = None
+        try:
+            pid, epoch = await a.txns.init_producer_id(txn_id, 60_000)
+            await a.txns.add_partitions(txn_id, pid, epoch, [("t", b_led), ("t", a_led)])
+            await b.produce(txn_id, pid, epoch, b_led, txn_batch(pid, epoch, [b"b0", b"b1"], 0))
+            await b.produce(txn_id, pid, epoch, b_led, txn_batch(pid, epoch, [b"b2"], 2))
+            own = a.txns.sink_for(txn_id, pid, epoch, "t", a_led)
+            await a.node.partition("t", a_led).append(txn_batch(pid, epoch, [b"a0"], 0), now(),
+                                                      own)
+            assert await count(pg_server, f"SELECT count(*) FROM {schema}.pending_batches "
+                                          f"WHERE ordinal >= {REMOTE_ORDINALS}") == 2
+            await a.node.close()  # the coordinator goes; its transaction stays open
+            a2 = Gateway(await gateway(pg_server, schema, 1))
+            restarted = a2
+            await until(lambda: restarted.cluster.coordinates(txn_id)
+                        and restarted.cluster.leads("t", a_led)
+                        and b.cluster.leads("t", b_led), "the slot and partitions back", 6 * LEASE)
+            await until(lambda: txn_id in restarted.txns.open_txns.by_id,
+                        "the open transaction loaded", 5)
+            await a2.txns.end_txn(txn_id, pid, epoch, True, connection=1)  # a new connection
+            led = b.node.partition("t", b_led)
+            await until(lambda: led.high_watermark == 4, "b's log end moved by the commit", 5)
+            assert await log_of(b.node, b_led) == [
+                (0, False, [b"b0", b"b1"]), (2, False, [b"b2"]), (3, True, [])]
+            mine = a2.node.partition("t", a_led)
+            await until(lambda: mine.high_watermark == 2, "a's log end moved by the commit", 5)
+            assert [(o, c) for o, c, _ in await log_of(a2.node, a_led)] == [(0, False), (1, True)]
+            assert await count(pg_server, f"SELECT count(*) FROM {schema}.pending_batches") == 0
+        finally:
+            if a2 is not None:
+                await a2.node.close()
+            else:
+                await a.node.close()
+            await b.node.close()
+
+    run(body)
