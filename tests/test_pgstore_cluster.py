@@ -23,6 +23,7 @@ from pgstore.node import PgNodeSettings, PgNodeStorage
 from tablets.errors import NotLeader, StorageError, TopicAlreadyExists
 from testkit import postgres
 from testkit.batches import make_batch
+from testkit.pg_engines import until
 from testkit.postgres import PostgresServer
 from txn.producer_ids import ProducerIds
 
@@ -33,15 +34,6 @@ LEASE = 1.5
 
 def now() -> int:
     return int(time.time() * 1000)
-
-
-async def until(check: Callable[[], bool], what: str, within: float) -> float:
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > within:
-            raise AssertionError(f"not {what} within {within} s")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
 
 
 async def gateway(pg: PostgresServer, schema: str, node_id: int) -> PgNodeStorage:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 
@@ -39,6 +38,7 @@ from tablets.errors import CoordinatorMoved
 from tablets.seam import OffsetCommit
 from testkit import postgres
 from testkit.consumer_protocol import encode_assignment, encode_subscription
+from testkit.pg_engines import move_slot, until
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
@@ -72,15 +72,6 @@ async def gateway(pg: PostgresServer, schema: str, node_id: int) -> Gateway:
     groups.coordinates = cluster.coordinates
     await node.join_cluster([Listener("PLAINTEXT", f"gw{node_id}", 9000 + node_id)])
     return Gateway(node, cluster, offsets, groups, GroupOffsets(config, groups, offsets))
-
-
-async def until(check: Callable[[], bool], what: str, within: float) -> float:
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > within:
-            raise AssertionError(f"not {what} within {within} s")
-        await asyncio.sleep(0.05)
-    return time.monotonic() - start
 
 
 def run(body: Callable[[], Awaitable[None]]) -> None:
@@ -120,19 +111,6 @@ async def stored_generation(pg: PostgresServer, schema: str, group: str) -> int:
             f"SELECT generation FROM {quoted(schema)}.group_generations WHERE group_id = $1",
             group)
         return 0 if value is None else int(value)
-    finally:
-        await conn.close()
-
-
-async def move_slot(pg: PostgresServer, schema: str, slot: int, to_node: int) -> int:
-    """Hand a slot over as a leadership pass would (leader and epoch moved);
-    returns the new epoch."""
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        return int(await conn.fetchval(
-            f"UPDATE {quoted(schema)}.coordinator_slots SET leader_node = $2, "
-            "leader_epoch = leader_epoch + 1 WHERE slot = $1 RETURNING leader_epoch",
-            slot, to_node))
     finally:
         await conn.close()
 

@@ -32,6 +32,7 @@ from tablets.control import commit_marker
 from tablets.errors import StorageError
 from testkit import postgres
 from testkit.batches import make_batch
+from testkit.pg_engines import until
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
@@ -47,15 +48,6 @@ def epoch_of(batch: bytes) -> int:
 
 def now() -> int:
     return int(time.time() * 1000)
-
-
-async def until(check: Callable[[], bool], what: str, within: float) -> float:
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > within:
-            raise AssertionError(f"not {what} within {within} s")
-        await asyncio.sleep(0.005)
-    return time.monotonic() - start
 
 
 async def gateway(pg: PostgresServer, schema: str, node_id: int) -> PgNodeStorage:

@@ -33,6 +33,7 @@ from pgstore.remote_txn import REMOTE_ORDINALS, RemoteTxnMoved
 from tablets import batch as batch_header
 from testkit import postgres
 from testkit.batches import decode_batches, make_batch
+from testkit.pg_engines import until
 from testkit.postgres import PostgresServer
 from txn.coordinator import TransactionCoordinator
 from txn.errors import InvalidProducerIdMapping, InvalidTxnState, ProducerFenced
@@ -46,14 +47,6 @@ PARTITIONS = 4
 
 def now() -> int:
     return int(time.time() * 1000)
-
-
-async def until(check: Callable[[], bool], what: str, within: float) -> None:
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > within:
-            raise AssertionError(f"not {what} within {within} s")
-        await asyncio.sleep(0.01)
 
 
 def run(body: Callable[[], Awaitable[None]]) -> None:

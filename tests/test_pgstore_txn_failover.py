@@ -41,6 +41,7 @@ from tablets import batch as batch_header
 from tablets.errors import CoordinatorMoved
 from testkit import postgres
 from testkit.batches import make_batch
+from testkit.pg_engines import move_slot, until
 from testkit.postgres import PostgresServer
 from txn.coordinator import TransactionCoordinator
 
@@ -80,14 +81,6 @@ async def gateway(pg: PostgresServer, schema: str, node_id: int,
     return Gateway(node, cluster, txns, skew)
 
 
-async def until(check: Callable[[], bool], what: str, within: float) -> None:
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > within:
-            raise AssertionError(f"not {what} within {within} s")
-        await asyncio.sleep(0.05)
-
-
 def run(body: Callable[[], Awaitable[None]]) -> None:
     async def bounded() -> None:
         await asyncio.wait_for(body(), TIMEOUT)
@@ -98,19 +91,6 @@ def run(body: Callable[[], Awaitable[None]]) -> None:
 def ids_in_slot(slot: int, count: int) -> list[str]:
     return [t for t in (f"txn-{i}" for i in range(100_000)) if coordinator_slot(t) == slot][
         :count]
-
-
-async def move_slot(pg: PostgresServer, schema: str, slot: int, to_node: int) -> int:
-    """Hand a slot over as a leadership pass would (leader and epoch moved);
-    returns the new epoch."""
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        return int(await conn.fetchval(
-            f"UPDATE {quoted(schema)}.coordinator_slots SET leader_node = $2, "
-            "leader_epoch = leader_epoch + 1 WHERE slot = $1 RETURNING leader_epoch",
-            slot, to_node))
-    finally:
-        await conn.close()
 
 
 async def db(pg: PostgresServer, sql: str, *args: object) -> list[asyncpg.Record]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -45,6 +44,7 @@ from pgstore.txn_publication import CounterMoved
 from tablets.errors import CoordinatorMoved
 from tablets.seam import OffsetCommit
 from testkit import postgres
+from testkit.pg_engines import until
 from testkit.postgres import PostgresServer
 from txn import TransactionCoordinator
 from txn.errors import (
@@ -84,14 +84,6 @@ async def gateway(pg: PostgresServer, schema: str, node_id: int) -> Gateway:
     txns.load()
     await node.join_cluster([Listener("PLAINTEXT", f"gw{node_id}", 9000 + node_id)])
     return Gateway(node, cluster, offsets, txns)
-
-
-async def until(check: Callable[[], bool], what: str, within: float) -> None:
-    start = time.monotonic()
-    while not check():
-        if time.monotonic() - start > within:
-            raise AssertionError(f"not {what} within {within} s")
-        await asyncio.sleep(0.05)
 
 
 def key_of(cluster: PgCluster, prefix: str, skip: int = 0) -> str:
