@@ -59,6 +59,7 @@ from .txn_publication import (
     as_txn_change,
     log_id_of,
     parse_pending_ref,
+    pending_bytes,
 )
 from .writer import PgChange
 
@@ -229,11 +230,7 @@ class PgRemoteTxns:
         if log_id != log.log_id or instance != sink.instance:
             raise ValueError(f"pending reference {ref.hex()} is not of log {log.log_id}, "
                              f"instance {sink.instance}")
-        view = memoryview(batch)
-        parsed = batch_header.parse_batches(view, verify_crc=False)
-        if len(parsed) != 1:
-            raise ValueError(f"one batch per pending blob, not {len(parsed)}")
-        data = batch_header.stamp(view, parsed[0], 0, log.batch_epoch)
+        data = pending_bytes(batch, log.batch_epoch)
         epoch = log.leader_epoch
         topic, partition = sink.tp
         change.fence(self._sql.fence, log_id, epoch, sink.transactional_id, sink.producer_id,

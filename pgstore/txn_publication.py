@@ -125,6 +125,17 @@ def parse_pending_ref(ref: bytes) -> tuple[int, int, int]:
     return int(log_id), int(instance), int(ordinal)
 
 
+def pending_bytes(batch: bytes | memoryview, batch_epoch: int) -> bytes:
+    """A transactional batch as its pending row stores it: one batch, stamped
+    with base offset 0 and the log's batch epoch (the commit gives it its
+    offsets)."""
+    view = memoryview(batch)
+    parsed = batch_header.parse_batches(view, verify_crc=False)
+    if len(parsed) != 1:
+        raise ValueError(f"one batch per pending blob, not {len(parsed)}")
+    return batch_header.stamp(view, parsed[0], 0, batch_epoch)
+
+
 def batch_size(header: bytes) -> int:
     """The whole batch's size, from its header's length field."""
     length: int = struct.unpack_from(">i", header, 8)[0]

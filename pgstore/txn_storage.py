@@ -96,6 +96,7 @@ from .txn_publication import (
     log_id_of,
     log_ref_of,
     parse_pending_ref,
+    pending_bytes,
     plan_publication,
 )
 from .txn_slots import CoordinatorChange, SlotHolder, fence_coordinator, read_ids
@@ -328,11 +329,7 @@ class PgTransactionStorage:
         log_id, instance, ordinal = parse_pending_ref(ref)
         if log_id != log.log_id:
             raise ValueError(f"pending reference {ref.hex()} is not of log {log.log_id}")
-        view = memoryview(batch)
-        parsed = batch_header.parse_batches(view, verify_crc=False)
-        if len(parsed) != 1:
-            raise ValueError(f"one batch per pending blob, not {len(parsed)}")
-        data = batch_header.stamp(view, parsed[0], 0, log.batch_epoch)
+        data = pending_bytes(batch, log.batch_epoch)
         epoch = log.leader_epoch
         change.fence(self._sql.pending_fence, log_id, epoch, refused=lambda: PublicationFenced(
             f"log {log_id}: not at leader epoch {epoch} any more: transactional batch not "
