@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from tablets import batch as batch_header
-from tablets.errors import ChangeRefused, CommitRefused, StorageError
+from tablets.errors import CommitRefused, StorageError
 from tablets.seam import AtomicChange, PendingBlob
 
 from .writer import PgChange
@@ -78,12 +78,6 @@ class PublicationFenced(StorageError):
 class MissingPending(StorageError):
     """A commit names pending batches that are not stored (aborted meanwhile):
     nothing of the change was written."""
-
-
-class CounterMoved(ChangeRefused):
-    """Another gateway set the counter since this one read it: nothing of the
-    change was written. The change read the row first, so this gateway's view
-    is the database's now and its next allocation starts from there."""
 
 
 class OffsetsMoved(CommitRefused):

@@ -45,10 +45,17 @@ class TxnStatements:
         # locked to the end of the transaction, so nothing else appends in
         # between, and the leader's appends, which check the log end, never
         # reuse these offsets.
+        # A log deleted since the coordinator looked (its topic deleted through
+        # another gateway, whose notice has not reached this one yet) passes
+        # and takes nothing: its pending rows went with it, and the commit
+        # lands for the rest, as it does when the coordinator knew (log ids
+        # are never reused, so a missing row is a deleted log).
+        gone = f"NOT EXISTS (SELECT 1 FROM {s}.partitions WHERE log_id = $1)"
         self.publish_fence = (
-            f"UPDATE {s}.partitions SET log_end_offset = log_end_offset + $3, "
+            f"WITH u AS (UPDATE {s}.partitions SET log_end_offset = log_end_offset + $3, "
             "size_bytes = size_bytes + $4 "
-            "WHERE log_id = $1 AND ($2::integer IS NULL OR leader_epoch = $2) RETURNING 1")
+            "WHERE log_id = $1 AND ($2::integer IS NULL OR leader_epoch = $2) RETURNING 1) "
+            f"SELECT 1 FROM u UNION ALL SELECT 1 WHERE {gone}")
         # 2: the pending rows become index rows at offsets counted back from
         # the new log end (the marker takes the last), naming the same bytes
         # (shifted: stored before they had offsets); every blob must be there.
@@ -70,13 +77,13 @@ class TxnStatements:
             "SELECT $1, start.base + e.delta, start.base + e.delta + e.last_delta, e.max_ts, "
             "greatest(prior.ts, e.running), moved.size, moved.data_id, true "
             "FROM moved JOIN e USING (ordinal), start, prior RETURNING 1) "
-            "SELECT 1 WHERE (SELECT count(*) FROM ins) = cardinality($4::int[])")
+            f"SELECT 1 WHERE (SELECT count(*) FROM ins) = cardinality($4::int[]) OR {gone}")
         # 3: the COMMIT marker, a new batch at the last offset taken ($5: the
         # offset it was stamped with, NULL when none was expected; stored
         # shifted, patched when read, when it landed elsewhere).
         self.publish_marker = (
-            f"WITH d AS (INSERT INTO {s}.batch_data (log_id, data) VALUES ($1, $2) "
-            "RETURNING data_id), "
+            f"WITH d AS (INSERT INTO {s}.batch_data (log_id, data) SELECT $1, $2 "
+            f"WHERE NOT {gone} RETURNING data_id), "
             f"at AS (SELECT log_end_offset - 1 AS offset FROM {s}.partitions WHERE log_id = $1), "
             f"prior AS (SELECT coalesce((SELECT running_max_timestamp FROM {s}.batches "
             "WHERE log_id = $1 ORDER BY base_offset DESC LIMIT 1), -1) AS ts) "

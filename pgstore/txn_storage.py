@@ -67,7 +67,7 @@ import asyncpg
 from asyncpg import Record
 
 from tablets import batch as batch_header
-from tablets.errors import StorageError
+from tablets.errors import CounterMoved, StorageError
 from tablets.seam import (
     AtomicChange,
     CommittedOffset,
@@ -86,7 +86,6 @@ from .schema import DEFAULT_SCHEMA
 from .txn_publication import (
     LOG_REF,
     PENDING_REF,
-    CounterMoved,
     MissingPending,
     OffsetsMoved,
     PgTxnChange,
@@ -359,9 +358,8 @@ class PgTransactionStorage:
         base = part.reserve(plan.count)
         pg.fence(self._sql.publish_fence, log_id, epoch, plan.count, plan_bytes,
                  refused=lambda: PublicationFenced(
-                     f"log {log_id}: " + ("deleted" if epoch is None else
-                                          f"not at leader epoch {epoch} any more")
-                     + ": the transaction's commit was not written"))
+                     f"log {log_id}: not at leader epoch {epoch} any more: the "
+                     "transaction's commit was not written"))
         if blobs:
             pg.fence(self._sql.publish_blobs, log_id, plan.instance, plan.count,
                      plan.ordinals, plan.deltas, plan.last_deltas, plan.max_timestamps,
@@ -375,22 +373,24 @@ class PgTransactionStorage:
         pg.execute(self._sql.publish_marker, log_id, stamped, marker_header.max_timestamp,
                    len(stamped), expected)
         pg.nbytes += len(stamped)
-        found: list[int] = []
+        found: list[int] = []  # none: the log was deleted (the fences let it pass)
         pg.execute(self._sql.publish_notify, log_id, self._channel, plan.count, plan_bytes,
                    max_ts)
         pg.fetch(self._sql.log_end, log_id,
-                 into=lambda rows: found.__setitem__(slice(None), [int(rows[0][0])]))
+                 into=lambda rows: found.__setitem__(slice(None), [int(r[0]) for r in rows]))
         if base is not None:
             pg.on_failure(part.in_doubt)
 
         def publish() -> None:
+            self._recovered.pop((log_id, plan.instance), None)
+            if not found:
+                return
             end = found[0]
             part.published(end - plan.count, end, plan_bytes, max_ts)
             if base is not None and end != base + plan.count:
                 # Another gateway's commit took the offsets reserved here: the
                 # leader's view of its log end is wrong, reread it.
                 part.in_doubt()
-            self._recovered.pop((log_id, plan.instance), None)
 
         return publish
 

@@ -21,6 +21,12 @@ class ChangeRefused(StorageError):
     moved): nothing of the change was written."""
 
 
+class CounterMoved(ChangeRefused):
+    """Another gateway set a counter (``set_counter``) since this one read it:
+    nothing of the change was written. The engine's view of the counter is
+    the stored one now, so a new change allocating from it can succeed."""
+
+
 class CommitRefused(ChangeRefused):
     """A transaction's commit was refused by a compare-and-set inside it (its
     offsets' rows moved since they were read): nothing of it was written, and

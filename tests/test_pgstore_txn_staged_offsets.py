@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -40,8 +41,7 @@ from pgstore.leadership import coordinator_slot
 from pgstore.membership import Listener
 from pgstore.migrate import quoted
 from pgstore.node import PgNodeSettings, PgNodeStorage
-from pgstore.txn_publication import CounterMoved
-from tablets.errors import CoordinatorMoved
+from tablets.errors import CoordinatorMoved, CounterMoved
 from tablets.seam import OffsetCommit
 from testkit import postgres
 from testkit.pg_engines import until
@@ -132,11 +132,10 @@ async def rows(pg: PostgresServer, schema: str, table: str, group: str) -> list[
 
 
 async def retried(call: Callable[[], Awaitable[T]]) -> T:
-    """A request a client retries: a gateway whose counter (producer ids,
-    transaction instances) another gateway moved is refused once per counter
-    (docs/cluster.md, "producer ids across gateways"): InitProducerId with a
-    storage error, a begin (AddPartitionsToTxn, AddOffsetsToTxn) with
-    CONCURRENT_TRANSACTIONS."""
+    """A request a client retries: a gateway whose transaction-instance
+    counter another gateway moved refuses a begin (AddPartitionsToTxn,
+    AddOffsetsToTxn) once with CONCURRENT_TRANSACTIONS (docs/cluster.md,
+    "producer ids across gateways")."""
     for _ in range(3):
         try:
             return await call()
@@ -147,7 +146,7 @@ async def retried(call: Callable[[], Awaitable[T]]) -> T:
 
 async def opened(gw: Gateway, transactional_id: str, group: str) -> tuple[int, int]:
     """InitProducerId and AddOffsetsToTxn on the id's coordinator."""
-    pid, epoch = await retried(lambda: gw.txns.init_producer_id(transactional_id, 60_000))
+    pid, epoch = await gw.txns.init_producer_id(transactional_id, 60_000)
     await retried(lambda: gw.txns.add_offsets(transactional_id, pid, epoch, group))
     return pid, epoch
 
@@ -346,6 +345,35 @@ def test_two_gateways_committing_one_partitions_range_exactly_one_wins(
     run(body)
 
 
+def test_a_producer_id_another_gateway_took_is_allocated_again(
+        pg_server: PostgresServer, caplog: pytest.LogCaptureFixture) -> None:
+    """Gateways share the producer-id counter. InitProducerId on a gateway
+    whose view of it is stale (the other allocated since) loses the
+    compare-and-set, learns the stored value and allocates again: the client
+    gets an id, never a storage error (librdkafka backed off a second from
+    it, and a producer acknowledged nothing meanwhile)."""
+
+    async def body() -> None:
+        _, a, b = await two_gateways(pg_server)
+        try:
+            ids: list[int] = []
+            for round_ in range(5):  # each call follows one of the other gateway
+                for gw in (a, b):
+                    ids.append((await gw.txns.init_producer_id(None, 0))[0])
+                # A new transactional id's first session, too.
+                b_id = key_of(b.cluster, f"first-{round_}")
+                ids.append((await b.txns.init_producer_id(b_id, 60_000))[0])
+                ids.append((await a.txns.init_producer_id(None, 0))[0])
+            assert len(set(ids)) == len(ids) == 20, ids
+        finally:
+            await close(a, b)
+
+    with caplog.at_level(logging.INFO, logger="txn.sessions"):
+        run(body)
+    lost = [r for r in caplog.records if "taken by another gateway" in r.getMessage()]
+    assert len(lost) >= 9, "the race was never lost: the test proves nothing"
+
+
 def test_transactions_begun_on_two_gateways_both_commit(pg_server: PostgresServer) -> None:
     """Each gateway takes transaction instances from the shared counter. A
     begin from a stale view of it is refused once (``CounterMoved``, nothing
@@ -359,8 +387,8 @@ def test_transactions_begun_on_two_gateways_both_commit(pg_server: PostgresServe
         try:
             a_id, b_id = key_of(a.cluster, "txn"), key_of(b.cluster, "txn")
             group = key_of(b.cluster, "group")
-            apid, aepoch = await retried(lambda: a.txns.init_producer_id(a_id, 60_000))
-            bpid, bepoch = await retried(lambda: b.txns.init_producer_id(b_id, 60_000))
+            apid, aepoch = await a.txns.init_producer_id(a_id, 60_000)
+            bpid, bepoch = await b.txns.init_producer_id(b_id, 60_000)
             await a.txns.add_partitions(a_id, apid, aepoch, [(TOPIC, 0)])  # a: instance 1
             with pytest.raises(ConcurrentTransactions) as refused:  # b's view: none
                 await b.txns.add_partitions(b_id, bpid, bepoch, [(TOPIC, 1)])

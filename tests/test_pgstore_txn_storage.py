@@ -39,7 +39,6 @@ from pgstore.consumer_offsets import PgConsumerOffsets
 from pgstore.log_notices import LogEnd, channel
 from pgstore.migrate import quoted
 from pgstore.txn_publication import (
-    CounterMoved,
     OffsetsMoved,
     PublicationFenced,
     log_ref_of,
@@ -48,7 +47,7 @@ from pgstore.txn_storage import PgTransactionStorage
 from pgstore.writer import PgWriter
 from tablets import batch as batch_header
 from tablets.control import commit_marker
-from tablets.errors import StorageError
+from tablets.errors import CounterMoved, StorageError
 from tablets.seam import CommittedOffset, OffsetCommit, PendingBlob
 from testkit import postgres
 from testkit.batches import make_batch
@@ -485,6 +484,40 @@ def test_a_partition_fenced_by_another_node_refuses_the_whole_commit(
             change, publish = gateway.stage_transaction("tx", [(a, blobs_a)])
             await durable(gateway, change, publish)
             assert a.publications == [(0, 4)]
+        finally:
+            await gateway.writer.close()
+
+    run(pg_server, body)
+
+
+def test_a_commit_naming_a_log_deleted_meanwhile_lands_for_the_rest(
+        pg_server: PostgresServer) -> None:
+    """The topic of one partition was deleted through another gateway, whose
+    notice has not reached this coordinator: the commit still names the log.
+    It lands for the other partition and takes nothing of the deleted one
+    (before, it was refused, and the client's EndTxn failed with
+    KAFKA_STORAGE_ERROR; seen in CI on the three-gateway cluster)."""
+    async def body(pool: asyncpg.Pool, admin: asyncpg.Connection, schema: str) -> None:
+        a_id, b_id = await new_topic(admin, schema, 2)
+        a = await TxnLog.open(pool, schema, a_id)
+        b = await TxnLog.open(pool, schema, b_id)
+        gateway = await open_gateway(pg_server, schema, admin)
+        try:
+            blobs_a = [await gateway.produce(a, 1, 0, txn_batch(3, "a0"))]
+            blobs_b = [await gateway.produce(b, 1, 1, txn_batch(2, "b0"))]
+            await admin.execute(f"DELETE FROM {schema}.partitions WHERE log_id = $1", b_id)
+            assert await admin.fetchval(  # the premise: its pending rows went with it
+                f"SELECT count(*) FROM {schema}.pending_batches WHERE log_id = $1", b_id) == 0
+            change, publish = gateway.stage_transaction(
+                "tx", [(a, blobs_a), (b, blobs_b)], {("t", 0): 42})
+            await durable(gateway, change, publish)
+            after = await snapshot(admin, schema)
+            assert [row[:2] for row in after["partitions"]] == [(a_id, 4)]
+            assert {row[0] for row in after["batches"]} == {a_id}
+            assert {row[0] for row in after["batch_data"]} == {a_id}
+            assert after["pending"] == []
+            assert after["offsets"] == [("g", "t", 0, 42, "tx")]
+            assert a.publications == [(0, 4)] and b.publications == []
         finally:
             await gateway.writer.close()
 

@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 
 from common.logtext import client_text
-from tablets.errors import CoordinatorMoved
+from tablets.errors import CoordinatorMoved, CounterMoved
 from tablets.seam import AtomicChange, ChangeWriter
 
 from .commit import TxnCompletion
@@ -29,6 +29,10 @@ from .state import TxnMetadata, TxnState
 from .stats import TxnSettings, TxnStats
 
 log = logging.getLogger(__name__)
+# A lost race on the shared producer-id counter is retried this many times
+# (each loss teaches the gateway the stored value, so two gateways can only
+# keep colliding while others allocate too).
+_ALLOCATION_ATTEMPTS = 8
 
 EPOCH_EXHAUSTED = 0x7FFF - 1  # Kafka moves to a new producer id at this epoch
 
@@ -62,10 +66,7 @@ class Sessions:
         same answer again.
         """
         if transactional_id is None:
-            ops = self.writer.begin()
-            pid = self.ids.allocate(ops)
-            await self.writer.commit(ops)
-            return pid, 0
+            return await self._first_session(None), 0
         if not 0 < timeout_ms <= self.settings.max_timeout_ms:
             raise InvalidTransactionTimeout(
                 f"transaction timeout {timeout_ms} ms is not in (0, "
@@ -73,15 +74,13 @@ class Sessions:
         async with self.registry.lock(transactional_id):
             self.check_coordinates(transactional_id)
             meta = self.registry.txns.get(transactional_id)
-            ops = self.writer.begin()
-            now = self.clock()
             if meta is None:
-                meta = TxnMetadata(transactional_id, self.ids.allocate(ops), 0, timeout_ms,
-                                   updated_ms=now)
-                self.registry.put(meta, ops)
-                await self.writer.commit(ops)
+                meta = TxnMetadata(transactional_id, -1, 0, timeout_ms)
+                await self._first_session(meta)
                 self.registry.register(meta)
                 return meta.producer_id, meta.epoch
+            ops = self.writer.begin()
+            now = self.clock()
             if producer_id >= 0:
                 # The session before the last bump (or, after an exhausted
                 # epoch, before the move to a new producer id) asks again.
@@ -106,6 +105,29 @@ class Sessions:
             self.registry.put(meta, ops)
             await self.completion.write(ops, publish)
             return meta.producer_id, meta.epoch
+
+    async def _first_session(self, meta: TxnMetadata | None) -> int:
+        """A fresh producer id, written with ``meta`` (a new transactional
+        id's first state; None: an idempotent producer's id, alone). Gateways
+        sharing a store share the counter: one that lost a race to another
+        (``CounterMoved``: nothing written) has learnt the stored value, so it
+        allocates again, rather than fail the client's InitProducerId with a
+        storage error that librdkafka backs off from for a second."""
+        for attempt in range(1, _ALLOCATION_ATTEMPTS + 1):
+            ops = self.writer.begin()
+            producer_id = self.ids.allocate(ops)
+            if meta is not None:
+                meta.producer_id, meta.updated_ms = producer_id, self.clock()
+                self.registry.put(meta, ops)
+            try:
+                await self.writer.commit(ops)
+                return producer_id
+            except CounterMoved:
+                if attempt == _ALLOCATION_ATTEMPTS:
+                    raise
+                log.info("producer id %d was taken by another gateway; allocating again",
+                         producer_id)
+        raise AssertionError("unreachable")
 
     def _bump_epoch(self, meta: TxnMetadata, ops: AtomicChange, asked_by_current: bool) -> None:
         """A new epoch (or producer id). Only a bump the current session asked
