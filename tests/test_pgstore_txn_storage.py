@@ -27,7 +27,8 @@ import asyncio
 import os
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -145,6 +146,32 @@ async def new_topic(admin: asyncpg.Connection, schema: str, partitions: int) -> 
         f"INSERT INTO {schema}.partitions (topic_id, partition, leader_epoch) "
         "VALUES ($1, $2, $3) RETURNING log_id", topic_id, index, EPOCH))
         for index in range(partitions)]
+
+
+@dataclass
+class PendingPair:
+    """A gateway and one pending batch of transaction instance 1 on each of
+    two logs of one topic (``a`` led here)."""
+
+    gateway: Gateway
+    a: TxnLog
+    b: TxnLog
+    blobs_a: list[PendingBlob]
+    blobs_b: list[PendingBlob]
+
+
+@asynccontextmanager
+async def pending_pair(pg: PostgresServer, pool: asyncpg.Pool, admin: asyncpg.Connection,
+                       schema: str, b_leads: bool = True) -> AsyncIterator[PendingPair]:
+    a_id, b_id = await new_topic(admin, schema, 2)
+    a = await TxnLog.open(pool, schema, a_id)
+    b = await TxnLog.open(pool, schema, b_id, leads=b_leads)
+    gateway = await open_gateway(pg, schema, admin)
+    try:
+        yield PendingPair(gateway, a, b, [await gateway.produce(a, 1, 0, txn_batch(3, "a0"))],
+                          [await gateway.produce(b, 1, 1, txn_batch(2, "b0"))])
+    finally:
+        await gateway.writer.close()
 
 
 def txn_batch(records: int, tag: str, sequence: int = 0, timestamp: int = 1000) -> bytes:
@@ -272,13 +299,10 @@ def test_a_commit_over_two_partitions_led_by_two_gateways_is_one_transaction(
 def test_a_commit_whose_connection_is_killed_mid_group_leaves_nothing(
         pg_server: PostgresServer) -> None:
     async def body(pool: asyncpg.Pool, admin: asyncpg.Connection, schema: str) -> None:
-        a_id, b_id = await new_topic(admin, schema, 2)
-        a = await TxnLog.open(pool, schema, a_id)
-        b = await TxnLog.open(pool, schema, b_id, leads=False)
-        gateway = await open_gateway(pg_server, schema, admin)
-        try:
-            blobs_a = [await gateway.produce(a, 1, 0, txn_batch(3, "a0"))]
-            blobs_b = [await gateway.produce(b, 1, 1, txn_batch(2, "b0"))]
+        async with pending_pair(pg_server, pool, admin, schema, b_leads=False) as pair:
+            gateway, a, b, blobs_a, blobs_b = (pair.gateway, pair.a, pair.b, pair.blobs_a,
+                                               pair.blobs_b)
+            a_id, b_id = a.log_id, b.log_id
             before = await snapshot(admin, schema)
             blocker = await asyncpg.connect(pg_server.dsn)
             try:
@@ -326,8 +350,6 @@ def test_a_commit_whose_connection_is_killed_mid_group_leaves_nothing(
             assert after["states"] == [("tx", b"COMPLETE_COMMIT")]
             assert dict(gateway.storage.txn_states()) == {"tx": b"COMPLETE_COMMIT"}
             assert gateway.writer.connects == 2
-        finally:
-            await gateway.writer.close()
 
     run(pg_server, body)
 
@@ -456,13 +478,10 @@ def test_a_restart_reads_back_the_state_and_the_pending_batches_in_order(
 def test_a_partition_fenced_by_another_node_refuses_the_whole_commit(
         pg_server: PostgresServer) -> None:
     async def body(pool: asyncpg.Pool, admin: asyncpg.Connection, schema: str) -> None:
-        a_id, b_id = await new_topic(admin, schema, 2)
-        a = await TxnLog.open(pool, schema, a_id)
-        b = await TxnLog.open(pool, schema, b_id)
-        gateway = await open_gateway(pg_server, schema, admin)
-        try:
-            blobs_a = [await gateway.produce(a, 1, 0, txn_batch(3, "a0"))]
-            blobs_b = [await gateway.produce(b, 1, 1, txn_batch(2, "b0"))]
+        async with pending_pair(pg_server, pool, admin, schema) as pair:
+            gateway, a, b, blobs_a, blobs_b = (pair.gateway, pair.a, pair.b, pair.blobs_a,
+                                               pair.blobs_b)
+            b_id = b.log_id
             # Another node takes b.
             await admin.execute(f"UPDATE {schema}.partitions SET leader_epoch = leader_epoch "
                                 "+ 1 WHERE log_id = $1", b_id)
@@ -484,8 +503,6 @@ def test_a_partition_fenced_by_another_node_refuses_the_whole_commit(
             change, publish = gateway.stage_transaction("tx", [(a, blobs_a)])
             await durable(gateway, change, publish)
             assert a.publications == [(0, 4)]
-        finally:
-            await gateway.writer.close()
 
     run(pg_server, body)
 
@@ -498,13 +515,10 @@ def test_a_commit_naming_a_log_deleted_meanwhile_lands_for_the_rest(
     (before, it was refused, and the client's EndTxn failed with
     KAFKA_STORAGE_ERROR; seen in CI on the three-gateway cluster)."""
     async def body(pool: asyncpg.Pool, admin: asyncpg.Connection, schema: str) -> None:
-        a_id, b_id = await new_topic(admin, schema, 2)
-        a = await TxnLog.open(pool, schema, a_id)
-        b = await TxnLog.open(pool, schema, b_id)
-        gateway = await open_gateway(pg_server, schema, admin)
-        try:
-            blobs_a = [await gateway.produce(a, 1, 0, txn_batch(3, "a0"))]
-            blobs_b = [await gateway.produce(b, 1, 1, txn_batch(2, "b0"))]
+        async with pending_pair(pg_server, pool, admin, schema) as pair:
+            gateway, a, b, blobs_a, blobs_b = (pair.gateway, pair.a, pair.b, pair.blobs_a,
+                                               pair.blobs_b)
+            a_id, b_id = a.log_id, b.log_id
             await admin.execute(f"DELETE FROM {schema}.partitions WHERE log_id = $1", b_id)
             assert await admin.fetchval(  # the premise: its pending rows went with it
                 f"SELECT count(*) FROM {schema}.pending_batches WHERE log_id = $1", b_id) == 0
@@ -518,8 +532,6 @@ def test_a_commit_naming_a_log_deleted_meanwhile_lands_for_the_rest(
             assert after["pending"] == []
             assert after["offsets"] == [("g", "t", 0, 42, "tx")]
             assert a.publications == [(0, 4)] and b.publications == []
-        finally:
-            await gateway.writer.close()
 
     run(pg_server, body)
 
