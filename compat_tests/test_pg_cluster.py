@@ -18,12 +18,14 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+from kio.schema.describe_cluster.v0.response import DescribeClusterResponse
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.client import KafkaClient
 from pgstore.leadership import coordinator_slot
 from testkit import kafka_requests as rq
-from testkit import postgres
+from testkit import pg_store_mode, postgres
 from testkit.batches import make_batch
 from testkit.gateway import GatewayProcess
 from testkit.pg_cluster import (
@@ -54,6 +56,30 @@ def test_metadata_from_any_gateway_lists_three_brokers_and_balanced_leaders(
     create(cluster[0], "pg-cluster-meta")
     _, parts = wait_balanced(cluster, "pg-cluster-meta", {1, 2, 3})
     assert sorted(Counter(parts.values()).values()) == [2, 2, 2], parts
+
+
+def test_describe_cluster_from_any_gateway_lists_the_three(
+        cluster: list[GatewayProcess]) -> None:
+    """DescribeCluster, as the Java admin client's describeCluster sends it to
+    any broker: each gateway lists the same three as Metadata, itself as the
+    controller."""
+    nodes = {pg_store_mode.node_id(g.extra_args): g.port for g in cluster}
+    pg_store_mode.check_cluster([g.host_port for g in cluster], set(nodes), TIMEOUT)
+
+    async def describe(gateway: GatewayProcess) -> DescribeClusterResponse:
+        client = await KafkaClient.connect(*gateway.host_port)
+        try:
+            answer: DescribeClusterResponse = await client.request(
+                DescribeClusterRequest(include_cluster_authorized_operations=False))
+            return answer
+        finally:
+            await client.close()
+
+    for gateway in cluster:
+        answer = asyncio.run(describe(gateway))
+        assert answer.error_code is ErrorCode.none, answer
+        assert {b.broker_id: b.port for b in answer.brokers} == nodes, answer
+        assert answer.controller_id == pg_store_mode.node_id(gateway.extra_args)
 
 
 def test_confluent_kafka_produces_and_consumes_through_the_cluster(
