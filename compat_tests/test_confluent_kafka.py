@@ -33,7 +33,7 @@ from kio.schema.produce.v9 import request as produce
 from kio.static.primitive import Records, i32Timedelta
 
 from testkit.batches import make_batch
-from testkit.routing import leader_client
+from testkit.routing import leader_client, leader_of
 
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
 TIMEOUT = 30
@@ -431,14 +431,21 @@ def _stall_and_check(gateway, topic_name):
     p = producer(gateway, **{"message.max.bytes": 4_000_000})
     produce_all(p, topic_name, [{"value": bytes(1 << 20)} for _ in range(16)])
 
+    # The stalled clients go to the partition's leader, which answers their
+    # Fetches: the gateway itself, or on a cluster the one of its three
+    # Metadata names (another would answer NOT_LEADER_OR_FOLLOWER, a few
+    # bytes, and nothing would stall).
+    _, host, port = asyncio.run(asyncio.wait_for(leader_of(gateway.host_port, topic_name, 0),
+                                                 TIMEOUT))
+    leader = gateway.node_of(port)
     fetch_frame = _raw_fetch_frame(topic_name)
     hogs = []
     for _ in range(3):
-        hog = socket.create_connection(gateway.host_port)
+        hog = socket.create_connection((host, port))
         hog.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         hog.sendall(fetch_frame * 200)  # ~1.6 GB of answers it will never read
         hogs.append(hog)
-    half = socket.create_connection(gateway.host_port)
+    half = socket.create_connection((host, port))
     half.sendall(struct.pack(">i", 1000) + b"\x00" * 10)  # and then nothing
     try:
         started = time.monotonic()
@@ -447,8 +454,17 @@ def _stall_and_check(gateway, topic_name):
         [m] = read_partition(gateway, topic_name, 0, 1, start=16)
         assert m.value() == b"still here"
         assert time.monotonic() - started < 20
+        # The premise: the hogs are answered with records (MiBs each answer),
+        # not with an error of a few bytes.
+        hogs[0].settimeout(TIMEOUT)
+        size = b""
+        while len(size) < 4:
+            chunk = hogs[0].recv(4 - len(size))
+            assert chunk, "the leader closed a stalled client's connection"
+            size += chunk
+        assert struct.unpack(">i", size)[0] > 1 << 20, struct.unpack(">i", size)
         # What waits for the stalled readers is bounded (about one answer each).
-        status = Path(f"/proc/{gateway.process.pid}/status").read_text()
+        status = Path(f"/proc/{leader.process.pid}/status").read_text()
         rss_kib = int(next(line.split()[1] for line in status.splitlines()
                            if line.startswith("VmRSS")))
         assert rss_kib < 1_000_000, rss_kib

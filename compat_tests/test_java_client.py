@@ -27,7 +27,6 @@ from testkit import jvm
 # Record timestamps are this plus a few ms: an hour ago, well inside the
 # default retention.ms (7 days), which the gateway enforces in the background.
 BASE_TS = (int(time.time()) - 3600) * 1000
-NODE = 0  # the gateway's default node.id
 
 # (value, source, read-only, sensitive, type) of the configs AdminCheck watches.
 DEFAULTS = {
@@ -68,14 +67,20 @@ def test_admin_topics_configs_and_partitions(gateway, java_line_classes, topic_n
     assert len(topic_id) == 22 and topic_id != "A" * 22  # a real (base64) topic id
     assert step(lines, "list") == {"present": True}
 
-    def partitions(count: int) -> list[dict]:
-        return [{"partition": p, "leader": NODE, "replicas": [NODE], "isr": [NODE]}
-                for p in range(count)]
+    # Each partition led by a broker the test started (the gateway, node 0,
+    # or on a cluster one of its three), its only replica and in-sync replica.
+    nodes = gateway.nodes()
+
+    def partitions(found: dict, count: int) -> list[dict]:
+        leaders = [p["leader"] for p in found["partitions"]]
+        assert set(leaders) <= set(nodes), (leaders, sorted(nodes))
+        return [{"partition": p, "leader": leader, "replicas": [leader], "isr": [leader]}
+                for p, leader in zip(range(count), leaders, strict=True)]
 
     before, after = ops["describe"]
     assert before == {"op": "describe", "name": topic_name, "internal": False,
-                      "topic_id": topic_id, "partitions": partitions(2)}
-    assert after == {**before, "partitions": partitions(4)}
+                      "topic_id": topic_id, "partitions": partitions(before, 2)}
+    assert after == {**before, "partitions": partitions(after, 4)}
 
     def configs(op: str) -> dict:
         found = step(lines, op)
@@ -115,14 +120,17 @@ def test_admin_topics_configs_and_partitions(gateway, java_line_classes, topic_n
 
 
 def test_admin_describe_cluster(gateway, java_line_classes):
-    """One node, the controller, on the address clients bootstrapped from."""
+    """The brokers the test started (one node; a cluster's three), on the
+    addresses clients bootstrap from; one of them the controller."""
     cluster = step(run_java(gateway, java_line_classes, "AdminCheck", "cluster"), "cluster")
     # The program ran on the client line it was compiled for.
     assert cluster.pop("client_version") == jvm.kafka_version(
         jvm.classes_pom(java_line_classes))
-    node = {"id": NODE, "host": "127.0.0.1", "port": gateway.port}
-    assert cluster["controller"] == node
-    assert cluster["nodes"] == [{**node, "rack": None}]
+    nodes = [{"id": node, "host": "127.0.0.1", "port": member.port}
+             for node, member in sorted(gateway.nodes().items())]
+    assert cluster["controller"] in nodes
+    assert sorted(cluster["nodes"], key=lambda n: n["id"]) == [
+        {**node, "rack": None} for node in nodes]
     # The same cluster id librdkafka reads from Metadata.
     metadata = AdminClient({"bootstrap.servers": gateway.bootstrap}).list_topics(timeout=30)
     assert cluster["cluster_id"] == metadata.cluster_id and cluster["cluster_id"]

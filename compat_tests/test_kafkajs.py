@@ -78,13 +78,22 @@ def test_admin_create_topics_metadata_and_delete(gateway, topic_name):
 
     [topic] = result["topics"]
     assert topic["name"] == topic_name
+    # The brokers the test started: the gateway (node 0), and on a cluster
+    # (KAFKA_GATEWAY_TEST_STORE=postgresql-cluster) its two siblings; each
+    # partition led by one of them, its only replica and in-sync replica.
+    nodes = gateway.nodes()
+    leaders = [p["leader"] for p in topic["partitions"]]
+    assert set(leaders) <= set(nodes), (leaders, sorted(nodes))
     assert topic["partitions"] == [
-        {"partitionId": p, "partitionErrorCode": 0, "leader": 0, "replicas": [0], "isr": [0]}
-        for p in range(3)
+        {"partitionId": p, "partitionErrorCode": 0, "leader": leader, "replicas": [leader],
+         "isr": [leader]}
+        for p, leader in zip(range(3), leaders, strict=True)
     ]
     cluster = result["cluster"]
-    assert cluster["brokers"] == [{"nodeId": 0, "host": "127.0.0.1", "port": gateway.port}]
-    assert cluster["controller"] == 0
+    assert sorted(cluster["brokers"], key=lambda b: b["nodeId"]) == [
+        {"nodeId": node, "host": "127.0.0.1", "port": member.port}
+        for node, member in sorted(nodes.items())]
+    assert cluster["controller"] in nodes
     assert cluster["clusterId"]
 
     [configs] = result["configs"]

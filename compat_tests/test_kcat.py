@@ -50,10 +50,14 @@ def metadata(gateway, *args: str) -> dict:
 # ----------------------------------------------------------------- metadata
 def test_metadata_lists_broker_topic_and_partitions(gateway, topic_name):
     create_topic(gateway, topic_name, partitions=3)
+    # The brokers the test started: the gateway (node 0), and on a cluster
+    # (KAFKA_GATEWAY_TEST_STORE=postgresql-cluster) its two siblings.
+    nodes = {node: member.bootstrap for node, member in gateway.nodes().items()}
     everything = metadata(gateway)
-    assert everything["brokers"] == [{"id": 0, "name": gateway.bootstrap}]
-    assert everything["controllerid"] == 0
-    assert everything["originating_broker"]["id"] == 0
+    assert {b["id"]: b["name"] for b in everything["brokers"]} == nodes
+    # The broker asked names itself the controller.
+    assert everything["originating_broker"]["id"] in nodes
+    assert everything["controllerid"] == everything["originating_broker"]["id"]
     topics = {t["topic"]: t for t in everything["topics"]}
     assert topic_name in topics
 
@@ -61,9 +65,12 @@ def test_metadata_lists_broker_topic_and_partitions(gateway, topic_name):
     assert one["brokers"] == everything["brokers"]
     [topic] = one["topics"]
     assert topic["topic"] == topic_name and "error" not in topic
+    # Each partition led by one of them, its only replica and in-sync replica.
+    leaders = [p["leader"] for p in topic["partitions"]]
+    assert set(leaders) <= set(nodes), (leaders, nodes)
     assert topic["partitions"] == [
-        {"partition": p, "leader": 0, "replicas": [{"id": 0}], "isrs": [{"id": 0}]}
-        for p in range(3)
+        {"partition": p, "leader": leader, "replicas": [{"id": leader}], "isrs": [{"id": leader}]}
+        for p, leader in zip(range(3), leaders, strict=True)
     ]
 
 

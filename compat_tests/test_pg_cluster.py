@@ -18,12 +18,17 @@ from collections.abc import Iterator
 import asyncpg
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from kio.schema.describe_cluster.v0.request import DescribeClusterRequest
+from kio.schema.describe_cluster.v0.response import DescribeClusterResponse
+from kio.schema.describe_producers.v0.request import DescribeProducersRequest, TopicRequest
+from kio.schema.describe_transactions.v0.request import DescribeTransactionsRequest
 from kio.schema.errors import ErrorCode
 
+from kafka_gateway.cli.describe_transactions_answer import decode_describe_transactions
 from kafka_gateway.client import KafkaClient
 from pgstore.leadership import coordinator_slot
 from testkit import kafka_requests as rq
-from testkit import postgres
+from testkit import pg_store_mode, postgres
 from testkit.batches import make_batch
 from testkit.gateway import GatewayProcess
 from testkit.pg_cluster import (
@@ -56,6 +61,30 @@ def test_metadata_from_any_gateway_lists_three_brokers_and_balanced_leaders(
     assert sorted(Counter(parts.values()).values()) == [2, 2, 2], parts
 
 
+def test_describe_cluster_from_any_gateway_lists_the_three(
+        cluster: list[GatewayProcess]) -> None:
+    """DescribeCluster, as the Java admin client's describeCluster sends it to
+    any broker: each gateway lists the same three as Metadata, itself as the
+    controller."""
+    nodes = {pg_store_mode.node_id(g.extra_args): g.port for g in cluster}
+    pg_store_mode.check_cluster([g.host_port for g in cluster], set(nodes), TIMEOUT)
+
+    async def describe(gateway: GatewayProcess) -> DescribeClusterResponse:
+        client = await KafkaClient.connect(*gateway.host_port)
+        try:
+            answer: DescribeClusterResponse = await client.request(
+                DescribeClusterRequest(include_cluster_authorized_operations=False))
+            return answer
+        finally:
+            await client.close()
+
+    for gateway in cluster:
+        answer = asyncio.run(describe(gateway))
+        assert answer.error_code is ErrorCode.none, answer
+        assert {b.broker_id: b.port for b in answer.brokers} == nodes, answer
+        assert answer.controller_id == pg_store_mode.node_id(gateway.extra_args)
+
+
 def test_confluent_kafka_produces_and_consumes_through_the_cluster(
         cluster: list[GatewayProcess]) -> None:
     topic = "pg-cluster-e2e"
@@ -77,8 +106,9 @@ def test_confluent_kafka_produces_and_consumes_through_the_cluster(
 def test_requests_to_a_gateway_that_does_not_lead_or_coordinate_are_refused(
         cluster: list[GatewayProcess]) -> None:
     """Raw requests, no client's retries: FindCoordinator names the same
-    gateway from all three; the others answer the group's requests
-    NOT_COORDINATOR and a partition's NOT_LEADER_OR_FOLLOWER (storing
+    gateway from all three; the others answer the group's requests (and
+    DescribeTransactions of a transactional id) NOT_COORDINATOR and a
+    partition's (and DescribeProducers) NOT_LEADER_OR_FOLLOWER (storing
     nothing); the leader and the coordinator answer them."""
     topic = "pg-cluster-route"
     create(cluster[0], topic)
@@ -106,6 +136,20 @@ def test_requests_to_a_gateway_that_does_not_lead_or_coordinate_are_refused(
                             else ErrorCode.not_coordinator), (node, code)
             answer = await ask(gateway, rq.heartbeat(group, 1, "nobody"))
             assert (answer.error_code is ErrorCode.not_coordinator) == (node != coordinator)
+        # A transactional id with the group's name: the same slot, the same
+        # coordinator; unknown there (no InitProducerId), elsewhere not theirs.
+        [txn] = (await ask(cluster[0], rq.find_coordinator([group], 1))).coordinators
+        assert (txn.error_code, txn.node_id) == (ErrorCode.none, coordinator), txn
+        for node, gateway in by_node.items():
+            client = await KafkaClient.connect(*gateway.host_port)
+            try:  # read by hand: kio refuses the -1 start time of an unknown id
+                [described] = decode_describe_transactions(await client.request_frame(
+                    DescribeTransactionsRequest(transactional_ids=(group,))))
+            finally:
+                await client.close()
+            code = described.error_code
+            assert code is (ErrorCode.transactional_id_not_found if node == coordinator
+                            else ErrorCode.not_coordinator), (node, code)
         leader = parts[0]
         for node, gateway in by_node.items():
             answer = await ask(gateway, rq.produce([(topic, 0, make_batch([b"%d" % node]))]))
@@ -119,6 +163,11 @@ def test_requests_to_a_gateway_that_does_not_lead_or_coordinate_are_refused(
                 assert part.leader_epoch > 0  # the epoch PostgreSQL gave the leader
             else:
                 assert part.error_code is ErrorCode.not_leader_or_follower
+            answer = await ask(gateway, DescribeProducersRequest(
+                topics=(TopicRequest(name=topic, partition_indexes=(0,)),)))
+            code = answer.topics[0].partitions[0].error_code
+            assert code is (ErrorCode.none if node == leader
+                            else ErrorCode.not_leader_or_follower), (node, code)
 
     asyncio.run(asyncio.wait_for(body(), TIMEOUT))
 

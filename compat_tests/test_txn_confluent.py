@@ -234,7 +234,7 @@ def test_raw_duplicate_after_restart_gets_its_original_offset(gateway, topic_nam
 
     async def before(server: Server) -> tuple[int, int]:
         nonlocal first, second
-        raw = await RawTxn.connect(server, None)
+        raw = await RawTxn.routed(server, None, topic_name, 0)
         try:
             assert await raw.init_producer_id() is ErrorCode.none
             first = make_batch([b"a", b"b", b"c"], producer_id=raw.producer_id,
@@ -252,7 +252,7 @@ def test_raw_duplicate_after_restart_gets_its_original_offset(gateway, topic_nam
     gateway.start()
 
     async def after(server: Server) -> list:
-        raw = await RawTxn.connect(server, None)
+        raw = await RawTxn.routed(server, None, topic_name, 0)
         raw.producer_id, raw.epoch = producer_id, epoch
         try:
             gap = make_batch([b"x"], producer_id=producer_id, producer_epoch=epoch,
@@ -672,7 +672,8 @@ def test_delayed_end_txn_cannot_end_a_later_transaction(gateway, topic_name):
     txn_id = f"delayed-{topic_name}"
 
     async def scenario() -> tuple[ErrorCode, ErrorCode, RawTxn]:
-        a = await RawTxn.connect(gateway, txn_id)
+        # Each connection to the id's coordinator, its Produce to the leader.
+        a = await RawTxn.routed(gateway, txn_id, topic_name, 0)
         try:
             assert await a.init_producer_id() is ErrorCode.none
             assert await a.add_partitions(topic_name, 0) is ErrorCode.none
@@ -680,7 +681,7 @@ def test_delayed_end_txn_cannot_end_a_later_transaction(gateway, topic_name):
                                  producer_epoch=a.epoch, base_sequence=0, attributes=0x10)
             assert await a.produce(topic_name, 0, batch_n) == (ErrorCode.none, -1)
             # A's EndTxn(commit) is "lost"; the client retries it on a new connection.
-            b = (await RawTxn.connect(gateway, txn_id)).adopt(a)
+            b = (await RawTxn.routed(gateway, txn_id, topic_name, 0)).adopt(a)
             retried = await b.end_txn(commit=True)
             assert await b.add_partitions(topic_name, 0) is ErrorCode.none
             batch_next = make_batch([b"next-0"], producer_id=b.producer_id,

@@ -17,12 +17,15 @@ topic is made by the program through the Admin client.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections import defaultdict
 
 import pytest
 from group_helpers import group_gateway
 from java_helpers import by_op, run_java, step
+
+from testkit import routing
 
 # The gateway aborts timed-out transactions every 200 ms (Kafka 3.4: 10 s).
 CLEANUP_INTERVAL_MS = "200"
@@ -270,6 +273,7 @@ def test_admin_lists_and_describes_transactions_and_producers(gateway, kafka_bro
     first offset (0) and, after the commit, the coordinator epoch of the
     markers."""
     runs = both(gateway, kafka_broker, java_line_classes, "TxnAdminCheck", "admin")
+    runs_on = {"gateway": gateway, "kafka": kafka_broker}
     for target, lines in runs.items():
         before, after = step(lines, "open")["window"]
         opened = step(lines, "describe_open")
@@ -279,7 +283,14 @@ def test_admin_lists_and_describes_transactions_and_producers(gateway, kafka_bro
         topic = opened["partitions"][-1].rsplit("/", 1)[0]
         ours = [f"{topic}/0", f"{topic}/1"]
         offsets_partition = ["__consumer_offsets/0"] if target == "kafka" else []
-        assert opened == {"coordinator": 0 if target == "gateway" else 1, "state": "Ongoing",
+        # The id's coordinator as FindCoordinator names it: Kafka's one broker
+        # (node 1); the gateway (node 0), or on a cluster the one of its three
+        # the id's slot is placed on.
+        txn_id = step(lines, "list_open")["all"][0][0]
+        coordinator, _, _ = asyncio.run(asyncio.wait_for(routing.coordinator_of(
+            runs_on[target].host_port, txn_id, routing.TRANSACTION), 30))
+        assert coordinator in (gateway.nodes() if target == "gateway" else {1}), coordinator
+        assert opened == {"coordinator": coordinator, "state": "Ongoing",
                           "producer_id": pid, "epoch": 0, "timeout_ms": 45000,
                           "partitions": offsets_partition + ours}, target
         # The gateway's commit is one write: no PrepareCommit is ever seen.

@@ -144,6 +144,18 @@ class GatewayProcess:
         one that coordinates the key, which in a cluster may be a sibling."""
         return [member.output() for member in (self, *self.siblings)]
 
+    def nodes(self) -> dict[int, GatewayProcess]:
+        """The brokers a client of it sees, by node id: itself (``--node-id``,
+        default 0) and, in a cluster, its siblings. What a test expects to
+        find in Metadata, as leader or as coordinator."""
+        return {pg_store_mode.node_id(member.extra_args): member
+                for member in (self, *self.siblings)}
+
+    def node_of(self, port: int) -> GatewayProcess:
+        """The member (itself or a sibling) listening on ``port``."""
+        [found] = [member for member in (self, *self.siblings) if member.port == port]
+        return found
+
     def admin_address(self) -> str:
         """host:port of the admin HTTP endpoint of the latest start."""
         found = _ADMIN.findall(self.output())

@@ -6,12 +6,16 @@
 
 For tests that send what a client library would not (another id's producer
 in a Produce, an EndTxn on a chosen connection), against the gateway or
-Kafka alike.
+Kafka alike. On a cluster (``KAFKA_GATEWAY_TEST_STORE=postgresql-cluster``)
+``RawTxn.routed`` sends where a client would: the transactional requests to
+the id's coordinator, Produce to the partition's leader.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import time
 from typing import Protocol
 
 from kio.schema.add_offsets_to_txn.v3 import request as add_offsets
@@ -24,6 +28,9 @@ from kio.schema.txn_offset_commit.v3 import request as txn_offset_commit
 from kio.static.primitive import Records, i32Timedelta
 
 from kafka_gateway.client import KafkaClient
+from testkit.routing import TRANSACTION, coordinator_client, leader_client
+
+REROUTE_S = 30.0
 
 
 class Server(Protocol):
@@ -40,9 +47,12 @@ class RawTxn:
     new connection does.
     """
 
-    def __init__(self, client: KafkaClient, transactional_id: str | None) -> None:
+    def __init__(self, client: KafkaClient, transactional_id: str | None,
+                 producing: KafkaClient | None = None) -> None:
         self.client = client
         self.transactional_id = transactional_id
+        self.producing = producing  # where Produce goes, when not ``client``
+        self.route: tuple[Server, str, int] | None = None  # (bootstrap, topic, partition)
         self.producer_id = -1
         self.epoch = -1
 
@@ -50,12 +60,34 @@ class RawTxn:
     async def connect(cls, server: Server, transactional_id: str | None) -> RawTxn:
         return cls(await KafkaClient.connect(*server.host_port), transactional_id)
 
+    @classmethod
+    async def routed(cls, server: Server, transactional_id: str | None, topic: str,
+                     partition: int) -> RawTxn:
+        """Its requests on a connection to the id's coordinator (FindCoordinator
+        through ``server``; without an id, ``server`` itself, as any broker
+        answers InitProducerId then) and its Produce on one to the
+        partition's leader (Metadata): on one broker, both are ``server``."""
+        if transactional_id is None:
+            client = await KafkaClient.connect(*server.host_port)
+        else:
+            client = await coordinator_client(server.host_port, transactional_id, TRANSACTION)
+        try:
+            producing = await leader_client(server.host_port, topic, partition)
+        except BaseException:
+            await client.close()
+            raise
+        raw = cls(client, transactional_id, producing)
+        raw.route = server, topic, partition
+        return raw
+
     def adopt(self, other: RawTxn) -> RawTxn:
         self.producer_id, self.epoch = other.producer_id, other.epoch
         return self
 
     async def close(self) -> None:
         await self.client.close()
+        if self.producing is not None:
+            await self.producing.close()
 
     async def init_producer_id(self, timeout_ms: int = 60_000) -> ErrorCode:
         response = await self.client.request(init_producer_id.InitProducerIdRequest(
@@ -97,8 +129,27 @@ class RawTxn:
         return code
 
     async def produce(self, topic: str, partition: int, batch: bytes) -> tuple[ErrorCode, int]:
-        """(error, base offset) of one batch (built with this producer's id and epoch)."""
-        response = await self.client.request(produce.ProduceRequest(
+        """(error, base offset) of one batch (built with this producer's id and epoch).
+        A ``routed`` one follows its partition's leader as a client does: on
+        NOT_LEADER_OR_FOLLOWER (nothing written; a cluster that just started
+        may still be balancing its leaders) it sends the batch again to the
+        leader Metadata names then, for up to ``REROUTE_S`` seconds."""
+        deadline = time.monotonic() + REROUTE_S
+        while True:
+            answer = await self._produce(topic, partition, batch)
+            if (answer[0] is not ErrorCode.not_leader_or_follower or self.route is None
+                    or (topic, partition) != self.route[1:] or time.monotonic() > deadline):
+                return answer
+            server = self.route[0]
+            await asyncio.sleep(0.1)  # Metadata may still name the old leader
+            if self.producing is not None:
+                await self.producing.close()
+            self.producing = await leader_client(server.host_port, topic, partition)
+
+    async def _produce(self, topic: str, partition: int,
+                       batch: bytes) -> tuple[ErrorCode, int]:
+        client = self.client if self.producing is None else self.producing
+        response = await client.request(produce.ProduceRequest(
             transactional_id=self.transactional_id, acks=-1,
             timeout=i32Timedelta.parse(datetime.timedelta(seconds=10)),
             topic_data=(produce.TopicProduceData(name=topic, partition_data=(

@@ -5,7 +5,10 @@ Each has its epoch, last sequence and last write time. No producer has an
 open transaction in a log here (its data waits outside the log until its
 commit), so the current transaction's start offset is always -1.
 
-Needs READ on each topic (TOPIC_AUTHORIZATION_FAILED).
+Needs READ on each topic (TOPIC_AUTHORIZATION_FAILED). In a cluster, a
+partition another gateway leads gets NOT_LEADER_OR_FOLLOWER, as from a Kafka
+broker that does not lead it (the admin client then asks its leader), never
+the producers of a log this gateway does not write.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import UnknownTopicOrPartition, error_code
+from ..routing import check_leader
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import denied_names
 
@@ -49,6 +53,7 @@ async def handle(broker: HandlerContext, request: Request[DescribeProducersReque
         refuse_denied(denied, topic.name)
         if not broker.engine.has_partition(topic.name, index):
             raise UnknownTopicOrPartition()
+        check_leader(broker, topic.name, index)
         tablet = broker.engine.partition(topic.name, index)
         return answer(index, producers=[build(
             schema.ProducerState, producer_id=pid, producer_epoch=entry.epoch,

@@ -3,7 +3,11 @@
 timeout, when the (last) transaction began, and the open one's partitions.
 
 Needs DESCRIBE on each transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED);
-only partitions of topics the principal may DESCRIBE are listed.
+only partitions of topics the principal may DESCRIBE are listed. In a
+cluster, an id another gateway coordinates gets NOT_COORDINATOR, as from a
+Kafka broker that is not its coordinator: the admin client then asks
+FindCoordinator again, rather than reading TRANSACTIONAL_ID_NOT_FOUND from a
+gateway that does not hold the id.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from ..codec import NO_THROTTLE, Request, build, build_response, response_schema
 from ..context import HandlerContext
 from ..contract import Response
 from ..errors import EXPECTED, error_code
+from ..routing import check_coordinator
 from ..security.acls import Operation, ResourceType
 from ..security.authorizer import allowed, authorize
 
@@ -40,6 +45,7 @@ async def handle(broker: HandlerContext, request: Request[DescribeTransactionsRe
         try:
             authorize(broker, request, Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID,
                       transactional_id)
+            check_coordinator(broker, transactional_id)
             meta = broker.txns.describe(transactional_id)
         except EXPECTED as exc:
             states.append(build(
