@@ -95,7 +95,8 @@ class PgCleaner:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-        self._thread.shutdown(wait=True, cancel_futures=True)
+        # Off the event loop: a read of the run's thread waits on it.
+        await asyncio.to_thread(self._thread.shutdown, wait=True, cancel_futures=True)
 
     async def _background(self, logs: Callable[[], Iterable[PgPartitionLog]]) -> None:
         while not self._stop.is_set():

@@ -201,6 +201,11 @@ class PgCompactedLog:
         self.clean_end = 0
         self.next_horizon: int | None = None
         self.loaded_epoch: int | None = None  # the leader epoch the state was read under
+        # The segments rebuilt for the last check, and up to where the index
+        # rows are replayed into them: a check replays only the rows since,
+        # until what they were built from changes (a run's swap, a
+        # truncation, a new leadership, segment settings).
+        self._built: tuple[tuple[int, ...], Segments[None], int] | None = None
 
     async def load(self) -> None:
         """The state as PostgreSQL has it, once per leadership of this gateway."""
@@ -228,24 +233,31 @@ class PgCompactedLog:
         if not log.log_start_offset <= first_dirty <= log.log_end_offset:
             first_dirty = log.log_start_offset  # truncated past it (compact,delete)
         hw = log.high_watermark
-        segments: Segments[None] = Segments(_NoPersistence())
         segment_ms = min(settings.segment_ms, config.max_compaction_lag_ms)
+        key = (log.leader_epoch, log.log_start_offset, first_dirty, settings.segment_bytes,
+               segment_ms)
+        fresh = self._built is None or self._built[0] != key
+        if fresh or self._built is None:
+            self._built = (key, Segments(_NoPersistence()), first_dirty)
+        _key, segments, at = self._built
         async with log.context.pool.acquire() as conn:
-            clean = int(await conn.fetchval(self.sql.clean_bytes, log.log_id, first_dirty))
-            if clean:
-                segments.closed.append(Segment(log.log_start_offset, clean, NO_TIMESTAMP,
-                                               NO_TIMESTAMP))
-            segments.active = Segment(first_dirty, 0, NO_TIMESTAMP, NO_TIMESTAMP)
-            at = first_dirty
-            while at < hw:
+            if fresh:  # the clean section as one segment
+                clean = int(await conn.fetchval(self.sql.clean_bytes, log.log_id, first_dirty))
+                if clean:
+                    segments.closed.append(Segment(log.log_start_offset, clean, NO_TIMESTAMP,
+                                                   NO_TIMESTAMP))
+                segments.active = Segment(first_dirty, 0, NO_TIMESTAMP, NO_TIMESTAMP)
+            while at < hw:  # the index rows not yet replayed
                 rows = await conn.fetch(self.sql.dirty_index, log.log_id, at, hw, INDEX_PAGE)
                 for row in rows:
                     segments.add(int(row["base_offset"]), int(row["size"]),
                                  int(row["max_timestamp"]), settings.segment_bytes,
                                  segment_ms, True, None)
                 if len(rows) < INDEX_PAGE:
+                    at = hw
                     break
                 at = int(rows[-1]["base_offset"]) + 1
+        self._built = (key, segments, at)
         found = segments.cleanable(first_dirty, hw, now_ms, config.min_compaction_lag_ms)
         self.status.cleanable_bytes = found.cleanable_bytes
         self.status.dirty_ratio = found.ratio
@@ -287,6 +299,7 @@ class PgCompactedLog:
                       for c in changes],
                      moved, chunk.last, chunk.clean_end, chunk.next_horizon,
                      refused=lambda: Stopped(f"{log.name}: a batch changed under the run"))
+        self._built = None  # sizes in the dirty section may change
         try:
             await log.writer.commit(change)
         except Stopped:
