@@ -18,7 +18,8 @@ Only the leader compacts: a partition led by another gateway is not in this
 gateway's runs, and one that moved during a run stops at its next swap (the
 leader epoch fences it: nothing written). A run that fails otherwise (a
 corrupt stored batch) marks its partition uncleanable until restart, as
-Kafka does.
+Kafka does; one that lost PostgreSQL only stops (a swap whose outcome is
+unknown makes the partition reread its row), and the next pass runs again.
 
 The dead rows a run leaves (the old index rows and bytes) are counted as
 deleted for retention's VACUUM (``NodeRetention.deleted_since_vacuum``): the
@@ -38,11 +39,13 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
+import asyncpg
+
 from common.clock import now_ms
 from tablets import compaction
 from tablets.compaction import Aborted, Throttle
 from tablets.compaction_config import CleanerSettings
-from tablets.errors import NotLeader
+from tablets.errors import NotLeader, StorageError
 from tablets.seam import CleanerStats, PartitionCompaction, RunStats
 
 from .compaction import CompactionSql, PgBatches, PgCompactedLog, Stopped
@@ -52,6 +55,11 @@ if TYPE_CHECKING:
     from .partition_log import PgPartitionLog
 
 log = logging.getLogger(__name__)
+
+# What stops a run without marking its partition uncleanable (a failure of
+# the data itself does): PostgreSQL unreachable or the connection lost.
+_UNAVAILABLE: tuple[type[BaseException], ...] = (
+    StorageError, OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 class PgCleaner:
@@ -155,6 +163,10 @@ class PgCleaner:
                 return None
             except NotLeader:
                 raise
+            except _UNAVAILABLE as exc:  # PostgreSQL away: the next pass runs again
+                log.warning("compaction of %s stopped, the store is unavailable: %r",
+                            partition.name, exc)
+                return None
             except Exception as exc:
                 compacted.status.failure = f"{type(exc).__name__}: {exc}"
                 self.stats.failures += 1

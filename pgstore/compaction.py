@@ -54,6 +54,7 @@ from tablets.seam import CompactionStatus
 from tablets.segment_rules import NO_TIMESTAMP, Cleanable, Segment, Segments
 
 from .batch_log import _INT64
+from .writer import OutcomeUnknown
 
 if TYPE_CHECKING:
     import asyncpg
@@ -304,6 +305,12 @@ class PgCompactedLog:
             await log.writer.commit(change)
         except Stopped:
             return False
+        except OutcomeUnknown:
+            # The chunk may have landed: the partition's row (its size) is
+            # reread, and the compaction state with the next check.
+            self.loaded_epoch = None
+            log.in_doubt()
+            raise
         log.size_bytes = max(0, log.size_bytes + moved)
         log.tail.drop_before(chunk.index_to)  # the tail may hold batches rewritten
         self.status.bytes_reclaimed -= moved

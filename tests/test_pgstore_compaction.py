@@ -16,7 +16,10 @@ on a throwaway PostgreSQL, through the node as the gateway drives it:
   gateway writes nothing, also between two chunks of a run;
 - a restart (a new leader) continues from the persisted state: the delete
   horizon passed makes a run due, which drops the tombstones;
-- reads while the chunks are swapped in never see a torn log.
+- reads while the chunks are swapped in never see a torn log;
+- a swap whose outcome is unknown (the connection lost during its commit)
+  stops the run without marking the partition uncleanable; the partition's
+  row is reread, and the next run goes on.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from test_pgstore_txn_engine import Sink
 from pgstore.compaction import PgCompactedLog
 from pgstore.node import PgNodeSettings, PgNodeStorage
 from pgstore.partition_log import PgPartitionLog
+from pgstore.writer import OutcomeUnknown
 from tablets import batch as batch_header
 from tablets.compaction_config import CleanerSettings
 from tablets.control import commit_marker
@@ -490,6 +494,53 @@ def test_reads_during_the_swaps_never_see_a_torn_log(pg_server: PostgresServer) 
         assert [r.key for r in await read_all(log)] == [
             *(f"own-{n}".encode() for n in range(39)), b"shared", b"own-39", b"shared"]
         await rows(pg_server, schema, log.log_id)
+        await node.close()
+
+    run(body)
+
+
+def test_a_swap_whose_outcome_is_unknown_stops_the_run_and_the_row_is_reread(
+        pg_server: PostgresServer) -> None:
+    schema = f"pgc_{uuid.uuid4().hex[:10]}"
+
+    async def body() -> None:
+        node = await start(pg_server, schema)
+        await node.create_topic("c", 1, EAGER)
+        log = node.partition("c", 0)
+        model: dict[bytes, tuple[int, bytes | None]] = {}
+        await write(log, rounds(8, 6), model)
+        writer = node.writer
+        commit = writer.commit
+        lost = []
+
+        async def landed_but_unknown(change: Any) -> None:
+            await commit(change)  # PostgreSQL committed it; the client never heard
+            lost.append(change)
+            raise OutcomeUnknown("the connection broke while the commit was under way")
+
+        writer.commit = landed_but_unknown  # type: ignore[method-assign]
+        try:
+            assert await node.compact("c", 0) is None  # the run stopped
+        finally:
+            writer.commit = commit  # type: ignore[method-assign]
+        assert len(lost) == 1
+        compacted = node.cleaner.compacted(log)
+        assert compacted.status.failure is None  # not marked uncleanable
+        deadline = time.monotonic() + 30
+        while log.appends.in_doubt:  # the partition's row is reread
+            assert time.monotonic() < deadline, "the row was never reread"
+            await asyncio.sleep(0.01)
+        state = await rows(pg_server, schema, log.log_id)
+        assert log.size_bytes == state["size"]  # the size the swap that landed left
+        # The next run goes on, from the persisted state.
+        assert await node.compact("c", 0) is not None
+        records = await read_all(log)
+        assert {r.key: (r.offset, r.value) for r in records} == model
+        assert len(records) < sum(len(decode(b)) for b in rounds(8, 6))
+        state = await rows(pg_server, schema, log.log_id)
+        assert log.size_bytes == state["size"]
+        # The last batch (the active segment) is where the clean section ends.
+        assert state["clean"] == log.high_watermark - len(decode(rounds(8, 6)[-1]))
         await node.close()
 
     run(body)
