@@ -7,8 +7,9 @@ on a throwaway PostgreSQL, through the node as the gateway drives it:
   (one ``batch_data`` row per index row, sizes add up, CRCs hold); the clean
   offset and delete horizon are in the partition row; retention's pass
   vacuums the dead rows the runs left;
-- scheduling: min.cleanable.dirty.ratio and min.compaction.lag.ms decide
-  what the cleaner's pass runs; records without a key are refused;
+- scheduling: min.cleanable.dirty.ratio, min.compaction.lag.ms and
+  max.compaction.lag.ms decide what the cleaner's pass runs; a topic
+  altered to compact is compacted; records without a key are refused;
 - a committed transaction's records and its COMMIT marker: the marker stays
   while a batch of its transaction does, goes (stamped, then after the
   horizon) once none is left;
@@ -119,8 +120,9 @@ def expected(model: dict[bytes, tuple[int, bytes | None]], tombstones: bool
 
 async def rows(pg: PostgresServer, schema: str, log_id: int) -> dict[str, Any]:
     """The partition's rows as PostgreSQL has them, checked for agreement:
-    every index row names its own bytes, of its size, whose CRC holds and
-    whose base offset is the row's; the partition's size is their sum."""
+    every index row names its own bytes, of its size, stored uncompressed
+    (TOAST's pglz never tried), whose CRC holds and whose base offset is
+    the row's; the partition's size is their sum."""
     conn = await asyncpg.connect(pg.dsn)
     try:
         part = await conn.fetchrow(
@@ -128,7 +130,8 @@ async def rows(pg: PostgresServer, schema: str, log_id: int) -> dict[str, Any]:
             f"FROM {schema}.partitions WHERE log_id = $1", log_id)
         index = await conn.fetch(
             f"SELECT b.base_offset, b.last_offset, b.size, b.shifted, b.max_timestamp, "
-            f"b.data_id, d.data FROM {schema}.batches b JOIN {schema}.batch_data d "
+            f"b.data_id, d.data, pg_column_compression(d.data) AS compression "
+            f"FROM {schema}.batches b JOIN {schema}.batch_data d "
             f"ON d.log_id = b.log_id AND d.data_id = b.data_id "
             f"WHERE b.log_id = $1 ORDER BY b.base_offset", log_id)
         blobs = int(await conn.fetchval(
@@ -140,6 +143,7 @@ async def rows(pg: PostgresServer, schema: str, log_id: int) -> dict[str, Any]:
     assert part is not None
     assert all_index == len(index) == blobs, (all_index, len(index), blobs)
     for row in index:
+        assert row["compression"] is None  # STORAGE EXTERNAL: stored as written
         data = bytes(row["data"])
         assert len(data) == row["size"]
         [header] = batch_header.parse_batches(data)  # CRC-checked
@@ -232,8 +236,10 @@ def test_the_cleaner_runs_what_is_due_by_dirty_ratio_and_compaction_lag(
         await node.create_topic("clean", 1, {**EAGER, "min.cleanable.dirty.ratio": "0.9"})
         await node.create_topic("plain", 1, {})
         await node.create_topic("altered", 1, {})
+        await node.create_topic("overdue", 1, {**EAGER, "min.cleanable.dirty.ratio": "0.9",
+                                               "max.compaction.lag.ms": "1"})
         models: dict[str, dict[bytes, tuple[int, bytes | None]]] = {}
-        for name in ("eager", "young", "clean", "plain", "altered"):
+        for name in ("eager", "young", "clean", "plain", "altered", "overdue"):
             models[name] = {}
             await write(node.partition(name, 0), rounds(6, 4), models[name])
         untouched = {name: await read_all(node.partition(name, 0))
@@ -241,7 +247,7 @@ def test_the_cleaner_runs_what_is_due_by_dirty_ratio_and_compaction_lag(
         cleaner = node.cleaner
         # Never compacted: every topic's dirty ratio is 1, but nothing of
         # "young" is older than its min.compaction.lag.ms of an hour.
-        assert await cleaner.pass_once(node.catalog.logs()) == 2  # "eager", "clean"
+        assert await cleaner.pass_once(node.catalog.logs()) == 3  # "eager", "clean", "overdue"
         # A topic altered to compact is compacted from then on.
         await node.set_topic_configs("altered", EAGER)
         assert await cleaner.pass_once(node.catalog.logs()) == 1
@@ -257,17 +263,22 @@ def test_the_cleaner_runs_what_is_due_by_dirty_ratio_and_compaction_lag(
             # Each key's newest stays (the last batch, the active segment, whole).
             assert {r.key: r.value for r in kept} == {
                 k: v for k, (_o, v) in models[name].items()}
-        # A little more dirt: past eager's ratio of 0.01, not past clean's 0.9.
-        for name in ("eager", "clean"):
+        # A little more dirt: past eager's ratio of 0.01, not past clean's
+        # (or overdue's) 0.9; but overdue's is older than its
+        # max.compaction.lag.ms of 1 ms.
+        for name in ("eager", "clean", "overdue"):
             await write(node.partition(name, 0), rounds(6, 2), models[name])
-        assert await cleaner.pass_once(node.catalog.logs()) == 1
+        await asyncio.sleep(0.01)
+        assert await cleaner.pass_once(node.catalog.logs()) == 2
         assert cleaner.compacted(node.partition("eager", 0)).status.runs == 2
+        overdue = cleaner.compacted(node.partition("overdue", 0)).status
+        assert overdue.runs == 2
         clean = cleaner.compacted(node.partition("clean", 0)).status
         assert clean.runs == 1 and 0 < clean.dirty_ratio < 0.9 and clean.cleanable_bytes > 0
         for name, records in untouched.items():
             assert await read_all(node.partition(name, 0)) == records
         assert [s.topic for s in node.compaction_statuses(now())] == [
-            "eager", "young", "clean", "altered"]
+            "eager", "young", "clean", "altered", "overdue"]
         # Nothing new: nothing due.
         assert await cleaner.pass_once(node.catalog.logs()) == 0
         # A check replays only the index rows appended since the last one:
