@@ -52,6 +52,10 @@ SHUTDOWN_GRACE_SECONDS = 10.0
 def open_engine(config: GatewayConfig) -> StorageEngine | PgNodeStorage:
     """The storage engine ``--store`` picks: PostgreSQL by URL, else RocksDB in
     ``--data-dir`` (the default)."""
+    cleaner = CleanerSettings(config.cleaner_enable, config.cleaner_backoff_ms,
+                              config.cleaner_dedupe_buffer_size,
+                              config.cleaner_io_max_bytes_per_second,
+                              config.cleaner_io_buffer_size)
     if config.store:
         return PgNodeStorage(
             config.store,
@@ -61,7 +65,8 @@ def open_engine(config: GatewayConfig) -> StorageEngine | PgNodeStorage:
                            max_producers_per_partition=config.max_producers_per_partition,
                            cluster=ClusterSettings(
                                node_id=config.node_id,
-                               lease_seconds=config.broker_session_timeout_ms / 1000)),
+                               lease_seconds=config.broker_session_timeout_ms / 1000),
+                           cleaner=cleaner),
             offsets=PgConsumerOffsets, records=PgNodeRecords,
         )
     return StorageEngine(
@@ -72,10 +77,7 @@ def open_engine(config: GatewayConfig) -> StorageEngine | PgNodeStorage:
             topic_defaults=config.topic_defaults(),
             producer_id_expiration_ms=config.producer_id_expiration_ms,
             max_producers_per_partition=config.max_producers_per_partition,
-            cleaner=CleanerSettings(config.cleaner_enable, config.cleaner_backoff_ms,
-                                    config.cleaner_dedupe_buffer_size,
-                                    config.cleaner_io_max_bytes_per_second,
-                                    config.cleaner_io_buffer_size),
+            cleaner=cleaner,
         ),
     )
 

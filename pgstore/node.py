@@ -35,7 +35,9 @@ What it keeps, and what is not on this store yet:
   leads its share (``pgstore.cluster``); ``cluster()`` is the routing view.
   Without it, the gateway claims every partition at start (one gateway per
   database; tests of the engine alone);
-- not yet: compacted topics (refused at create and alter with INVALID_CONFIG).
+- compacted topics: the log cleaner (``pgstore.cleaner``, log.cleaner.*
+  in ``settings.cleaner``) compacts the ones this gateway leads; ``compact``
+  runs it on one partition now.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from typing import TYPE_CHECKING, Protocol
 import asyncpg
 
 from common.clock import now_ms
+from tablets.compaction_config import CleanerSettings
 from tablets.errors import StorageError, TopicAlreadyExists
 from tablets.seam import (
     CleanerStats,
@@ -63,6 +66,7 @@ from tablets.seam import (
     WriteStats,
 )
 
+from .cleaner import PgCleaner
 from .cluster import ClusterSettings, PgCluster, announce_topics
 from .consumer_offsets import PgConsumerOffsets
 from .important import PgImportantConsumers
@@ -100,6 +104,8 @@ class PgNodeSettings:
     read_connections: int = 4  # the pool reads below the tails use
     # Several gateways over one database (pgstore.cluster); None: this one claims everything.
     cluster: ClusterSettings | None = None
+    # The log cleaner of compacted topics (log.cleaner.*).
+    cleaner: CleanerSettings = field(default_factory=CleanerSettings)
 
 
 class LoadedOffsets(ConsumerOffsetStore, Protocol):
@@ -145,7 +151,8 @@ class PgNodeStorage:
             self.writer, None, self.settings.schema, partition=self.partition,
             has_partition=self.has_partition, txn_partition=_txn_partition)
         self.retention = NodeRetention(None, self.settings.producer_id_expiration_ms)
-        self._cleaner_stats = CleanerStats()  # no compaction on this store: stays zero
+        self.cleaner = PgCleaner(self.settings.cleaner, self.settings.schema,
+                                 deleted=self._compacted_away)
         self.cluster_id = ""
         self._cluster: PgCluster | None = None
 
@@ -189,6 +196,7 @@ class PgNodeStorage:
                                           txns=self._txn_storage)
         finally:
             await conn.close()
+        self.cleaner.start(self.catalog.logs)
         log.info("PostgreSQL store: %d topics, %d partitions %s (schema %s)",
                  len(self.catalog.topics), len(self.catalog.logs()),
                  "loaded, led once the cluster hands them out" if clustered else "claimed",
@@ -206,6 +214,7 @@ class PgNodeStorage:
         return self._cluster
 
     async def close(self) -> None:
+        await self.cleaner.close()
         if self._cluster is not None:
             await self._cluster.leave()
         await self.writer.close()
@@ -288,8 +297,16 @@ class PgNodeStorage:
         await self.retention.run(self.catalog.logs(), now_ms())
 
     async def compact(self, name: str, index: int) -> RunStats | None:
-        self.partition(name, index)  # UnknownTopic / UnknownPartition
-        return None  # no compacted topic on this store (refused at create and alter)
+        """Compact one partition of a compacted topic now, due or not (what the
+        cleaner does in the background); its stats, or None if it did not run
+        (``NotLeader``: another gateway leads it)."""
+        partition = self.partition(name, index)
+        partition.check_writable()
+        return await self.cleaner.clean(self.cleaner.compacted(partition), force=True)
+
+    def _compacted_away(self, nbytes: int) -> None:
+        """A compaction left ``nbytes`` of dead rows: retention's VACUUM counts them."""
+        self.retention.deleted_since_vacuum += nbytes
 
     # ------------------------------------------------ health and statistics
     def store_failure(self) -> BaseException | None:
@@ -299,10 +316,11 @@ class PgNodeStorage:
         return self.writer.stats
 
     def cleaner_stats(self) -> CleanerStats:
-        return self._cleaner_stats
+        return self.cleaner.stats
 
     def compaction_statuses(self, now_ms: int) -> list[PartitionCompaction]:
-        return []
+        """The compacted partitions led here, as of the cleaner's last check."""
+        return self.cleaner.statuses(self.catalog.logs())
 
     def producer_stats(self) -> tuple[int, int]:
         logs = self.catalog.logs()

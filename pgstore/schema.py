@@ -39,6 +39,12 @@ until that transaction's commit moves them into ``consumer_offsets`` or its
 abort deletes them (``pgstore.txn_staged_offsets``; docs/cluster-design.md,
 "Transactional offsets staged by another gateway").
 
+Version 5 is for compaction (``pgstore.compaction``; docs/cluster-design.md,
+"Compacted topics"): ``partitions.delete_horizon``, the earliest delete
+horizon the last run kept (NULL: none), so a restarted or new leader runs
+again once it passes, as the one that stamped it would have. The clean
+offset was there from version 1 (``clean_offset``).
+
 How RocksDB's keys map (``tablets/keys.py`` kind -> table):
 
 - ``T`` topic record -> ``topics`` (configs: the overrides, as JSON);
@@ -309,6 +315,11 @@ _V4 = (
     "CREATE INDEX txn_staged_offsets_by_group ON {schema}.txn_staged_offsets (group_id)",
 )
 
+_V5 = (
+    # Nullable, no default: adding it rewrites nothing.
+    "ALTER TABLE {schema}.partitions ADD COLUMN delete_horizon bigint",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "what one gateway keeps in RocksDB, with leader epochs", _V1),
     Migration(2, "the cluster: nodes and leases, partition leaders, coordinator slots, "
@@ -317,6 +328,7 @@ MIGRATIONS: tuple[Migration, ...] = (
                  "the index the deletes' foreign key check needs", _V3),
     Migration(4, "offsets staged by a group's coordinator for a transaction another "
                  "gateway coordinates", _V4),
+    Migration(5, "compaction: the earliest delete horizon a partition's last run kept", _V5),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -5,15 +5,15 @@ the RocksDB engine) an append, ``tablets.validate`` and retention read from
 a topic's effective configs. Kafka's checks of a new topic's name and
 partition count are both engines' (``tablets.topic_names``).
 
-Compacted topics (``cleanup.policy`` with ``compact``) are not available on
-this store yet: ``refuse_compaction`` answers INVALID_CONFIG at create and
-alter, so nothing relies on a cleaner that does not run.
+A compacted topic (``cleanup.policy`` with ``compact``) has its
+``CompactionConfig``: its partitions refuse records without a key
+(``tablets.validate``) and the log cleaner compacts them (``pgstore.cleaner``).
 """
 
 from __future__ import annotations
 
+from tablets.compaction_config import CompactionConfig
 from tablets.config_parsing import parse_list
-from tablets.errors import InvalidConfig
 from tablets.tablet_settings import TabletSettings
 from tablets.topic_config import IMPORTANT_GROUPS, IMPORTANT_MAX_BYTES
 
@@ -22,18 +22,22 @@ def topic_settings(topic: str, values: dict[str, str], max_producers: int) -> Ta
     """What a topic's effective configs (``tablets.topic_config.effective``)
     mean to its partitions: the fields ``tablets.validate`` and retention read."""
     deletes = "delete" in policies(values)
+    compaction = CompactionConfig.of(values)
+    segment_ms = int(values["segment.ms"])
+    if compaction is not None:  # as Kafka and the embedded engine roll a compacted log
+        segment_ms = min(segment_ms, compaction.max_compaction_lag_ms)
     return TabletSettings(
         topic=topic,
         max_message_bytes=int(values["max.message.bytes"]),
         log_append_time=values["message.timestamp.type"] == "LogAppendTime",
         timestamp_difference_max_ms=int(values["message.timestamp.difference.max.ms"]),
         segment_bytes=int(values["segment.bytes"]),
-        segment_ms=int(values["segment.ms"]),
+        segment_ms=segment_ms,
         retention_ms=int(values["retention.ms"]) if deletes else -1,
         retention_bytes=int(values["retention.bytes"]) if deletes else -1,
         deletes=deletes,
         max_producers=max_producers,
-        compaction=None,  # never compacted here (refuse_compaction)
+        compaction=compaction,
         important_groups=tuple(parse_list(values[IMPORTANT_GROUPS])),
         important_max_bytes=int(values[IMPORTANT_MAX_BYTES]),
     )
@@ -42,10 +46,3 @@ def topic_settings(topic: str, values: dict[str, str], max_producers: int) -> Ta
 def policies(values: dict[str, str]) -> list[str]:
     return [p.strip() for p in parse_list(values["cleanup.policy"])]
 
-
-def refuse_compaction(values: dict[str, str]) -> None:
-    """INVALID_CONFIG for a compacted topic (its effective cleanup.policy)."""
-    if "compact" in policies(values):
-        raise InvalidConfig(
-            "Invalid value compact for configuration cleanup.policy: compacted topics are not "
-            "yet available on the PostgreSQL store")

@@ -4,7 +4,7 @@ name, by id and by Kafka's collision key.
 
 Kafka's checks of a new topic run here, in the controller's order (name,
 existence, collision, configs, partition count, replication factor), before
-anything is written; compacted topics are refused (``topic_settings``). Each
+anything is written (a compacted topic is compacted by ``pgstore.cleaner``). Each
 change is one ``PgChange`` through the node's writer: a topic's row with its
 partitions' rows; a deletion (one cascading delete: partitions, batches and
 their bytes, producers); new partitions; config overrides.
@@ -49,7 +49,7 @@ from .log_sql import LogRow
 from .log_state import LogContext
 from .partition_log import PgPartitionLog
 from .producer_rows import PgProducerRows
-from .topic_settings import refuse_compaction, topic_settings
+from .topic_settings import topic_settings
 
 if TYPE_CHECKING:
     from tablets.seam import TopicView
@@ -241,13 +241,11 @@ class PgTopicCatalog:
     def check_new_topic(self, name: str, partitions: int, replication_factor: int,
                         configs: dict[str, str | None]) -> dict[str, str]:
         """Kafka's checks of a new topic, in its controller's order; the config
-        overrides as stored (compacted topics refused on this store)."""
+        overrides as stored."""
         found = self.by_collision_key.get
         return check_new_topic(
             name, partitions, replication_factor, configs, exists=self.topics.__contains__,
-            colliding=lambda key: None if (other := found(key)) is None else other.name,
-            check_configs=lambda stored: refuse_compaction(
-                effective(stored, self.settings.topic_defaults)))
+            colliding=lambda key: None if (other := found(key)) is None else other.name)
 
     async def create_topic(self, name: str, partitions: int,
                            configs: dict[str, str]) -> PgTopic:
@@ -325,7 +323,6 @@ class PgTopicCatalog:
         """Replace a topic's config overrides (checked again here)."""
         topic = self.topic(name)
         stored = validate_all(configs)
-        refuse_compaction(effective(stored, self.settings.topic_defaults))
         change = self.context.writer.begin()
         change.execute(self._sql_configs, topic.topic_id, json.dumps(stored))
         self._announce(change, name)

@@ -27,13 +27,13 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from common.clock import now_ms
 
 from . import compaction
 from .compaction import Aborted, Throttle
+from .compaction_config import CleanerSettings
 from .seam import CleanerStats, RunStats
 from .store import RocksStore
 from .stored_batches import StoredBatches
@@ -44,15 +44,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SWITCH_INTERVAL_S = 0.0005
-
-
-@dataclass(frozen=True, slots=True)
-class CleanerSettings:
-    enable: bool = True  # log.cleaner.enable
-    backoff_ms: int = 15_000  # log.cleaner.backoff.ms
-    dedupe_buffer_bytes: int = 128 << 20  # log.cleaner.dedupe.buffer.size
-    io_max_bytes_per_second: float = float("inf")  # log.cleaner.io.max.bytes.per.second
-    io_buffer_bytes: int = compaction.CHUNK_BYTES  # log.cleaner.io.buffer.size: new bytes per swap
+__all__ = ["Cleaner", "CleanerSettings"]
 
 
 class Cleaner:

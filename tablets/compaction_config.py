@@ -1,8 +1,10 @@
-"""CompactionConfig: a compacted topic's configs, as compaction reads them.
+"""CompactionConfig: a compacted topic's configs, as compaction reads them;
+CleanerSettings: the node's log.cleaner.* settings.
 
-Its own module, apart from the compaction run (``compaction``, which reads
-the RocksDB store), so that ``tablet_settings`` and what names it (the
-engine-free checks of ``validate``) do not reach the RocksDB engine.
+Their own module, apart from the compaction run and the RocksDB engine's
+cleaner, so that ``tablet_settings`` and what names it (the engine-free
+checks of ``validate``), and the PostgreSQL store's cleaner, do not reach
+the RocksDB engine.
 """
 
 from __future__ import annotations
@@ -29,3 +31,15 @@ class CompactionConfig:
                                 int(values["min.compaction.lag.ms"]),
                                 int(values["max.compaction.lag.ms"]),
                                 int(values["delete.retention.ms"]))
+
+
+@dataclass(frozen=True, slots=True)
+class CleanerSettings:
+    """The node's log cleaner settings (both engines' cleaners read them)."""
+
+    enable: bool = True  # log.cleaner.enable
+    backoff_ms: int = 15_000  # log.cleaner.backoff.ms
+    dedupe_buffer_bytes: int = 128 << 20  # log.cleaner.dedupe.buffer.size
+    io_max_bytes_per_second: float = float("inf")  # log.cleaner.io.max.bytes.per.second
+    # log.cleaner.io.buffer.size: new bytes per swap (compaction.CHUNK_BYTES)
+    io_buffer_bytes: int = 512 << 10

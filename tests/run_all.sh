@@ -214,9 +214,11 @@ PG_STORE_TESTS=(
   compat_tests/test_aiokafka.py
   compat_tests/test_groups_confluent.py compat_tests/test_groups_kafka_python.py
   compat_tests/test_groups_aiokafka.py compat_tests/test_groups_java.py
+  compat_tests/test_compaction_clients.py compat_tests/test_compaction_kill.py
+  compat_tests/test_compaction_differential.py compat_tests/test_compaction_streams.py
 )
 if [ "$#" -eq 0 ]; then
-  step "the compatibility suite's transactions, produce, consume and groups on the PostgreSQL store"
+  step "the compatibility suite's transactions, produce, consume, groups and compacted topics on the PostgreSQL store"
   run_pytest env KAFKA_GATEWAY_TEST_STORE=postgresql \
     python3 -m pytest -q -p no:cacheprovider "${PG_STORE_TESTS[@]}" || status=$?
 
