@@ -56,6 +56,7 @@ from tablets.seam import OffsetCommit, TopicPartition
 
 from .consumer_offsets import PgConsumerOffsets, to_text
 from .migrate import Connection, quoted
+from .offset_statements import stamp_sql
 from .schema import DEFAULT_SCHEMA
 from .writer import PgChange, PgWriter
 
@@ -83,19 +84,37 @@ class _Statements:
             f"$4::bigint[]) AS e(topic, partition, o) JOIN {s}.consumer_offsets c "
             "ON c.group_id = $1 AND c.topic = e.topic AND c.partition = e.partition "
             "WHERE c.committed_offset > e.o)")
+        # The transaction's begin point: its instance, as its state row has it.
+        begin = (f"(SELECT (convert_from(state, 'UTF8')::jsonb->>'instance')::bigint "
+                 f"FROM {s}.txn_states WHERE transactional_id = $1)")
+        # The offset-range check as one gateway runs it (txn/conflicts.py),
+        # on the rows as they are: a row committed since the transaction
+        # began (stamped at or above its instance) conflicts, unless the
+        # group's coordinator found an exception for that very version; an
+        # unchanged offset another committer wrote conflicts unless the
+        # commit is member-fenced. $1 the transactional id, $2 the group.
+        self.not_moved = (
+            "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::int[], "
+            "$5::bigint[], $6::bool[], $7::bigint[]) AS e(topic, partition, o, fenced, exempt) "
+            f"JOIN {s}.consumer_offsets c ON c.group_id = $2 AND c.topic = e.topic "
+            f"AND c.partition = e.partition WHERE (c.stamp >= {begin} "
+            "AND c.version <> e.exempt) "
+            "OR (c.committed_offset = e.o AND c.committer <> $1 AND NOT e.fenced))")
         self.stage = (
             f"INSERT INTO {s}.txn_staged_offsets (transactional_id, group_id, topic, partition, "
             "producer_id, producer_epoch, committed_offset, leader_epoch, metadata, "
-            "expected_version) "
+            "expected_version, exempt_version, member) "
             "SELECT $1, $4, e.topic, e.partition, $2, $3, e.o, e.le, e.md, "
-            "coalesce(c.version, 0) FROM unnest($5::text[], $6::int[], $7::bigint[], "
-            "$8::int[], $9::text[]) AS e(topic, partition, o, le, md) "
+            "coalesce(c.version, 0), e.exempt, e.mb FROM unnest($5::text[], $6::int[], "
+            "$7::bigint[], $8::int[], $9::text[], $10::bigint[], $11::text[]) "
+            "AS e(topic, partition, o, le, md, exempt, mb) "
             f"LEFT JOIN {s}.consumer_offsets c ON c.group_id = $4 AND c.topic = e.topic "
             "AND c.partition = e.partition "
             "ON CONFLICT (transactional_id, group_id, topic, partition) DO UPDATE SET "
             "producer_id = excluded.producer_id, producer_epoch = excluded.producer_epoch, "
             "committed_offset = excluded.committed_offset, "
-            "leader_epoch = excluded.leader_epoch, metadata = excluded.metadata")
+            "leader_epoch = excluded.leader_epoch, metadata = excluded.metadata, "
+            "exempt_version = excluded.exempt_version, member = excluded.member")
         # The id's coordinator, at its commit or abort: first the state row,
         # locked (see the module's docstring), in its own statement so that
         # the next one, under READ COMMITTED, sees what a staging committed
@@ -109,19 +128,21 @@ class _Statements:
             "RETURNING *), "
             "mine AS (SELECT * FROM gone WHERE producer_id = $2 AND producer_epoch = $3), "
             f"up AS (INSERT INTO {s}.consumer_offsets AS c (group_id, topic, partition, "
-            "committed_offset, leader_epoch, metadata, commit_timestamp, version, committer) "
-            "SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata, $4, "
-            "$5, $1 FROM mine WHERE expected_version = 0 OR EXISTS (SELECT 1 FROM "
-            f"{s}.consumer_offsets o WHERE o.group_id = mine.group_id "
+            "committed_offset, leader_epoch, metadata, commit_timestamp, version, committer, "
+            "member, stamp) SELECT group_id, topic, partition, committed_offset, leader_epoch, "
+            f"metadata, $4, $5, $1, member, {stamp_sql(s)} FROM mine WHERE expected_version = 0 "
+            "OR EXISTS "
+            f"(SELECT 1 FROM {s}.consumer_offsets o WHERE o.group_id = mine.group_id "
             "AND o.topic = mine.topic AND o.partition = mine.partition) "
             "ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
             "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
             "metadata = excluded.metadata, commit_timestamp = excluded.commit_timestamp, "
             "version = greatest(c.version + 1, excluded.version), "
-            "committer = excluded.committer "
-            "WHERE c.version = (SELECT expected_version FROM mine m "
-            "WHERE m.group_id = excluded.group_id AND m.topic = excluded.topic "
-            "AND m.partition = excluded.partition) RETURNING 1) "
+            "committer = excluded.committer, member = excluded.member, stamp = excluded.stamp "
+            "WHERE EXISTS (SELECT 1 FROM mine m WHERE m.group_id = excluded.group_id "
+            "AND m.topic = excluded.topic AND m.partition = excluded.partition "
+            "AND c.version = m.expected_version "
+            f"AND (c.stamp < {begin} OR c.version = m.exempt_version)) RETURNING 1) "
             "SELECT 1 WHERE (SELECT count(*) FROM up) = (SELECT count(*) FROM mine)")
         self.discard = f"DELETE FROM {s}.txn_staged_offsets WHERE transactional_id = $1"
         self.staged_all = (
@@ -162,10 +183,17 @@ class StagedOffsets:
                 self.hook(each, staged)
 
     async def stage(self, transactional_id: str, producer_id: int, epoch: int, group: str,
-                    commits: Mapping[TopicPartition, OffsetCommit]) -> None:
+                    commits: Mapping[TopicPartition, OffsetCommit],
+                    members: Mapping[TopicPartition, str] | None = None,
+                    exempt: Collection[TopicPartition] = ()) -> None:
         """The group's coordinator: stage ``commits`` for the transaction (see
         the module's docstring); raises ``CoordinatorMoved``,
-        ``TxnStateMismatch`` or ``OffsetBehind`` and stages nothing."""
+        ``TxnStateMismatch`` or ``OffsetBehind`` and stages nothing.
+        ``members``: the member of each partition whose commit is
+        member-fenced (KIP-447);
+        ``exempt``: those for which the offset-range check's exceptions
+        apply to the row as this gateway knows it (``txn/conflicts.py``,
+        ``moved_but_exempt``), which holds for that row's version only."""
         change = self.writer.begin()
         self.offsets.fence_coordinator(group, change)
         seen: list[bytes] = []
@@ -182,10 +210,20 @@ class StagedOffsets:
                      refused=lambda: OffsetBehind(
                          f"group {group}: an offset staged by {transactional_id} is below the "
                          "committed one: that range was already processed"))
+        members = members or {}
+        exempt_versions = [self.offsets.database_version(group, tp) if tp in exempt else -1
+                           for tp in commits]
+        change.fence(self._sql.not_moved, transactional_id, group, topics, partitions, offsets,
+                     [bool(members.get(tp)) for tp in commits], exempt_versions,
+                     refused=lambda: OffsetBehind(
+                         f"group {group}: an offset staged by {transactional_id} was committed "
+                         "since its transaction began, or by another committer at the same "
+                         "offset: that range was claimed already"))
         change.execute(self._sql.stage, transactional_id, producer_id, epoch, group,
                        topics, partitions, offsets,
                        [c.leader_epoch for c in commits.values()],
-                       [to_text(c.metadata) for c in commits.values()])
+                       [to_text(c.metadata) for c in commits.values()], exempt_versions,
+                       [to_text(members.get(tp, "")) for tp in commits])
         await self.writer.commit(change)
 
     def take(self, change: PgChange, transactional_id: str, producer_id: int, epoch: int,

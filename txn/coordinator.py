@@ -259,11 +259,11 @@ class TransactionCoordinator(CoordinatedIds):
     async def txn_offset_commit_elsewhere(self, transactional_id: str, producer_id: int,
                                           epoch: int, group: str,
                                           commits: Mapping[TopicPartition, OffsetCommit],
-                                          ) -> None:
+                                          member: str = "") -> None:
         """Stage a group's offsets, here its coordinator, for a transaction
         another gateway coordinates (``offset_commit.py``)."""
         await self.offset_commits.elsewhere(transactional_id, producer_id, epoch, group,
-                                            commits)
+                                            commits, member)
 
     async def settle_offsets(self, group: str) -> None:
         """Before the group's offsets are read (``offset_commit.py``)."""

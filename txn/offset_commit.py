@@ -23,7 +23,7 @@ from collections.abc import Mapping
 
 from tablets.seam import ChangeWriter, ConsumerOffsetStore, OffsetCommit, TopicPartition
 
-from .conflicts import offset_conflict
+from .conflicts import moved_but_exempt, offset_conflict
 from .errors import InvalidProducerIdMapping, InvalidTxnState, TxnConflict
 from .open_transactions import OpenTransactions
 from .pending_offsets import PendingOffsets
@@ -83,15 +83,27 @@ class TxnOffsetCommits:
         self.pending_offsets.hold(group, new)
 
     async def elsewhere(self, transactional_id: str, producer_id: int, epoch: int, group: str,
-                        commits: Mapping[TopicPartition, OffsetCommit]) -> None:
+                        commits: Mapping[TopicPartition, OffsetCommit],
+                        member: str = "") -> None:
         """Stage a group's offsets, here its coordinator, for a transaction
         another gateway coordinates (``remote_offsets.py``). The caller
-        checked KIP-447's generation and member fences first."""
+        checked KIP-447's generation and member fences first; ``member`` as
+        for ``here``. The store runs the offset-range check against the
+        transaction's begin point; its exceptions, which need the members
+        this gateway keeps in memory, are found here."""
         if self.remote_offsets is None:
             raise InvalidProducerIdMapping(
                 f"transactional id {transactional_id!r} is coordinated elsewhere, and this "
                 "store cannot stage offsets for another coordinator")
-        await self.remote_offsets.stage(transactional_id, producer_id, epoch, group, commits)
+        exempt = []
+        for (topic, partition), commit in commits.items():
+            current = self.offsets.latest(group, topic, partition)
+            if current is not None and moved_but_exempt(current, commit, member,
+                                                        transactional_id):
+                exempt.append((topic, partition))
+        await self.remote_offsets.stage(transactional_id, producer_id, epoch, group, commits,
+                                        dict.fromkeys(commits, member) if member else {},
+                                        exempt)
 
     async def settle(self, group: str) -> None:
         """Before the group's offsets are read: make visible what transactions

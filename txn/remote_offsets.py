@@ -24,8 +24,11 @@ TxnOffsetCommitHandler reacts to each):
   gateway (KIP-588 is not for TxnOffsetCommit);
 - no open transaction, or AddOffsetsToTxn did not add the group:
   INVALID_TXN_STATE, as on one gateway;
-- an offset below the committed one: ``TxnConflict``, answered
-  ILLEGAL_GENERATION (abortable), as the offset-range check is;
+- the offset-range check (``conflicts.py``), run by the store against the
+  transaction's begin point (its instance: a row committed since is stamped
+  at or above it), with its exceptions found here on the group's offsets in
+  memory (``conflicts.moved_but_exempt``): ``TxnConflict``, answered
+  ILLEGAL_GENERATION (abortable), as on one gateway;
 - the group's slot moved: NOT_COORDINATOR.
 
 The storage of the embedded engine has none of this: one gateway
@@ -51,7 +54,8 @@ class StagingStorage(Protocol):
 
     async def stage_elsewhere(self, transactional_id: str, producer_id: int, epoch: int,
                               group: str, commits: Mapping[TopicPartition, OffsetCommit],
-                              ) -> None: ...
+                              members: Mapping[TopicPartition, str] | None = None,
+                              exempt: Collection[TopicPartition] = ()) -> None: ...
 
     def take_staged_offsets(self, change: AtomicChange, transactional_id: str,
                             producer_id: int, epoch: int, now_ms: int) -> None: ...
@@ -106,10 +110,15 @@ class RemoteOffsets:
             del self.held[group]
 
     async def stage(self, transactional_id: str, producer_id: int, epoch: int, group: str,
-                    commits: Mapping[TopicPartition, OffsetCommit]) -> None:
+                    commits: Mapping[TopicPartition, OffsetCommit],
+                    members: Mapping[TopicPartition, str] | None = None,
+                    exempt: Collection[TopicPartition] = ()) -> None:
+        """Stage ``commits`` (``members``: the member of each member-fenced one; ``exempt``:
+        those the offset-range check lets pass although committed since the
+        transaction began: ``conflicts.moved_but_exempt``)."""
         try:
             await self.storage.stage_elsewhere(transactional_id, producer_id, epoch, group,
-                                               commits)
+                                               commits, members, exempt)
         except TxnStateMismatch as exc:
             raise refusal(transactional_id, producer_id, epoch, group, exc.state) from exc
         except OffsetBehind as exc:
