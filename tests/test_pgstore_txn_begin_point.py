@@ -201,3 +201,32 @@ def test_a_transaction_begun_after_the_other_commit_is_not_refused(
             await close(a, b)
 
     run(body)
+
+
+def test_a_zombie_the_groups_gateway_coordinates_is_refused_at_txn_offset_commit(
+        pg_server: PostgresServer) -> None:
+    """The zombie's id and the group on B, the winner's id on A (its offsets
+    staged on B): B reads what A committed before its check, so the zombie
+    is refused at TxnOffsetCommit (ILLEGAL_GENERATION), as on one gateway,
+    not at EndTxn."""
+
+    async def body() -> None:
+        schema, a, b = await two_gateways(pg_server)
+        try:
+            zombie, group = key_of(b.cluster, "zombie"), key_of(b.cluster, "group")
+            await settled(a, b, zombie, group=group)
+            assert b.cluster.coordinates(zombie)
+            zpid, zepoch = await opened(b, zombie, group)
+            await b.txns.add_partitions(zombie, zpid, zepoch, [(TOPIC, 1)])
+            winner = await committed_by_other(a, b, group, "staged", 10)
+            assert b.txns.pending_offsets.is_pending(group, TOPIC, 0)  # not settled yet
+            with pytest.raises(TxnConflict) as refused:
+                await b.txns.txn_offset_commit(zombie, zpid, zepoch, group, at(10))
+            assert error_code(refused.value, 28, 3) is ErrorCode.illegal_generation
+            await b.txns.end_txn(zombie, zpid, zepoch, commit=False)
+            landed = await rows(pg_server, schema, "consumer_offsets", group)
+            assert [(r["committed_offset"], r["committer"]) for r in landed] == [(10, winner)]
+        finally:
+            await close(a, b)
+
+    run(body)

@@ -9,8 +9,9 @@ module does the rest:
   gateway). KIP-447's generation and member fences were checked by the
   caller; the offset-range check (``conflicts.py``) runs on this gateway's
   memory, and a conflict makes the transaction abort-only (ILLEGAL_GENERATION,
-  abortable). The offsets are held pending (``pending_offsets.py``) until the
-  transaction ends.
+  abortable); in a cluster, what other gateways committed of the offsets
+  staged here is read first (``settle``). The offsets are held pending
+  (``pending_offsets.py``) until the transaction ends.
 - ``elsewhere``: in a cluster, this gateway coordinates the group and another
   the transaction: the offsets are staged in the store (``remote_offsets.py``).
 - ``settle``: before the group's offsets are read, make visible what such
@@ -61,6 +62,11 @@ class TxnOffsetCommits:
                 f"{transactional_id}: group {group} was not added to a transaction "
                 "(AddOffsetsToTxn)")
         self.open_txns.touch(meta, connection)
+        # In a cluster, another gateway may have committed offsets it staged
+        # here since: read them first, so that the check sees them and
+        # refuses here, as one gateway does, not at the commit's
+        # compare-and-set (a store query only while such offsets are held).
+        await self.settle(group)
         members = dict.fromkeys(commits, member) if member else {}
         reason = meta.abort_only or offset_conflict(self.offsets, group, commits,
                                                     meta.begin_version, transactional_id,
