@@ -20,10 +20,17 @@ one PostgreSQL transaction that
    that AddOffsetsToTxn added the group (``TxnStateMismatch`` with the row
    read, which the coordinator turns into Kafka's codes);
 3. refuses an offset below the committed one (``OffsetBehind``: the range
-   was processed already): a best-effort check on the rows as they are;
-4. stages each partition with the version its ``consumer_offsets`` row has
+   was processed already);
+4. runs the rest of the offset-range check against the transaction's begin
+   point (``OffsetBehind`` too; docs/cluster-design.md, "A transaction's
+   begin point across gateways"): a row stamped at or above the
+   transaction's instance was committed after it began, and conflicts
+   unless at the version for which the caller found the one-gateway
+   exceptions (``exempt``: its ``exempt_version``); an unchanged offset
+   another committer wrote conflicts unless the commit is member-fenced;
+5. stages each partition with the version its ``consumer_offsets`` row has
    now (0: no row) as the ``expected_version``, kept when the transaction
-   stages the partition again.
+   stages the partition again, and the commit's member.
 
 The id's coordinator takes them into its commit (``take``, in the commit's
 PostgreSQL transaction): it first locks the id's state row, so a staging
@@ -31,10 +38,13 @@ that read the row before is committed (and seen by the next statement) and
 one after it waits and then finds the transaction ended; then it moves its
 rows into ``consumer_offsets``, each only where the row is still at its
 ``expected_version`` (a compare-and-set under the rows' locks: of two
-transactions staging one partition from one view exactly one lands), and
-deletes them. One row not at its version refuses the whole commit
-(``StagedOffsetsMoved``), and nothing of it lands. An abort (``discard``)
-locks the state row as well and deletes the id's rows. The version a moved
+transactions staging one partition from one view exactly one lands) and is
+stamped below the transaction's instance or at its ``exempt_version`` (the
+final word on the begin point: steps 4 and 5 are two statements, and a
+commit between them is caught here), and deletes them. One row not so
+refuses the whole commit (``StagedOffsetsMoved``), and nothing of it
+lands. An abort (``discard``) locks the state row as well and deletes the
+id's rows. The version a moved
 row gets is above its previous one and above this gateway's counter, so a
 version is never taken twice by one row.
 
@@ -66,7 +76,8 @@ StagedHook = Callable[[str, dict[str, list[TopicPartition]]], None]
 
 class StagedOffsetsMoved(CommitRefused):
     """A commit's offsets staged by another gateway: a row moved since they
-    were staged (another commit claimed the range); nothing was written."""
+    were staged, or was committed after the transaction began (another
+    commit claimed the range); nothing was written."""
 
 
 class _Statements:
@@ -235,8 +246,8 @@ class StagedOffsets:
         change.fence(self._sql.take, transactional_id, producer_id, epoch, now_ms, version,
                      refused=lambda: StagedOffsetsMoved(
                          f"offsets staged for {transactional_id} by a group's coordinator: a "
-                         "partition's offset was committed since they were staged; the "
-                         "transaction was not committed"))
+                         "partition's offset was committed since they were staged or since "
+                         "the transaction began; the transaction was not committed"))
 
     def discard(self, change: PgChange, transactional_id: str) -> None:
         """The id's coordinator: add the deletion of the id's staged offsets

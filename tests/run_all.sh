@@ -189,14 +189,8 @@ PG_CLUSTER_TESTS=(
 PG_CLUSTER_DESELECT=(
   --deselect compat_tests/test_txn_confluent.py::test_raw_duplicate_after_restart_gets_its_original_offset
   --deselect compat_tests/test_txn_confluent.py::test_delayed_end_txn_cannot_end_a_later_transaction
-  --deselect "compat_tests/test_txn_confluent.py::test_two_transactional_ids_one_group_partition[gateway-before_winner_commits]"
-  --deselect "compat_tests/test_txn_confluent.py::test_two_transactional_ids_one_group_partition[gateway-after_winner_commits]"
-  --deselect compat_tests/test_txn_kafka_python.py::test_conflict_at_txn_offset_commit_is_abortable
-  --deselect "compat_tests/test_txn_java.py::test_two_transactional_ids_commit_the_same_group_partition[java-3.4.1-late-offsets]"
-  --deselect "compat_tests/test_txn_java.py::test_two_transactional_ids_commit_the_same_group_partition[java-4.4.0-late-offsets]"
   --deselect "compat_tests/test_txn_java.py::test_admin_lists_and_describes_transactions_and_producers[java-3.4.1]"
   --deselect "compat_tests/test_txn_java.py::test_admin_lists_and_describes_transactions_and_producers[java-4.4.0]"
-  --deselect "compat_tests/test_spark_reshard.py::test_zombie_task_exactly_one_lands[other-transactional-id-produced]"
   --deselect compat_tests/test_kcat.py::test_metadata_lists_broker_topic_and_partitions
   --deselect compat_tests/test_kafka_python.py::test_admin_creates_topic_with_partitions_and_configs
   --deselect compat_tests/test_kafkajs.py::test_admin_create_topics_metadata_and_delete

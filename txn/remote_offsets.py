@@ -37,6 +37,7 @@ coordinates everything, and ``StagingStorage`` is not implemented there.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol, runtime_checkable
 
@@ -95,6 +96,8 @@ class RemoteOffsets:
         self.held: dict[str, dict[str, list[list[TopicPartition]]]] = {}
         # Offsets staged (here or on a gateway that coordinated the group
         # before) when the store read the offsets: held too.
+        # A lock per group that ever held stagings (``settle``).
+        self._settling: dict[str, asyncio.Lock] = {}
         for group, staged in storage.watch_staged(self.seen).items():
             self.seen(group, staged)
 
@@ -128,7 +131,17 @@ class RemoteOffsets:
 
     async def settle(self, group: str) -> None:
         """Release the offsets of transactions that ended (reading the group
-        again first, so a commit's offsets are in memory)."""
+        again first, so a commit's offsets are in memory). One settle of a
+        group at a time (an OffsetFetch's, a TxnOffsetCommit's): two asking
+        at once would both release what the first answer covers, the second
+        then the next transaction's staging made meanwhile."""
+        if not self.held.get(group):
+            return
+        lock = self._settling.setdefault(group, asyncio.Lock())
+        async with lock:
+            await self._settle(group)
+
+    async def _settle(self, group: str) -> None:
         held = self.held.get(group)
         if not held:
             return
