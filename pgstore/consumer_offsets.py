@@ -197,7 +197,7 @@ class PgConsumerOffsets(OffsetState):
             record = CommittedOffset(row["committed_offset"], row["leader_epoch"],
                                      from_text(row["metadata"]), row["commit_timestamp"],
                                      version,
-                                     row["committer"])
+                                     row["committer"], from_text(row["member"]))
             self.loaded(row["group_id"], tp, record)
         for row in released:
             tp = (row["topic"], row["partition"])
@@ -236,6 +236,11 @@ class PgConsumerOffsets(OffsetState):
         generation = numbered[-1]
         self._generations[group] = max(self._generations.get(group, 0), generation)
         return generation
+
+    def database_version(self, group: str, tp: TopicPartition) -> int:
+        """The version the partition's row has in the database once what this
+        gateway staged lands (absent: 0)."""
+        return self._expected_version(group, tp)
 
     def _expected_version(self, group: str, tp: TopicPartition) -> int:
         """The version the partition's row has in the database once what this
@@ -295,7 +300,8 @@ class PgConsumerOffsets(OffsetState):
                        [r.offset for r in records], [r.leader_epoch for r in records],
                        [to_text(r.metadata) for r in records],
                        [r.commit_timestamp for r in records],
-                       [r.version for r in records], [r.committer for r in records])
+                       [r.version for r in records], [r.committer for r in records],
+                       [to_text(r.member) for r in records])
             if refused is None:
                 change.execute(self._sql.upsert, *columns)
             else:

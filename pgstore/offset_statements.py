@@ -2,19 +2,35 @@
 
 from __future__ import annotations
 
+# The counters row of transaction instances (txn/registry.py names it too).
+TXN_INSTANCE_COUNTER = "txn.instance"
+
+
+def stamp_sql(s: str) -> str:
+    """The stamp every write of a ``consumer_offsets`` row sets (migration 6):
+    the transaction-instance counter as the writing statement reads it. A
+    transaction's begin sets that counter to its instance (in the PostgreSQL
+    transaction that begins it), so a row stamped at or above a transaction's
+    instance was committed after that transaction began, on whichever gateway
+    (docs/cluster-design.md, "A transaction's begin point across gateways")."""
+    return (f"(SELECT coalesce(max(value), 0) FROM {s}.counters "
+            f"WHERE name = '{TXN_INSTANCE_COUNTER}')")
+
 
 class OffsetStatements:
     def __init__(self, s: str) -> None:
         """``s``: the schema's quoted name."""
+        stamp = stamp_sql(s)
         self.upsert = (
             f"INSERT INTO {s}.consumer_offsets (group_id, topic, partition, committed_offset, "
-            "leader_epoch, metadata, commit_timestamp, version, committer) "
-            "SELECT $1, * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::int[], "
-            "$6::text[], $7::bigint[], $8::bigint[], $9::text[]) "
+            "leader_epoch, metadata, commit_timestamp, version, committer, member, stamp) "
+            f"SELECT $1, *, {stamp} FROM unnest($2::text[], $3::int[], $4::bigint[], $5::int[], "
+            "$6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[]) "
             "ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
             "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
             "metadata = excluded.metadata, commit_timestamp = excluded.commit_timestamp, "
-            "version = excluded.version, committer = excluded.committer")
+            "version = excluded.version, committer = excluded.committer, "
+            "member = excluded.member, stamp = excluded.stamp")
         # The compare-and-set form (``stage`` with ``refused``): first a read of
         # the rows as this gateway expects them, locked; then the upsert, which
         # updates a row only at its expected version and must write every row
@@ -29,20 +45,21 @@ class OffsetStatements:
             "WHERE coalesce(c.version, 0) <> e.expected)")
         self.upsert_expected = (
             "WITH e AS (SELECT * FROM unnest($2::text[], $3::int[], $4::bigint[], $5::int[], "
-            "$6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::bigint[]) AS e(topic, "
-            "partition, committed_offset, leader_epoch, metadata, commit_timestamp, version, "
-            "committer, expected)), "
+            "$6::text[], $7::bigint[], $8::bigint[], $9::text[], $10::text[], $11::bigint[]) "
+            "AS e(topic, partition, committed_offset, leader_epoch, metadata, commit_timestamp, "
+            "version, committer, member, expected)), "
             f"up AS (INSERT INTO {s}.consumer_offsets AS c (group_id, topic, partition, "
-            "committed_offset, leader_epoch, metadata, commit_timestamp, version, committer) "
-            "SELECT $1, topic, partition, committed_offset, leader_epoch, metadata, "
-            "commit_timestamp, version, committer FROM e "
+            "committed_offset, leader_epoch, metadata, commit_timestamp, version, committer, "
+            "member, stamp) SELECT $1, topic, partition, committed_offset, leader_epoch, "
+            f"metadata, commit_timestamp, version, committer, member, {stamp} FROM e "
             "ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
             "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
             "metadata = excluded.metadata, commit_timestamp = excluded.commit_timestamp, "
-            "version = excluded.version, committer = excluded.committer "
+            "version = excluded.version, committer = excluded.committer, "
+            "member = excluded.member, stamp = excluded.stamp "
             "WHERE c.version = (SELECT expected FROM e WHERE e.topic = excluded.topic "
             "AND e.partition = excluded.partition) RETURNING 1) "
-            "SELECT 1 WHERE (SELECT count(*) FROM up) = $11")
+            "SELECT 1 WHERE (SELECT count(*) FROM up) = $12")
         # The coordinator's fence (``PgConsumerOffsets.slot_holder``): the
         # group's slot is still this gateway's at the epoch it gained it. The
         # row stays share-locked until the change ends, so a takeover (an

@@ -45,6 +45,11 @@ horizon the last run kept (NULL: none), so a restarted or new leader runs
 again once it passes, as the one that stamped it would have. The clean
 offset was there from version 1 (``clean_offset``).
 
+Version 6 gives a transaction a begin point every gateway can compare
+against: ``consumer_offsets.stamp`` (the transaction-instance counter when
+the row was committed) and ``txn_staged_offsets.exempt_version``
+(docs/cluster-design.md, "A transaction's begin point across gateways").
+
 How RocksDB's keys map (``tablets/keys.py`` kind -> table):
 
 - ``T`` topic record -> ``topics`` (configs: the overrides, as JSON);
@@ -320,6 +325,27 @@ _V5 = (
     "ALTER TABLE {schema}.partitions ADD COLUMN delete_horizon bigint",
 )
 
+_V6 = (
+    # stamp: the transaction-instance counter (``counters`` row
+    # ``txn.instance``) as the commit that wrote the row read it. A
+    # transaction's instance is that counter as its begin set it, so a row
+    # stamped at or above a transaction's instance was committed after it
+    # began, whichever gateway committed it (rows of before: 0, below every
+    # instance).
+    "ALTER TABLE {schema}.consumer_offsets ADD COLUMN stamp bigint NOT NULL DEFAULT 0",
+    # member: who committed it (tablets.seam.CommittedOffset.member: a group
+    # member and its generation), which the offset-range check's exceptions
+    # need on whichever gateway reads the row ('': unknown, the stricter).
+    "ALTER TABLE {schema}.consumer_offsets ADD COLUMN member text NOT NULL DEFAULT ''",
+    "ALTER TABLE {schema}.txn_staged_offsets ADD COLUMN member text NOT NULL DEFAULT ''",
+    # exempt_version: the consumer_offsets version for which the group's
+    # coordinator found the offset-range check's exceptions (an unchanged,
+    # member-fenced offset of a predecessor; the member's own auto-commit)
+    # to apply when it staged the row; -1: none.
+    "ALTER TABLE {schema}.txn_staged_offsets ADD COLUMN exempt_version bigint NOT NULL "
+    "DEFAULT -1",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "what one gateway keeps in RocksDB, with leader epochs", _V1),
     Migration(2, "the cluster: nodes and leases, partition leaders, coordinator slots, "
@@ -329,6 +355,8 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "offsets staged by a group's coordinator for a transaction another "
                  "gateway coordinates", _V4),
     Migration(5, "compaction: the earliest delete horizon a partition's last run kept", _V5),
+    Migration(6, "the begin point of a transaction across gateways: offsets stamped with "
+                 "the transaction-instance counter", _V6),
 )
 
 LATEST = MIGRATIONS[-1].version

@@ -20,10 +20,17 @@ one PostgreSQL transaction that
    that AddOffsetsToTxn added the group (``TxnStateMismatch`` with the row
    read, which the coordinator turns into Kafka's codes);
 3. refuses an offset below the committed one (``OffsetBehind``: the range
-   was processed already): a best-effort check on the rows as they are;
-4. stages each partition with the version its ``consumer_offsets`` row has
+   was processed already);
+4. runs the rest of the offset-range check against the transaction's begin
+   point (``OffsetBehind`` too; docs/cluster-design.md, "A transaction's
+   begin point across gateways"): a row stamped at or above the
+   transaction's instance was committed after it began, and conflicts
+   unless at the version for which the caller found the one-gateway
+   exceptions (``exempt``: its ``exempt_version``); an unchanged offset
+   another committer wrote conflicts unless the commit is member-fenced;
+5. stages each partition with the version its ``consumer_offsets`` row has
    now (0: no row) as the ``expected_version``, kept when the transaction
-   stages the partition again.
+   stages the partition again, and the commit's member.
 
 The id's coordinator takes them into its commit (``take``, in the commit's
 PostgreSQL transaction): it first locks the id's state row, so a staging
@@ -31,10 +38,13 @@ that read the row before is committed (and seen by the next statement) and
 one after it waits and then finds the transaction ended; then it moves its
 rows into ``consumer_offsets``, each only where the row is still at its
 ``expected_version`` (a compare-and-set under the rows' locks: of two
-transactions staging one partition from one view exactly one lands), and
-deletes them. One row not at its version refuses the whole commit
-(``StagedOffsetsMoved``), and nothing of it lands. An abort (``discard``)
-locks the state row as well and deletes the id's rows. The version a moved
+transactions staging one partition from one view exactly one lands) and is
+stamped below the transaction's instance or at its ``exempt_version`` (the
+final word on the begin point: steps 4 and 5 are two statements, and a
+commit between them is caught here), and deletes them. One row not so
+refuses the whole commit (``StagedOffsetsMoved``), and nothing of it
+lands. An abort (``discard``) locks the state row as well and deletes the
+id's rows. The version a moved
 row gets is above its previous one and above this gateway's counter, so a
 version is never taken twice by one row.
 
@@ -56,6 +66,7 @@ from tablets.seam import OffsetCommit, TopicPartition
 
 from .consumer_offsets import PgConsumerOffsets, to_text
 from .migrate import Connection, quoted
+from .offset_statements import stamp_sql
 from .schema import DEFAULT_SCHEMA
 from .writer import PgChange, PgWriter
 
@@ -65,7 +76,8 @@ StagedHook = Callable[[str, dict[str, list[TopicPartition]]], None]
 
 class StagedOffsetsMoved(CommitRefused):
     """A commit's offsets staged by another gateway: a row moved since they
-    were staged (another commit claimed the range); nothing was written."""
+    were staged, or was committed after the transaction began (another
+    commit claimed the range); nothing was written."""
 
 
 class _Statements:
@@ -83,19 +95,37 @@ class _Statements:
             f"$4::bigint[]) AS e(topic, partition, o) JOIN {s}.consumer_offsets c "
             "ON c.group_id = $1 AND c.topic = e.topic AND c.partition = e.partition "
             "WHERE c.committed_offset > e.o)")
+        # The transaction's begin point: its instance, as its state row has it.
+        begin = (f"(SELECT (convert_from(state, 'UTF8')::jsonb->>'instance')::bigint "
+                 f"FROM {s}.txn_states WHERE transactional_id = $1)")
+        # The offset-range check as one gateway runs it (txn/conflicts.py),
+        # on the rows as they are: a row committed since the transaction
+        # began (stamped at or above its instance) conflicts, unless the
+        # group's coordinator found an exception for that very version; an
+        # unchanged offset another committer wrote conflicts unless the
+        # commit is member-fenced. $1 the transactional id, $2 the group.
+        self.not_moved = (
+            "SELECT 1 WHERE NOT EXISTS (SELECT 1 FROM unnest($3::text[], $4::int[], "
+            "$5::bigint[], $6::bool[], $7::bigint[]) AS e(topic, partition, o, fenced, exempt) "
+            f"JOIN {s}.consumer_offsets c ON c.group_id = $2 AND c.topic = e.topic "
+            f"AND c.partition = e.partition WHERE (c.stamp >= {begin} "
+            "AND c.version <> e.exempt) "
+            "OR (c.committed_offset = e.o AND c.committer <> $1 AND NOT e.fenced))")
         self.stage = (
             f"INSERT INTO {s}.txn_staged_offsets (transactional_id, group_id, topic, partition, "
             "producer_id, producer_epoch, committed_offset, leader_epoch, metadata, "
-            "expected_version) "
+            "expected_version, exempt_version, member) "
             "SELECT $1, $4, e.topic, e.partition, $2, $3, e.o, e.le, e.md, "
-            "coalesce(c.version, 0) FROM unnest($5::text[], $6::int[], $7::bigint[], "
-            "$8::int[], $9::text[]) AS e(topic, partition, o, le, md) "
+            "coalesce(c.version, 0), e.exempt, e.mb FROM unnest($5::text[], $6::int[], "
+            "$7::bigint[], $8::int[], $9::text[], $10::bigint[], $11::text[]) "
+            "AS e(topic, partition, o, le, md, exempt, mb) "
             f"LEFT JOIN {s}.consumer_offsets c ON c.group_id = $4 AND c.topic = e.topic "
             "AND c.partition = e.partition "
             "ON CONFLICT (transactional_id, group_id, topic, partition) DO UPDATE SET "
             "producer_id = excluded.producer_id, producer_epoch = excluded.producer_epoch, "
             "committed_offset = excluded.committed_offset, "
-            "leader_epoch = excluded.leader_epoch, metadata = excluded.metadata")
+            "leader_epoch = excluded.leader_epoch, metadata = excluded.metadata, "
+            "exempt_version = excluded.exempt_version, member = excluded.member")
         # The id's coordinator, at its commit or abort: first the state row,
         # locked (see the module's docstring), in its own statement so that
         # the next one, under READ COMMITTED, sees what a staging committed
@@ -109,19 +139,21 @@ class _Statements:
             "RETURNING *), "
             "mine AS (SELECT * FROM gone WHERE producer_id = $2 AND producer_epoch = $3), "
             f"up AS (INSERT INTO {s}.consumer_offsets AS c (group_id, topic, partition, "
-            "committed_offset, leader_epoch, metadata, commit_timestamp, version, committer) "
-            "SELECT group_id, topic, partition, committed_offset, leader_epoch, metadata, $4, "
-            "$5, $1 FROM mine WHERE expected_version = 0 OR EXISTS (SELECT 1 FROM "
-            f"{s}.consumer_offsets o WHERE o.group_id = mine.group_id "
+            "committed_offset, leader_epoch, metadata, commit_timestamp, version, committer, "
+            "member, stamp) SELECT group_id, topic, partition, committed_offset, leader_epoch, "
+            f"metadata, $4, $5, $1, member, {stamp_sql(s)} FROM mine WHERE expected_version = 0 "
+            "OR EXISTS "
+            f"(SELECT 1 FROM {s}.consumer_offsets o WHERE o.group_id = mine.group_id "
             "AND o.topic = mine.topic AND o.partition = mine.partition) "
             "ON CONFLICT (group_id, topic, partition) DO UPDATE SET "
             "committed_offset = excluded.committed_offset, leader_epoch = excluded.leader_epoch, "
             "metadata = excluded.metadata, commit_timestamp = excluded.commit_timestamp, "
             "version = greatest(c.version + 1, excluded.version), "
-            "committer = excluded.committer "
-            "WHERE c.version = (SELECT expected_version FROM mine m "
-            "WHERE m.group_id = excluded.group_id AND m.topic = excluded.topic "
-            "AND m.partition = excluded.partition) RETURNING 1) "
+            "committer = excluded.committer, member = excluded.member, stamp = excluded.stamp "
+            "WHERE EXISTS (SELECT 1 FROM mine m WHERE m.group_id = excluded.group_id "
+            "AND m.topic = excluded.topic AND m.partition = excluded.partition "
+            "AND c.version = m.expected_version "
+            f"AND (c.stamp < {begin} OR c.version = m.exempt_version)) RETURNING 1) "
             "SELECT 1 WHERE (SELECT count(*) FROM up) = (SELECT count(*) FROM mine)")
         self.discard = f"DELETE FROM {s}.txn_staged_offsets WHERE transactional_id = $1"
         self.staged_all = (
@@ -162,10 +194,17 @@ class StagedOffsets:
                 self.hook(each, staged)
 
     async def stage(self, transactional_id: str, producer_id: int, epoch: int, group: str,
-                    commits: Mapping[TopicPartition, OffsetCommit]) -> None:
+                    commits: Mapping[TopicPartition, OffsetCommit],
+                    members: Mapping[TopicPartition, str] | None = None,
+                    exempt: Collection[TopicPartition] = ()) -> None:
         """The group's coordinator: stage ``commits`` for the transaction (see
         the module's docstring); raises ``CoordinatorMoved``,
-        ``TxnStateMismatch`` or ``OffsetBehind`` and stages nothing."""
+        ``TxnStateMismatch`` or ``OffsetBehind`` and stages nothing.
+        ``members``: the member of each partition whose commit is
+        member-fenced (KIP-447);
+        ``exempt``: those for which the offset-range check's exceptions
+        apply to the row as this gateway knows it (``txn/conflicts.py``,
+        ``moved_but_exempt``), which holds for that row's version only."""
         change = self.writer.begin()
         self.offsets.fence_coordinator(group, change)
         seen: list[bytes] = []
@@ -182,10 +221,20 @@ class StagedOffsets:
                      refused=lambda: OffsetBehind(
                          f"group {group}: an offset staged by {transactional_id} is below the "
                          "committed one: that range was already processed"))
+        members = members or {}
+        exempt_versions = [self.offsets.database_version(group, tp) if tp in exempt else -1
+                           for tp in commits]
+        change.fence(self._sql.not_moved, transactional_id, group, topics, partitions, offsets,
+                     [bool(members.get(tp)) for tp in commits], exempt_versions,
+                     refused=lambda: OffsetBehind(
+                         f"group {group}: an offset staged by {transactional_id} was committed "
+                         "since its transaction began, or by another committer at the same "
+                         "offset: that range was claimed already"))
         change.execute(self._sql.stage, transactional_id, producer_id, epoch, group,
                        topics, partitions, offsets,
                        [c.leader_epoch for c in commits.values()],
-                       [to_text(c.metadata) for c in commits.values()])
+                       [to_text(c.metadata) for c in commits.values()], exempt_versions,
+                       [to_text(members.get(tp, "")) for tp in commits])
         await self.writer.commit(change)
 
     def take(self, change: PgChange, transactional_id: str, producer_id: int, epoch: int,
@@ -197,8 +246,8 @@ class StagedOffsets:
         change.fence(self._sql.take, transactional_id, producer_id, epoch, now_ms, version,
                      refused=lambda: StagedOffsetsMoved(
                          f"offsets staged for {transactional_id} by a group's coordinator: a "
-                         "partition's offset was committed since they were staged; the "
-                         "transaction was not committed"))
+                         "partition's offset was committed since they were staged or since "
+                         "the transaction began; the transaction was not committed"))
 
     def discard(self, change: PgChange, transactional_id: str) -> None:
         """The id's coordinator: add the deletion of the id's staged offsets

@@ -424,10 +424,12 @@ class PgTransactionStorage:
     # ------------------------- offsets staged by another gateway (txn_staged_offsets)
     async def stage_elsewhere(self, transactional_id: str, producer_id: int, epoch: int,
                               group: str, commits: Mapping[TopicPartition, OffsetCommit],
-                              ) -> None:
+                              members: Mapping[TopicPartition, str] | None = None,
+                              exempt: Collection[TopicPartition] = ()) -> None:
         """Stage a transaction's offsets here, the group's coordinator, for
         the transactional id's coordinator, another gateway, to commit."""
-        await self._staged_offsets().stage(transactional_id, producer_id, epoch, group, commits)
+        await self._staged_offsets().stage(transactional_id, producer_id, epoch, group, commits,
+                                           members, exempt)
 
     def take_staged_offsets(self, change: AtomicChange, transactional_id: str,
                             producer_id: int, epoch: int, now_ms: int) -> None:

@@ -250,8 +250,9 @@ class CommittedOffset:
     # Who committed it, as the caller names it (the gateway: the group member
     # and its generation, of a plain commit or of a transaction's member-fenced
     # TxnOffsetCommit); "" when unknown.
-    # Kept in memory only: a restart forgets it, which makes the conflict
-    # checks stricter, never looser.
+    # The embedded engine keeps it in memory only: a restart forgets it, which
+    # makes the conflict checks stricter, never looser (PostgreSQL stores it,
+    # for the gateways that read the row).
     member: str = ""
 
 

@@ -24,29 +24,32 @@ group by gateway B (chosen by ``coordinator_slot`` and the slots each leads).
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import uuid
-from collections.abc import Awaitable, Callable
-from typing import TypeVar
 
 import asyncpg
 import pytest
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.errors import error_code
-from pgstore.cluster import ClusterSettings, PgCluster
-from pgstore.consumer_offsets import PgConsumerOffsets
-from pgstore.leadership import coordinator_slot
-from pgstore.membership import Listener
 from pgstore.migrate import quoted
-from pgstore.node import PgNodeSettings, PgNodeStorage
 from tablets.errors import CoordinatorMoved, CounterMoved
-from tablets.seam import OffsetCommit
 from testkit import postgres
 from testkit.pg_engines import until
+from testkit.pg_gateways import (
+    LEASE,
+    TOPIC,
+    Gateway,
+    at,
+    close,
+    gateway,
+    key_of,
+    opened,
+    retried,
+    rows,
+    run,
+    two_gateways,
+)
 from testkit.postgres import PostgresServer
-from txn import TransactionCoordinator
 from txn.errors import (
     ConcurrentTransactions,
     InvalidProducerIdMapping,
@@ -57,102 +60,6 @@ from txn.errors import (
 from txn.state import TxnState
 
 pg_server = postgres.server_fixture("module")
-TIMEOUT = 90
-LEASE = 1.5
-T = TypeVar("T")
-TOPIC = "in"
-
-
-@dataclasses.dataclass
-class Gateway:
-    node: PgNodeStorage
-    cluster: PgCluster
-    offsets: PgConsumerOffsets
-    txns: TransactionCoordinator
-
-
-async def gateway(pg: PostgresServer, schema: str, node_id: int) -> Gateway:
-    node = PgNodeStorage(pg.dsn, PgNodeSettings(
-        schema=schema, cluster=ClusterSettings(node_id=node_id, lease_seconds=LEASE)),
-        offsets=PgConsumerOffsets)
-    await node.start()
-    cluster = node.cluster()
-    assert cluster is not None
-    offsets = node.consumer_offsets
-    assert isinstance(offsets, PgConsumerOffsets)
-    txns = TransactionCoordinator(node)
-    txns.load()
-    await node.join_cluster([Listener("PLAINTEXT", f"gw{node_id}", 9000 + node_id)])
-    return Gateway(node, cluster, offsets, txns)
-
-
-def key_of(cluster: PgCluster, prefix: str, skip: int = 0) -> str:
-    """A key (group or transactional id) coordinated by ``cluster`` in the
-    lowest slot it leads (a rebalancing pass hands over the highest ones)."""
-    assert cluster.leadership is not None
-    slot = min(cluster.leadership.led_slots)
-    keys = (f"{prefix}-{i}" for i in range(100_000) if coordinator_slot(f"{prefix}-{i}") == slot)
-    for _ in range(skip):
-        next(keys)
-    return next(keys)
-
-
-async def two_gateways(pg: PostgresServer) -> tuple[str, Gateway, Gateway]:
-    schema = f"staged_{uuid.uuid4().hex[:10]}"
-    a = await gateway(pg, schema, 1)
-    b = await gateway(pg, schema, 2)
-    await until(lambda: a.cluster.leadership is not None
-                and len(a.cluster.leadership.led_slots) == 25
-                and b.cluster.leadership is not None
-                and len(b.cluster.leadership.led_slots) == 25, "slots balanced", 6 * LEASE)
-    await a.node.create_topic(TOPIC, 2, {})
-    return schema, a, b
-
-
-async def close(*gateways: Gateway) -> None:
-    for each in gateways:
-        await each.node.close()
-
-
-def run(body: Callable[[], Awaitable[None]]) -> None:
-    async def bounded() -> None:
-        await asyncio.wait_for(body(), TIMEOUT)
-
-    asyncio.run(bounded())
-
-
-async def rows(pg: PostgresServer, schema: str, table: str, group: str) -> list[asyncpg.Record]:
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        return list(await conn.fetch(
-            f"SELECT * FROM {quoted(schema)}.{table} WHERE group_id = $1 "
-            "ORDER BY topic, partition", group))
-    finally:
-        await conn.close()
-
-
-async def retried(call: Callable[[], Awaitable[T]]) -> T:
-    """A request a client retries: a gateway whose transaction-instance
-    counter another gateway moved refuses a begin (AddPartitionsToTxn,
-    AddOffsetsToTxn) once with CONCURRENT_TRANSACTIONS (docs/cluster.md,
-    "producer ids across gateways")."""
-    for _ in range(3):
-        try:
-            return await call()
-        except (CounterMoved, ConcurrentTransactions):
-            pass
-    return await call()
-
-
-async def opened(gw: Gateway, transactional_id: str, group: str) -> tuple[int, int]:
-    """InitProducerId and AddOffsetsToTxn on the id's coordinator."""
-    pid, epoch = await gw.txns.init_producer_id(transactional_id, 60_000)
-    await retried(lambda: gw.txns.add_offsets(transactional_id, pid, epoch, group))
-    return pid, epoch
-
-
-def at(offset: int, partition: int = 0) -> dict[tuple[str, int], OffsetCommit]:
-    return {(TOPIC, partition): OffsetCommit(offset, -1, "m")}
 
 
 def test_offsets_staged_by_the_groups_coordinator_land_with_the_commit(

@@ -42,7 +42,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tablets.seam import ConsumerOffsetStore, OffsetCommit, TopicPartition
+from tablets.seam import CommittedOffset, ConsumerOffsetStore, OffsetCommit, TopicPartition
+
+
+def moved_but_exempt(current: CommittedOffset, commit: OffsetCommit, member: str,
+                     transactional_id: str) -> bool:
+    """Whether ``offset_conflict`` lets ``commit`` pass although ``current``
+    was committed after the transaction began (rule 1's exceptions above):
+    an unchanged, member-fenced offset of a predecessor or of this id, or
+    the member's own auto-commit. The group's coordinator in a cluster,
+    which stages offsets for a transaction another gateway coordinates,
+    sends this along: the store compares the begin point itself
+    (``pgstore.txn_staged_offsets``)."""
+    same_member = bool(member) and current.member == member
+    own_auto_commit = same_member and not current.committer
+    predecessor = bool(member) and bool(current.member) and not same_member
+    return own_auto_commit or (bool(member) and commit.offset == current.offset and (
+        predecessor or current.committer == transactional_id))
 
 
 def offset_conflict(offsets: ConsumerOffsetStore, group: str,

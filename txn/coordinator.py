@@ -50,19 +50,14 @@ The coordinator is the front of parts that each own one concern:
 - ``registry.py``: the ids in memory, in order and in the store;
 - ``partitions.py``, ``pending.py``, ``pending_offsets.py``, ``conflicts.py``:
   a transaction's partitions, batches, staged offsets and their check;
-- ``remote_offsets.py``: TxnOffsetCommit for a transaction another gateway
-  coordinates (a cluster).
+- ``offset_commit.py``: TxnOffsetCommit, and ``remote_offsets.py`` for a
+  transaction another gateway coordinates (a cluster).
 
 Here: AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit and the
-transactional Produce's sink, and loading everything at start-up.
+transactional Produce's sink.
 
-In a cluster of gateways (``coordinates``, wired by the server to the
-engine's ``ClusterView``), this coordinator holds only the transactional
-ids whose coordinator slot this gateway holds: none at start-up, those of
-a slot when it is gained (``load_gained``: read from the store before the
-slot answers for them; a transaction open there is open here, its timeout
-counted from its persisted start), and none of a slot it lost (``drop``:
-no timeout, no commit from here; requests answer NOT_COORDINATOR). The
+In a cluster of gateways, this coordinator holds only the transactional
+ids whose coordinator slot this gateway holds (``coordinated.py``). The
 store fences every write by the slot's epoch besides (``pgstore.txn_slots``).
 
 State is persisted with every change, through the storage seam
@@ -81,21 +76,20 @@ touches and a Produce of the transaction cannot write to.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import contextlib
 import copy
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 
 from common.clock import now_ms
-from common.logtext import client_text
-from tablets.errors import ChangeRefused, CoordinatorMoved, StorageError
-from tablets.seam import AtomicChange, ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
+from tablets.errors import CoordinatorMoved, StorageError
+from tablets.seam import ChangeWriter, NodeStorage, OffsetCommit, TopicPartition
 
 from .commit import TxnCompletion
-from .conflicts import offset_conflict
-from .errors import ConcurrentTransactions, InvalidProducerIdMapping, InvalidTxnState, TxnConflict
+from .coordinated import CoordinatedIds
+from .errors import ConcurrentTransactions, InvalidTxnState
+from .offset_commit import TxnOffsetCommits
 from .open_transactions import OpenTransactions
 from .ordered import SortedIds
 from .partitions import TxnPartitions
@@ -114,7 +108,7 @@ __all__ = ["TransactionCoordinator", "TxnSettings", "TxnStats"]
 log = logging.getLogger(__name__)
 
 
-class TransactionCoordinator:
+class TransactionCoordinator(CoordinatedIds):
     def __init__(self, node: NodeStorage, settings: TxnSettings | None = None,
                  clock: Callable[[], int] = now_ms,
                  newest_connection: Callable[[], int] = lambda: -1) -> None:
@@ -139,24 +133,18 @@ class TransactionCoordinator:
                                         self.stats, clock)
         self.sessions = Sessions(self.registry, self.completion, ProducerIds(storage),
                                  self.writer, self.settings, self.stats, clock)
-        # Offsets staged here for transactions other gateways coordinate.
-        self.remote_offsets = (RemoteOffsets(storage, self.pending_offsets)
-                       if isinstance(storage, StagingStorage) else None)
+        self.offset_commits = TxnOffsetCommits(
+            self.registry, self.open_txns, self.offsets, self.pending_offsets, self.writer,
+            RemoteOffsets(storage, self.pending_offsets)
+            if isinstance(storage, StagingStorage) else None)
         self.sessions.check_coordinates = self.check_coordinates
         self.sessions.refused = self.refused
-        # Ids whose write the store refused for the coordinator's fence: not
-        # coordinated here until their slot is gained again (or lost).
-        self._moved: set[str] = set()
-        # Whether this gateway coordinates a transactional id now (a node
-        # alone: every one; in a cluster: ``ClusterView.coordinates``).
-        self.coordinates: Callable[[str], bool] = lambda _transactional_id: True
-        self._keep: Callable[[str], bool] | None = None  # what ``load`` takes (None: all)
-        # In a cluster: reads the ids a predicate selects from the store again
-        # (``ClusterView.reload_coordinated``), for an id whose write failed
-        # with its outcome unknown (``_in_doubt``); None: a node alone, whose
-        # failed write stops the node's writes for good.
-        self.reload: Callable[[Callable[[str], bool]], Awaitable[None]] | None = None
-        self._reloads: set[asyncio.Task[None]] = set()
+        # Which ids are held here (``coordinated.py``).
+        self._moved = set()
+        self.coordinates = lambda _transactional_id: True
+        self._keep = None
+        self.reload = None
+        self._reloads = set()
 
     @property
     def remote(self) -> RemoteTransactions | None:
@@ -178,120 +166,12 @@ class TransactionCoordinator:
         """Replace it in every part (a test holds writes: ``testkit.txn.HeldWrites``)."""
         self._writer = writer
         self.open_txns.writer = self.completion.writer = self.sessions.writer = writer
-
-    @property
-    def txns(self) -> dict[str, TxnMetadata]:
-        """Every transactional id's state, by id."""
-        return self.registry.txns
+        self.offset_commits.writer = writer
 
     @property
     def ordered(self) -> SortedIds:
         """The transactional ids in order (the console pages them)."""
         return self.registry.ordered
-
-    def load(self) -> None:
-        """Read every transactional id this gateway coordinates (start-up);
-        rebuild open transactions' blob lists."""
-        self._take(self.registry.load(self._keep))
-        log.info("loaded %d transactional ids, %d open transactions", len(self.txns),
-                 len(self.open_txns.by_id))
-
-    def in_cluster(self, coordinates: Callable[[str], bool]) -> None:
-        """Coordinate only the ids ``coordinates`` says (before ``load``)."""
-        self.coordinates = self._keep = coordinates
-
-    def load_gained(self, gained: Callable[[str], bool]) -> None:
-        """This gateway gained the coordinator slots of the ids ``gained``
-        selects, and the store has read them again: take those not in memory
-        (``ClusterView.watch_coordination``). An open transaction's timeout
-        runs from its persisted start, so one past it is aborted by the next
-        expiry pass."""
-        self._moved = {t for t in self._moved if not gained(t)}
-        loaded = self._take(self.registry.load(gained))
-        if loaded:
-            log.info("coordinator slot gained: loaded %d transactional ids, %d of them with "
-                     "an open transaction", loaded, sum(
-                         1 for t in self.open_txns.by_id if gained(t)))
-
-    def _take(self, metas: builtins.list[TxnMetadata]) -> int:
-        for meta in metas:
-            if meta.is_open:
-                self.open_txns.recover(meta)
-                for group, commits in meta.offsets.items():
-                    self.pending_offsets.hold(group, commits)
-        return len(metas)
-
-    def drop(self, was_here: Callable[[str], bool]) -> None:
-        """This gateway stopped coordinating the ids ``was_here`` selects
-        (``ClusterView.watch_coordination``): forget them, with their open
-        transactions' memory (no timeout or commit from here any more; the
-        gateway that gained the slot reads them from the store). A batch of
-        theirs still being checked stores nothing (INVALID_TXN_STATE: the
-        producer aborts)."""
-        self._moved = {t for t in self._moved if not was_here(t)}
-        gone = [meta for transactional_id, meta in self.registry.txns.items()
-                if was_here(transactional_id)]
-        for meta in gone:
-            opened = self.open_txns.by_id.pop(meta.transactional_id, None)
-            if opened is not None:
-                opened.data.end(InvalidTxnState, f"the coordinator of {meta.transactional_id} "
-                                "moved to another gateway before this batch was stored")
-                opened.data.release()
-                for group, commits in meta.offsets.items():
-                    self.pending_offsets.release(group, commits)
-            self.partitions.forget(meta.transactional_id)
-            self.registry.forget(meta)
-        if gone:
-            log.info("coordinator slot lost: dropped %d transactional ids", len(gone))
-
-    def check_coordinates(self, transactional_id: str) -> None:
-        """NOT_COORDINATOR for an id this gateway stopped coordinating while
-        its request waited (the protocol layer checked it on arrival)."""
-        if transactional_id in self._moved or not self.coordinates(transactional_id):
-            raise CoordinatorMoved(f"transactional id {transactional_id!r}: its coordinator "
-                                   "slot moved to another gateway")
-
-    def refused(self, transactional_id: str) -> None:
-        """The store refused a write for the id (its slot's epoch moved): what
-        memory holds of it may be ahead of the store (a commit staged, an
-        epoch bumped), so it is dropped and not coordinated here (a retry
-        answers NOT_COORDINATOR, never "already committed") until its slot is
-        gained again, which reads it from the store."""
-        self.drop(lambda t: t == transactional_id)
-        self._moved.add(transactional_id)
-
-    def _in_doubt(self, transactional_id: str) -> None:
-        """A write for the id failed in the store (a lost connection, a
-        failover: it may or may not have landed): memory may be ahead of the
-        store (a commit staged as CompleteCommit), so the id is dropped as for
-        a refused write, and read again from the store; until then its
-        requests answer NOT_COORDINATOR (retriable), never from memory. A
-        retried EndTxn then finds what the store holds: the commit, or the
-        transaction still open."""
-        if self.reload is None:
-            return
-        self.refused(transactional_id)
-        reload = self.reload
-
-        def keep(t: str) -> bool:
-            return t == transactional_id
-
-        async def again() -> None:
-            pause = 0.05
-            while transactional_id in self._moved and self.coordinates(transactional_id):
-                try:
-                    await reload(keep)
-                except Exception as exc:  # the store is still away: try again
-                    log.warning("transactional id %s: reading it again failed, retrying: %r",
-                                client_text(transactional_id), exc)
-                    await asyncio.sleep(pause)
-                    pause = min(pause * 2, 2.0)
-                    continue
-                self.load_gained(keep)
-
-        task = asyncio.get_running_loop().create_task(again(), name="txn id reload")
-        self._reloads.add(task)
-        task.add_done_callback(self._reloads.discard)
 
     @contextlib.asynccontextmanager
     async def _serving(self, transactional_id: str) -> AsyncIterator[None]:
@@ -352,7 +232,7 @@ class TransactionCoordinator:
                 self.registry.put(meta, ops)
             elif not added:
                 return
-            await self._write_begin(meta, ops, before)
+            await self.open_txns.write_begin(meta, ops, before)
 
     async def add_offsets(self, transactional_id: str, producer_id: int, epoch: int,
                           group: str, connection: int = -1) -> None:
@@ -364,90 +244,30 @@ class TransactionCoordinator:
                 meta.groups.add(group)
                 ops = self.writer.begin()
                 self.registry.put(meta, ops)
-                await self._write_begin(meta, ops, before)
-
-    async def _write_begin(self, meta: TxnMetadata, ops: AtomicChange,
-                           before: TxnMetadata | None) -> None:
-        """Write a change that may begin the transaction (``before``: the
-        state then). A store shared by gateways refuses it when another
-        gateway moved a counter it sets (the transaction's instance):
-        nothing was written, so the transaction did not begin, here either;
-        the client's retry begins it with a new instance: it is answered
-        CONCURRENT_TRANSACTIONS, which clients retry (AddPartitionsToTxn and
-        AddOffsetsToTxn), as they do while Kafka completes a previous
-        transaction; a storage error would fail the transaction."""
-        try:
-            await self.writer.commit(ops)
-        except ChangeRefused as refused:
-            if before is not None:
-                opened = self.open_txns.by_id.pop(meta.transactional_id, None)
-                if opened is not None:
-                    opened.data.end(InvalidTxnState, f"the transaction of "
-                                    f"{meta.transactional_id} did not begin")
-                for name in TxnMetadata.__slots__:
-                    setattr(meta, name, getattr(before, name))
-            raise ConcurrentTransactions(
-                f"{meta.transactional_id}: another gateway began a transaction at the same "
-                "moment; retry") from refused
+                await self.open_txns.write_begin(meta, ops, before)
 
     # ------------------------------------------------------ TxnOffsetCommit
     async def txn_offset_commit(self, transactional_id: str, producer_id: int, epoch: int,
                                 group: str, commits: Mapping[TopicPartition, OffsetCommit],
                                 connection: int = -1, member: str = "") -> None:
-        """Stage a group's offsets in the open transaction (written at commit).
-
-        Raises TxnConflict when the offset-range check fails; the transaction
-        is then abort-only. The caller checked KIP-447's generation and member
-        fences first; ``member`` names the member when the request carried
-        one and the generation (else ""), which the check treats apart
-        (``conflicts.py``), here and at EndTxn.
-        """
+        """Stage a group's offsets in the open transaction (``offset_commit.py``).
+        The caller checked KIP-447's generation and member fences first."""
         async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
-            if not meta.is_open or group not in meta.groups:
-                raise InvalidTxnState(
-                    f"{transactional_id}: group {group} was not added to a transaction "
-                    "(AddOffsetsToTxn)")
-            self.open_txns.touch(meta, connection)
-            members = dict.fromkeys(commits, member) if member else {}
-            reason = meta.abort_only or offset_conflict(self.offsets, group, commits,
-                                                        meta.begin_version, transactional_id,
-                                                        members)
-            if reason is not None:
-                await self.open_txns.make_abort_only(meta, reason)
-                raise TxnConflict(reason)
-            staged = meta.offsets.setdefault(group, {})
-            new = [tp for tp in commits if tp not in staged]
-            staged.update(commits)
-            fenced = meta.members.setdefault(group, {})
-            for tp in commits:
-                if member:
-                    fenced[tp] = member
-                else:
-                    fenced.pop(tp, None)
-            ops = self.writer.begin()
-            self.registry.put(meta, ops)
-            await self.writer.commit(ops)
-            self.pending_offsets.hold(group, new)
+            await self.offset_commits.here(meta, group, commits, connection, member)
 
     async def txn_offset_commit_elsewhere(self, transactional_id: str, producer_id: int,
                                           epoch: int, group: str,
                                           commits: Mapping[TopicPartition, OffsetCommit],
-                                          ) -> None:
+                                          member: str = "") -> None:
         """Stage a group's offsets, here its coordinator, for a transaction
-        another gateway coordinates (``remote_offsets.py``). The caller
-        checked KIP-447's generation and member fences first."""
-        if self.remote_offsets is None:
-            raise InvalidProducerIdMapping(
-                f"transactional id {transactional_id!r} is coordinated elsewhere, and this "
-                "store cannot stage offsets for another coordinator")
-        await self.remote_offsets.stage(transactional_id, producer_id, epoch, group, commits)
+        another gateway coordinates (``offset_commit.py``)."""
+        await self.offset_commits.elsewhere(transactional_id, producer_id, epoch, group,
+                                            commits, member)
 
     async def settle_offsets(self, group: str) -> None:
-        """Before the group's offsets are read: make visible what transactions
-        coordinated elsewhere committed of what they staged here."""
-        if self.remote_offsets is not None:
-            await self.remote_offsets.settle(group)
+        """Before the group's offsets are read (``offset_commit.py``)."""
+        await self.offset_commits.settle(group)
 
     # -------------------------------------------------- transactional Produce
     def sink_for(self, transactional_id: str, producer_id: int, epoch: int, topic: str,

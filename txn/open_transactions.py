@@ -7,6 +7,9 @@ the consumer-offsets version of that moment (``conflicts.py``). What it keeps
 in memory only is an ``OpenTransaction``: its pending data (``pending.py``)
 and the connections that carried its requests (KAFKA-17754, at EndTxn).
 
+A change that begins one is refused when another gateway sharing the store
+moved the instance counter (``write_begin``: CONCURRENT_TRANSACTIONS).
+
 An open transaction becomes *abort-only* when its offsets conflict
 (``conflicts.py``) or one of its batches would cross a pending-bytes limit
 (``pending.py``): the reason is persisted with its state, every later batch
@@ -20,8 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from common.logtext import client_text
-from tablets.seam import ChangeWriter, ConsumerOffsetStore
+from tablets.errors import ChangeRefused
+from tablets.seam import AtomicChange, ChangeWriter, ConsumerOffsetStore
 
+from .errors import ConcurrentTransactions, InvalidTxnState
 from .partitions import TxnPartitions
 from .pending import MemoryBudget, PendingData, StoredBytes
 from .registry import TxnRegistry
@@ -86,6 +91,30 @@ class OpenTransactions:
         opened = self.by_id[meta.transactional_id]
         opened.connections.add(connection)
         return opened
+
+    async def write_begin(self, meta: TxnMetadata, ops: AtomicChange,
+                          before: TxnMetadata | None) -> None:
+        """Write a change that may begin the transaction (``before``: the
+        state then). A store shared by gateways refuses it when another
+        gateway moved a counter it sets (the transaction's instance):
+        nothing was written, so the transaction did not begin, here either;
+        the client's retry begins it with a new instance: it is answered
+        CONCURRENT_TRANSACTIONS, which clients retry (AddPartitionsToTxn and
+        AddOffsetsToTxn), as they do while Kafka completes a previous
+        transaction; a storage error would fail the transaction."""
+        try:
+            await self.writer.commit(ops)
+        except ChangeRefused as refused:
+            if before is not None:
+                opened = self.by_id.pop(meta.transactional_id, None)
+                if opened is not None:
+                    opened.data.end(InvalidTxnState, f"the transaction of "
+                                    f"{meta.transactional_id} did not begin")
+                for name in TxnMetadata.__slots__:
+                    setattr(meta, name, getattr(before, name))
+            raise ConcurrentTransactions(
+                f"{meta.transactional_id}: another gateway began a transaction at the same "
+                "moment; retry") from refused
 
     def pop(self, transactional_id: str) -> OpenTransaction:
         """The transaction ends (its end is being staged)."""

@@ -24,8 +24,11 @@ TxnOffsetCommitHandler reacts to each):
   gateway (KIP-588 is not for TxnOffsetCommit);
 - no open transaction, or AddOffsetsToTxn did not add the group:
   INVALID_TXN_STATE, as on one gateway;
-- an offset below the committed one: ``TxnConflict``, answered
-  ILLEGAL_GENERATION (abortable), as the offset-range check is;
+- the offset-range check (``conflicts.py``), run by the store against the
+  transaction's begin point (its instance: a row committed since is stamped
+  at or above it), with its exceptions found here on the group's offsets in
+  memory (``conflicts.moved_but_exempt``): ``TxnConflict``, answered
+  ILLEGAL_GENERATION (abortable), as on one gateway;
 - the group's slot moved: NOT_COORDINATOR.
 
 The storage of the embedded engine has none of this: one gateway
@@ -34,6 +37,7 @@ coordinates everything, and ``StagingStorage`` is not implemented there.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Collection, Mapping
 from typing import Protocol, runtime_checkable
 
@@ -51,7 +55,8 @@ class StagingStorage(Protocol):
 
     async def stage_elsewhere(self, transactional_id: str, producer_id: int, epoch: int,
                               group: str, commits: Mapping[TopicPartition, OffsetCommit],
-                              ) -> None: ...
+                              members: Mapping[TopicPartition, str] | None = None,
+                              exempt: Collection[TopicPartition] = ()) -> None: ...
 
     def take_staged_offsets(self, change: AtomicChange, transactional_id: str,
                             producer_id: int, epoch: int, now_ms: int) -> None: ...
@@ -91,6 +96,8 @@ class RemoteOffsets:
         self.held: dict[str, dict[str, list[list[TopicPartition]]]] = {}
         # Offsets staged (here or on a gateway that coordinated the group
         # before) when the store read the offsets: held too.
+        # A lock per group that ever held stagings (``settle``).
+        self._settling: dict[str, asyncio.Lock] = {}
         for group, staged in storage.watch_staged(self.seen).items():
             self.seen(group, staged)
 
@@ -106,10 +113,15 @@ class RemoteOffsets:
             del self.held[group]
 
     async def stage(self, transactional_id: str, producer_id: int, epoch: int, group: str,
-                    commits: Mapping[TopicPartition, OffsetCommit]) -> None:
+                    commits: Mapping[TopicPartition, OffsetCommit],
+                    members: Mapping[TopicPartition, str] | None = None,
+                    exempt: Collection[TopicPartition] = ()) -> None:
+        """Stage ``commits`` (``members``: the member of each member-fenced one; ``exempt``:
+        those the offset-range check lets pass although committed since the
+        transaction began: ``conflicts.moved_but_exempt``)."""
         try:
             await self.storage.stage_elsewhere(transactional_id, producer_id, epoch, group,
-                                               commits)
+                                               commits, members, exempt)
         except TxnStateMismatch as exc:
             raise refusal(transactional_id, producer_id, epoch, group, exc.state) from exc
         except OffsetBehind as exc:
@@ -119,7 +131,17 @@ class RemoteOffsets:
 
     async def settle(self, group: str) -> None:
         """Release the offsets of transactions that ended (reading the group
-        again first, so a commit's offsets are in memory)."""
+        again first, so a commit's offsets are in memory). One settle of a
+        group at a time (an OffsetFetch's, a TxnOffsetCommit's): two asking
+        at once would both release what the first answer covers, the second
+        then the next transaction's staging made meanwhile."""
+        if not self.held.get(group):
+            return
+        lock = self._settling.setdefault(group, asyncio.Lock())
+        async with lock:
+            await self._settle(group)
+
+    async def _settle(self, group: str) -> None:
         held = self.held.get(group)
         if not held:
             return

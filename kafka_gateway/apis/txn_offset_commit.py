@@ -97,18 +97,18 @@ async def handle(broker: HandlerContext, request: Request[TxnOffsetCommitRequest
             del commits[tp]
     if code is ErrorCode.none and commits:
         cluster = broker.engine.cluster()
+        # Member-fenced (a generation and a member, and the fence passed):
+        # the range check lets an unchanged offset pass (txn.conflicts).
+        member = member_tag(generation, member_id or "")
         try:
             if cluster is not None and not cluster.coordinates(body.transactional_id):
                 await broker.txns.txn_offset_commit_elsewhere(
                     body.transactional_id, body.producer_id, body.producer_epoch,
-                    body.group_id, commits)
+                    body.group_id, commits, member)
             else:
-                # Member-fenced (a generation and a member, and the fence passed):
-                # the range check lets an unchanged offset pass (txn.conflicts).
                 await broker.txns.txn_offset_commit(
                     body.transactional_id, body.producer_id, body.producer_epoch,
-                    body.group_id, commits, request.connection,
-                    member_tag(generation, member_id or ""))
+                    body.group_id, commits, request.connection, member)
         except EXPECTED as exc:
             code = error_code(exc, API_KEY, request.version)
     codes.update(dict.fromkeys(commits, code))
