@@ -250,9 +250,21 @@ class PgRemoteTxns:
         docstring."""
         as_txn_change(change).execute(self._sql.lock, transactional_id)
 
-    def stage_remote_commit(self, change: AtomicChange, log: PartitionLog,
-                            instance: int) -> None:
+    def stage_remote_commit(self, change: AtomicChange, log: PartitionLog, instance: int,
+                            own: bool = False) -> bool:
         """Before the partition's own publication in the commit ``change``:
-        publish the batches other gateways stored for ``instance`` on it."""
-        log_id = self._txn_partition(log).log_id
-        as_txn_change(change).execute(self._sql.publish, log_id, instance, REMOTE_ORDINALS)
+        publish the batches other gateways stored for ``instance`` on it.
+
+        ``own``: the coordinator has batches of its own there too. When it
+        does not lead the partition now, they were stored before the
+        leader's (the coordinator led it then; since, its coordinator slot
+        or the partition moved), so every pending row of the transaction
+        there is published here, in ordinal order (its own count from 0,
+        the leader's from ``REMOTE_ORDINALS``), and True is returned: the
+        caller publishes no own batch of it. When it leads it, the leader's
+        were stored first (the partition moved to it), as before."""
+        part = self._txn_partition(log)
+        everything = own and part.publish_epoch is None
+        as_txn_change(change).execute(self._sql.publish, part.log_id, instance,
+                                      0 if everything else REMOTE_ORDINALS)
+        return everything
