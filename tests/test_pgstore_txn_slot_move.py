@@ -212,3 +212,76 @@ def test_a_batch_in_flight_when_the_slot_moves_is_refused_then_retried_through_t
                 await b.node.close()
 
     run(body)
+
+
+async def waiting_on_lock(pg: PostgresServer, table: str) -> bool:
+    """Whether a backend waits for a row lock in a statement naming ``table``."""
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        return bool(await conn.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+            "AND query LIKE $1 AND pid <> pg_backend_pid()", f"%.{table}%"))
+    finally:
+        await conn.close()
+
+
+def test_a_batch_past_its_fence_when_the_slot_is_taken_is_waited_for_and_committed(
+        pg_server: PostgresServer) -> None:
+    async def body() -> None:
+        a, txn_id, slot, schema = await coordinated_by_a(pg_server)
+        s = quoted(schema)
+        b: Gateway | None = None
+        blocker = await asyncpg.connect(pg_server.dsn)
+        try:
+            pid, epoch = await a.txns.init_producer_id(txn_id, 60_000)
+            await a.txns.add_partitions(txn_id, pid, epoch, [("t", 0)])
+            await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, b"v0", 0))
+            log_id = a.node.partition("t", 0).log_id
+            instance = a.txns.describe(txn_id).instance
+            # The next batch's pending row (ordinal 1) waits in PostgreSQL,
+            # past its fence, behind an uncommitted row of the same key.
+            block = blocker.transaction()
+            await block.start()
+            data_id = await blocker.fetchval(
+                f"INSERT INTO {s}.batch_data (log_id, data) VALUES ($1, '\\x00') "
+                "RETURNING data_id", log_id)
+            await blocker.execute(
+                f"INSERT INTO {s}.pending_batches (log_id, instance, ordinal, header, size, "
+                "data_id) VALUES ($1, $2, 1, '\\x00', 1, $3)", log_id, instance, data_id)
+            in_flight = asyncio.ensure_future(
+                a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, b"v1", 1)))
+            await until_async(lambda: waiting_on_lock(pg_server, "pending_batches"),
+                              "the second batch's write waiting in PostgreSQL", 5)
+
+            b = await gateway(pg_server, schema, 2)
+            move = asyncio.ensure_future(move_slot(pg_server, schema, slot, 2))
+            # The premise: the takeover waits for the batch (its slot row lock).
+            await until_async(lambda: waiting_on_lock(pg_server, "coordinator_slots"),
+                              "the takeover waiting for the batch", 5)
+            assert not move.done() and not in_flight.done()
+
+            await block.rollback()
+            await in_flight  # acknowledged
+            await move
+            await until(lambda: b.cluster.coordinates(txn_id), "coordinated by b", 3 * LEASE)
+            await until(lambda: txn_id not in a.txns.txns, "dropped by a", 3 * LEASE)
+            assert a.cluster.leads("t", 0)
+            await b.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
+            assert await committed_values(pg_server, a) == [b"v0", b"v1"]
+            assert await pending_rows(pg_server, schema) == 0
+        finally:
+            await blocker.close()
+            await a.node.close()
+            if b is not None:
+                await b.node.close()
+
+    run(body)
+
+
+async def until_async(check: Callable[[], Awaitable[bool]], what: str, within: float) -> None:
+    """``until`` for a check that reads PostgreSQL."""
+    deadline = time.monotonic() + within
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} within {within} s")
+        await asyncio.sleep(0.05)
