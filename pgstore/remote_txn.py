@@ -197,9 +197,14 @@ class PgRemoteTxns:
     stored across gateways."""
 
     def __init__(self, pool: asyncpg.Pool, txn_partition: Callable[[PartitionLog], TxnPartition],
-                 schema: str = DEFAULT_SCHEMA) -> None:
+                 schema: str = DEFAULT_SCHEMA,
+                 own_published: Callable[[int, int], None] | None = None) -> None:
         self._pool = pool
         self._txn_partition = txn_partition
+        # Told (log id, instance) once a commit published the coordinator's
+        # own rows here (``stage_remote_commit``): what its storage recovered
+        # of them is not needed any more.
+        self._own_published = own_published
         self._sql = _Statements(quoted(schema))
 
     async def read_txn(self, transactional_id: str,
@@ -265,6 +270,10 @@ class PgRemoteTxns:
         were stored first (the partition moved to it), as before."""
         part = self._txn_partition(log)
         everything = own and part.publish_epoch is None
-        as_txn_change(change).execute(self._sql.publish, part.log_id, instance,
-                                      0 if everything else REMOTE_ORDINALS)
+        pg = as_txn_change(change)
+        log_id = part.log_id
+        pg.execute(self._sql.publish, log_id, instance, 0 if everything else REMOTE_ORDINALS)
+        if everything and self._own_published is not None:
+            told = self._own_published
+            pg.on_durable(lambda: told(log_id, instance))
         return everything

@@ -425,6 +425,12 @@ class PgTransactionStorage:
 
         pg.on_durable(durable)
 
+    def forget_recovered(self, log_id: int, instance: int) -> None:
+        """The pending rows of ``instance`` on ``log_id`` this storage
+        recovered were published by another statement of a commit
+        (``PgRemoteTxns.stage_remote_commit``)."""
+        self._recovered.pop((log_id, instance), None)
+
     def recover_pending(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
         return list(self._recovered.get((log_id_of(log_ref), instance), ()))
 

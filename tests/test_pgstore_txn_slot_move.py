@@ -199,10 +199,17 @@ def test_a_batch_in_flight_when_the_slot_moves_is_refused_then_retried_through_t
                 acknowledged.append(b"v1")
                 assert await pending_rows(pg_server, schema) == 2
 
+            # b took a's batch (v0) as its own, recovered from the store; t-0
+            # is not b's, so its commit publishes it with a's later one.
+            storage = b.node.transaction_storage()
+            log_ref = storage.log_ref(b.node.partition("t", 0))
+            instance = b.txns.describe(txn_id).instance
+            assert len(storage.recover_pending(log_ref, instance)) == 1
             await b.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
-            # Every acknowledged batch is in the commit, once; nothing else.
+            # Every acknowledged batch is in the commit, once, in order; nothing else.
             assert await committed_values(pg_server, a) == acknowledged
             assert await pending_rows(pg_server, schema) == 0
+            assert storage.recover_pending(log_ref, instance) == []  # forgotten
             # And the batch that raced the move was refused, retriably.
             assert refused is not None, "the batch landed after the slot moved"
             assert error_code(refused) is ErrorCode.kafka_storage_error
