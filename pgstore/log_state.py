@@ -26,7 +26,8 @@ class PendingStore(Protocol):
     """Where a transactional append stages its batch (``PgTransactionStorage``)."""
 
     def stage_pending(self, change: PgChange, log: TxnPartition, ref: bytes,
-                      batch: bytes | memoryview) -> bytes: ...
+                      batch: bytes | memoryview, transactional_id: str | None = None,
+                      ) -> bytes: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -356,7 +356,8 @@ class PgNodeStorage:
     def remote_transactions(self) -> PgRemoteTxns:
         """Transactional batches stored across gateways (``remote_txn``); once started."""
         assert self._pool is not None, "the engine is not started"
-        return PgRemoteTxns(self._pool, _txn_partition, self.settings.schema)
+        return PgRemoteTxns(self._pool, _txn_partition, self.settings.schema,
+                            self._txn_storage.forget_recovered)
 
 
 def _txn_partition(log: PartitionLog) -> TxnPartition:

@@ -88,8 +88,10 @@ def assign(appends: PgAppends, item: Item, sink: BlobSink) -> None:
     change = log.writer.begin()
     if isinstance(sink, RemotePendingSink):  # a transaction another gateway coordinates
         stored = sink.stage(change, log, ref, data)  # type: ignore[arg-type]
-    else:
-        stored = log.context.pending.stage_pending(change, log, ref, data)  # type: ignore[arg-type]
+    else:  # the coordinator's own: fenced by its slot too (``txn_slots.fence_pending``)
+        transactional_id: str | None = getattr(sink, "transactional_id", None)
+        stored = log.context.pending.stage_pending(change, log, ref, data,  # type: ignore[arg-type]
+                                                   transactional_id)
     if cached is not None:
         log.producer_states.stage(header.producer_id, header.producer_epoch,
                                   CachedBatch(cached.first_seq, cached.last_seq, bound),

@@ -197,9 +197,14 @@ class PgRemoteTxns:
     stored across gateways."""
 
     def __init__(self, pool: asyncpg.Pool, txn_partition: Callable[[PartitionLog], TxnPartition],
-                 schema: str = DEFAULT_SCHEMA) -> None:
+                 schema: str = DEFAULT_SCHEMA,
+                 own_published: Callable[[int, int], None] | None = None) -> None:
         self._pool = pool
         self._txn_partition = txn_partition
+        # Told (log id, instance) once a commit published the coordinator's
+        # own rows here (``stage_remote_commit``): what its storage recovered
+        # of them is not needed any more.
+        self._own_published = own_published
         self._sql = _Statements(quoted(schema))
 
     async def read_txn(self, transactional_id: str,
@@ -250,9 +255,25 @@ class PgRemoteTxns:
         docstring."""
         as_txn_change(change).execute(self._sql.lock, transactional_id)
 
-    def stage_remote_commit(self, change: AtomicChange, log: PartitionLog,
-                            instance: int) -> None:
+    def stage_remote_commit(self, change: AtomicChange, log: PartitionLog, instance: int,
+                            own: bool = False) -> bool:
         """Before the partition's own publication in the commit ``change``:
-        publish the batches other gateways stored for ``instance`` on it."""
-        log_id = self._txn_partition(log).log_id
-        as_txn_change(change).execute(self._sql.publish, log_id, instance, REMOTE_ORDINALS)
+        publish the batches other gateways stored for ``instance`` on it.
+
+        ``own``: the coordinator has batches of its own there too. When it
+        does not lead the partition now, they were stored before the
+        leader's (the coordinator led it then; since, its coordinator slot
+        or the partition moved), so every pending row of the transaction
+        there is published here, in ordinal order (its own count from 0,
+        the leader's from ``REMOTE_ORDINALS``), and True is returned: the
+        caller publishes no own batch of it. When it leads it, the leader's
+        were stored first (the partition moved to it), as before."""
+        part = self._txn_partition(log)
+        everything = own and part.publish_epoch is None
+        pg = as_txn_change(change)
+        log_id = part.log_id
+        pg.execute(self._sql.publish, log_id, instance, 0 if everything else REMOTE_ORDINALS)
+        if everything and self._own_published is not None:
+            told = self._own_published
+            pg.on_durable(lambda: told(log_id, instance))
+        return everything

@@ -34,6 +34,15 @@ class TxnStatements:
         # transaction ends), then the bytes once and the pending row naming them.
         self.pending_fence = (
             f"SELECT 1 FROM {s}.partitions WHERE log_id = $1 AND leader_epoch = $2 FOR SHARE")
+        # The same for the coordinator's own batch in a cluster, in the same
+        # one statement: also the transactional id's coordinator slot still
+        # this gateway's at its epoch, that row share-locked too, so a slot
+        # takeover waits for the batch, and a batch after it is refused
+        # (``pgstore.txn_slots``, "the coordinator's own batches").
+        self.pending_slot_fence = (
+            f"SELECT 1 FROM {s}.partitions p, {s}.coordinator_slots c WHERE p.log_id = $1 "
+            "AND p.leader_epoch = $2 AND c.slot = $3 AND c.leader_node = $4 "
+            "AND c.leader_epoch = $5 FOR SHARE OF p, c")
         self.put_pending = (
             f"WITH d AS (INSERT INTO {s}.batch_data (log_id, data) VALUES ($1, $2) "
             "RETURNING data_id) "

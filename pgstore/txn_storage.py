@@ -20,7 +20,8 @@ PostgreSQL transaction is"):
   at start-up and kept in memory as each change lands.
 - **Pending batches**: a transactional batch's bytes are stored once, in
   ``batch_data``, named by a ``pending_batches`` row (``stage_pending``, in
-  the append's change, fenced by the leader epoch). References are opaque
+  the append's change, fenced by the leader epoch and, in a cluster, the
+  transactional id's coordinator slot). References are opaque
   bytes: a ``log_ref`` is the partition's ``log_id`` (8 bytes), a pending
   ``ref`` that, then the instance (8) and the ordinal (4).
 - **A commit** (``stage_commit``) publishes a partition's pending batches at
@@ -98,7 +99,13 @@ from .txn_publication import (
     pending_bytes,
     plan_publication,
 )
-from .txn_slots import CoordinatorChange, SlotHolder, fence_coordinator, read_ids
+from .txn_slots import (
+    CoordinatorChange,
+    SlotHolder,
+    fence_coordinator,
+    fence_pending,
+    read_ids,
+)
 from .txn_staged_offsets import StagedHook, StagedOffsets
 from .txn_statements import TxnStatements
 from .writer import PgChange, PgWriter
@@ -320,19 +327,19 @@ class PgTransactionStorage:
         return ref[:LOG_REF.size]
 
     def stage_pending(self, change: PgChange, log: TxnPartition, ref: bytes,
-                      batch: bytes | memoryview) -> bytes:
+                      batch: bytes | memoryview, transactional_id: str | None = None) -> bytes:
         """Add a transactional batch to ``change`` (the engine's append): its
         bytes once, stamped with base offset 0 and the log's batch epoch, and
-        its pending row, only while the partition is at that epoch (else the
-        change is refused with ``PublicationFenced``). Returns the bytes stored."""
+        its pending row, only while the partition is at that epoch and, in a
+        cluster, ``transactional_id``'s coordinator slot is still this
+        gateway's (``txn_slots.fence_pending``; else the change is refused:
+        ``PublicationFenced``, ``PendingSlotMoved``). Returns the bytes stored."""
         log_id, instance, ordinal = parse_pending_ref(ref)
         if log_id != log.log_id:
             raise ValueError(f"pending reference {ref.hex()} is not of log {log.log_id}")
         data = pending_bytes(batch, log.batch_epoch)
-        epoch = log.leader_epoch
-        change.fence(self._sql.pending_fence, log_id, epoch, refused=lambda: PublicationFenced(
-            f"log {log_id}: not at leader epoch {epoch} any more: transactional batch not "
-            "stored"))
+        fence_pending(change, self._sql, self.slot_holder, transactional_id, log_id,
+                      log.leader_epoch)
         change.execute(self._sql.put_pending, log_id, data, instance, ordinal,
                        data[:batch_header.HEADER_SIZE], len(data))
         change.nbytes += len(data)
@@ -417,6 +424,12 @@ class PgTransactionStorage:
             self._recovered.pop((log_id, instance), None)
 
         pg.on_durable(durable)
+
+    def forget_recovered(self, log_id: int, instance: int) -> None:
+        """The pending rows of ``instance`` on ``log_id`` this storage
+        recovered were published by another statement of a commit
+        (``PgRemoteTxns.stage_remote_commit``)."""
+        self._recovered.pop((log_id, instance), None)
 
     def recover_pending(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
         return list(self._recovered.get((log_id_of(log_ref), instance), ()))

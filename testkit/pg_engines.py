@@ -1,6 +1,7 @@
 """Helpers of the tests that run several PostgreSQL engines (gateways) in one
 process on a throwaway PostgreSQL: waiting for what a leadership pass does,
-and handing a coordinator slot over as a pass would."""
+handing a coordinator slot over as a pass would, and holding a partition's
+writes in flight (``HeldWrites``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from collections.abc import Callable
 import asyncpg
 
 from pgstore.migrate import quoted
+from pgstore.writer import PgChange, PgWriter
 from testkit.postgres import PostgresServer
 
 
@@ -35,3 +37,39 @@ async def move_slot(pg: PostgresServer, schema: str, slot: int, to_node: int) ->
             slot, to_node))
     finally:
         await conn.close()
+
+
+class HeldWrites:
+    """Stands for a partition log's writer (``log.writer = HeldWrites(log.writer)``):
+    the changes its appends queue wait here, in flight, until ``release``
+    hands them to the real writer; each one's future then takes its outcome."""
+
+    def __init__(self, writer: PgWriter) -> None:
+        self.writer = writer
+        self.held: list[tuple[PgChange, asyncio.Future[None]]] = []
+
+    def begin(self) -> PgChange:
+        return self.writer.begin()
+
+    def commit(self, change: PgChange) -> asyncio.Future[None]:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.held.append((change, future))
+        return future
+
+    def release(self) -> int:
+        """Queue every held change on the real writer, in order; returns how many."""
+        held, self.held = self.held, []
+        for change, future in held:
+            def settle(done: asyncio.Future[None], future: asyncio.Future[None] = future,
+                       ) -> None:
+                if future.done():
+                    return
+                if done.cancelled():
+                    future.cancel()
+                elif (error := done.exception()) is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(None)
+
+            self.writer.commit(change).add_done_callback(settle)
+        return len(held)

@@ -175,8 +175,12 @@ class TxnCompletion:
             own = storage.log_ref(tablet)
             blobs = [blob for blob in opened.data.blobs.get((topic, index), [])
                      if storage.pending_log_ref(blob.key) == own]
-            if self.remote is not None:  # the leader's batches first: stored before these
-                self.remote.store.stage_remote_commit(ops, tablet, meta.instance)
+            # The leader's batches first, stored before these; or, on a
+            # partition this coordinator does not lead now, all in the
+            # order stored (``PgRemoteTxns.stage_remote_commit``).
+            if self.remote is not None and self.remote.store.stage_remote_commit(
+                    ops, tablet, meta.instance, own=bool(blobs)):
+                blobs = []
             publishers.append(storage.stage_commit(ops, tablet, blobs, marker))
         staged = {group: self.registry.storage.stage_offsets(
                       ops, group, commits, now, meta.transactional_id, meta.members.get(group))

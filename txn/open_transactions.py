@@ -68,6 +68,7 @@ class OpenTransactions:
                                    self.partitions.prefixes(meta), self.stored)
         data.make_abort_only = self._abort_only_over_limit(meta, meta.instance)
         data.refused = meta.abort_only
+        data.transactional_id = meta.transactional_id
         self.by_id[meta.transactional_id] = OpenTransaction(data)
 
     def touch(self, meta: TxnMetadata, connection: int) -> OpenTransaction:
@@ -84,7 +85,8 @@ class OpenTransactions:
             meta.members.clear()
             meta.abort_only = None
             data = PendingData(meta.instance, self.budget, self.registry.storage, self.stored,
-                               self._abort_only_over_limit(meta, meta.instance))
+                               self._abort_only_over_limit(meta, meta.instance),
+                               transactional_id=meta.transactional_id)
             self.by_id[meta.transactional_id] = OpenTransaction(
                 data, newest_connection=self.newest_connection())
         meta.updated_ms = now

@@ -115,6 +115,9 @@ class PendingData:
     # Why the transaction can only abort (a batch refused for a limit, an
     # offset-range conflict): every batch for it is refused from then on.
     refused: str | None = None
+    # Whose transaction it is: the store fences its batches by the id's
+    # coordinator slot (a cluster over PostgreSQL: pgstore/txn_slots.py).
+    transactional_id: str | None = None
 
     def sink(self, tp: TopicPartition) -> PartitionSink:
         return PartitionSink(self, tp)
@@ -231,6 +234,10 @@ class PartitionSink:
 
     def pending_records(self, partition_prefix: bytes) -> int:
         return self.pending.records.get(partition_prefix, 0)
+
+    @property
+    def transactional_id(self) -> str | None:
+        return self.pending.transactional_id
 
     def added(self, key: bytes, batch: bytes) -> None:
         pending = self.pending

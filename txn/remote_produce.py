@@ -41,8 +41,8 @@ class RemoteTxnStore(Protocol):
 
     def lock_txn(self, change: AtomicChange, transactional_id: str) -> None: ...
 
-    def stage_remote_commit(self, change: AtomicChange, log: PartitionLog,
-                            instance: int) -> None: ...
+    def stage_remote_commit(self, change: AtomicChange, log: PartitionLog, instance: int,
+                            own: bool = False) -> bool: ...
 
 
 class RemoteTransactions:
