@@ -271,7 +271,8 @@ class _FailingOnce:
 def test_an_end_whose_write_failed_is_answered_from_the_store_not_from_memory(
         pg_server: PostgresServer, landed: bool) -> None:
     """EndTxn(commit)'s write fails in the store (StoreUnavailable: nothing
-    written; OutcomeUnknown: the answer lost after it committed). What the
+    written; OutcomeUnknown: the answer lost after it committed): answered
+    NOT_COORDINATOR. What the
     coordinator staged in memory (CompleteCommit) is not trusted: the id is
     read again from PostgreSQL, a retry meanwhile answers NOT_COORDINATOR,
     and the retried EndTxn commits the transaction (not written) or finds it
@@ -294,8 +295,12 @@ def test_an_end_whose_write_failed_is_answered_from_the_store_not_from_memory(
                  else StoreUnavailable("the connection broke before COMMIT"))
         failing = _FailingOnce(a.txns.completion.writer, error, landed)
         a.txns.completion.writer = failing  # type: ignore[assignment]
-        with pytest.raises(type(error)):
+        # Answered NOT_COORDINATOR, which clients retry (Kafka's answer to a
+        # failed write of its transaction log), never KAFKA_STORAGE_ERROR.
+        with pytest.raises(CoordinatorMoved) as answered:
             await a.txns.end_txn(transactional_id, pid, epoch, commit=True)
+        assert isinstance(answered.value.__cause__, type(error))
+        assert error_code(answered.value) is ErrorCode.not_coordinator
         assert failing.used
         # Never "committed" from memory while the store is read again.
         if transactional_id not in a.txns.txns:

@@ -204,7 +204,22 @@ class TransactionCoordinator(CoordinatedIds):
         """Commit or abort the open transaction, in one store write (``commit.py``)."""
         async with self._serving(transactional_id):
             meta = self.sessions.current(transactional_id, producer_id, epoch)
-            await self.completion.end_txn(meta, commit, connection)
+            try:
+                await self.completion.end_txn(meta, commit, connection)
+            except StorageError as exc:
+                if self.reload is None:
+                    raise
+                # A cluster: the id is read again from the store (``_in_doubt``)
+                # and its retried EndTxn finds the commit there, or the
+                # transaction still open and commits it. Answered as Kafka's
+                # coordinator answers a failed write of its log, NOT_COORDINATOR
+                # (retriable: the client looks its coordinator up and retries),
+                # not KAFKA_STORAGE_ERROR, which clients take for the
+                # transaction's failure (it fails, or must be aborted).
+                self._in_doubt(transactional_id)
+                raise CoordinatorMoved(
+                    f"{transactional_id}: the end's write failed ({exc}); the id is read "
+                    "again from the store: retry") from exc
 
     async def expire(self) -> None:
         """Abort timed-out transactions and forget expired ids (``sessions.py``)."""
