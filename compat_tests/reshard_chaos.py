@@ -176,6 +176,23 @@ def committed_offsets(bootstrap: str, group: str, source: str,
         consumer.close()
 
 
+def stalled(gateway: GatewayProcess, pool: Workers, group: str, source: str,
+            partitions: int) -> str:
+    """What a stalled run's failure says: the committed offsets as the
+    workers' consumers ask for them (require_stable), and each worker's
+    stacks, dumped into its log (SIGUSR1: faulthandler in reshard_worker.py;
+    SIGQUIT: the JVM's thread dump)."""
+    for proc in pool.procs.values():
+        java = "javatxn.ReshardWorker" in " ".join(map(str, proc.args))  # type: ignore[arg-type]
+        proc.send_signal(signal.SIGQUIT if java else signal.SIGUSR1)
+    time.sleep(2.0)
+    try:
+        offsets: object = cluster_faults.stable_offsets(gateway, group, source, partitions)
+    except Exception as error:  # the diagnosis must not hide the failure
+        offsets = repr(error)
+    return f"OffsetFetch(require_stable) of {source}: {offsets}"
+
+
 def kill_one_gateway(gateway: GatewayProcess, rng: random.Random, pool: Workers,
                      topics: tuple[str, str], group: str, produce: Callable[[], None],
                      report: ChaosReport) -> None:
@@ -323,7 +340,9 @@ def run(gateway: GatewayProcess, workers_command: WorkerCommand,
         while not committed_everything(bootstrap, group, source, source_partitions):
             if time.monotonic() - started > deadline_s:
                 raise AssertionError(f"the workers did not finish in {deadline_s}s "
-                                     f"({report.line()}):\n{pool.logs()}")
+                                     f"({report.line()}; {report.events}); "
+                                     f"{stalled(gateway, pool, group, source, source_partitions)}"
+                                     f":\n{pool.logs()}")
             time.sleep(1.0)
     finally:
         pool.stop_all()

@@ -18,6 +18,7 @@ Source values are ``user=<u> seq=<n>``; target values are
 
 from __future__ import annotations
 
+import faulthandler
 import signal
 import sys
 import zlib
@@ -57,6 +58,7 @@ def main() -> None:
         running = False
 
     signal.signal(signal.SIGTERM, stop)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # a stalled run's diagnosis
     consumer = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": group,

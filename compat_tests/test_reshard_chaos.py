@@ -14,6 +14,7 @@ three gateways killed and restarted (docs/cluster.md).
 
 from __future__ import annotations
 
+import pytest
 from reshard_chaos import java_worker, python_worker, run
 
 CLUSTER_PLAN = ("gateway", "kill", "gateway", "hang", "restart", "gateway")
@@ -39,6 +40,7 @@ def deadline(gateway) -> float:
     return 150.0 + 60.0 * (plan.count("gateway") if plan else 0)
 
 
+@pytest.mark.timeout(600)  # above deadline(): a stalled run fails with its diagnosis
 def test_reshard_exactly_once_under_chaos(gateway, tmp_path):
     report = run(gateway, python_worker, rounds=6, messages=3000, seed=20261123,
                  log_dir=tmp_path, plan=plan_for(gateway), deadline_s=deadline(gateway))
@@ -46,6 +48,7 @@ def test_reshard_exactly_once_under_chaos(gateway, tmp_path):
     check(report, gateway)
 
 
+@pytest.mark.timeout(600)
 def test_reshard_exactly_once_under_chaos_with_java_workers(gateway, tmp_path):
     """The same check with Java-client 3.4.1 workers (jvm/src/javatxn/ReshardWorker.java):
     KafkaConsumer (read_committed) and a transactional KafkaProducer per worker,

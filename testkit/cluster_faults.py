@@ -15,6 +15,7 @@ of every partition and (FindCoordinator) the coordinator of every key.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import signal
 import time
@@ -76,6 +77,38 @@ def cluster_view(gateway: GatewayProcess, topics: Sequence[str], groups: Sequenc
         leaders = {(t.name, p.partition_index): int(p.leader_id)
                    for t in meta.topics for p in t.partitions}
         return View({int(b.node_id) for b in meta.brokers}, leaders, coordinators)
+
+    return asyncio.run(asyncio.wait_for(ask(), TIMEOUT))
+
+
+def stable_offsets(gateway: GatewayProcess, group: str, topic: str,
+                   partitions: int) -> dict[int, str]:
+    """A group's committed offsets as a read_committed consumer asks for them
+    (OffsetFetch with require_stable, KIP-447) of the group's coordinator:
+    partition -> offset, or the error (UNSTABLE_OFFSET_COMMIT while an open
+    transaction holds it). For the failure message of a stalled run."""
+    async def ask() -> dict[int, str]:
+        client = await KafkaClient.connect(*gateway.host_port)
+        try:
+            found = (await client.request(rq.find_coordinator([group]))).coordinators[0]
+        finally:
+            await client.close()
+        if found.error_code is not ErrorCode.none:
+            return {-1: f"FindCoordinator: {found.error_code.name}"}
+        client = await KafkaClient.connect(found.host, found.port)
+        try:
+            request = dataclasses.replace(rq.offset_fetch(group, topic, range(partitions)),
+                                          require_stable=True)
+            answer = await client.request(request)
+        finally:
+            await client.close()
+        [group_answer] = answer.groups
+        out = {-1: f"node {found.node_id}: {group_answer.error_code.name}"}
+        for t in group_answer.topics:
+            for p in t.partitions:
+                out[p.partition_index] = (str(p.committed_offset) if p.error_code
+                                          is ErrorCode.none else p.error_code.name)
+        return out
 
     return asyncio.run(asyncio.wait_for(ask(), TIMEOUT))
 
