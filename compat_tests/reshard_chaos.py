@@ -60,6 +60,7 @@ class ChaosReport:
     duplicated: int = 0
     reordered: int = 0
     aborted: int = 0  # transactions the workers aborted (zombies, conflicts, restarts)
+    client_hangs: int = 0  # workers restarted by their watchdog (reshard_worker.Watchdog)
     misrouted: int = 0  # target records not in their user's partition (crc32 % partitions)
     gateway_kills: int = 0  # one gateway of a cluster killed while the others carry on
     committed: dict[int, int] = field(default_factory=dict)  # source partition -> offset
@@ -72,6 +73,7 @@ class ChaosReport:
                 f"restarts={self.restarts} lost={self.lost} duplicated={self.duplicated} "
                 f"reordered={self.reordered} aborted={self.aborted} "
                 f"gateway_kills={self.gateway_kills} offsets_wrong={self.offsets_wrong} "
+                f"client_hangs={self.client_hangs} "
                 f"seconds={self.seconds:.1f}")
 
 
@@ -347,6 +349,7 @@ def run(gateway: GatewayProcess, workers_command: WorkerCommand,
     finally:
         pool.stop_all()
     report.aborted = pool.count("abort") + pool.count("fatal") + pool.count("retriable")
+    report.client_hangs = pool.count("hung")
     counts = {p: len(range(p, messages, source_partitions)) for p in range(source_partitions)}
     report.committed = committed_offsets(bootstrap, group, source, source_partitions)
     report.offsets_wrong = sum(report.committed[p] != counts[p] for p in counts)
