@@ -196,8 +196,8 @@ def stalled(gateway: GatewayProcess, pool: Workers, group: str, source: str,
 
 
 def kill_one_gateway(gateway: GatewayProcess, rng: random.Random, pool: Workers,
-                     topics: tuple[str, str], group: str, produce: Callable[[], None],
-                     report: ChaosReport) -> None:
+                     topics: tuple[str, str], source_partitions: int, group: str,
+                     produce: Callable[[], None], report: ChaosReport) -> None:
     """kill -9 of one gateway of the cluster (one that leads some of
     ``topics``' partitions), the round's records produced while it is dead,
     the workers committing through the survivors, then the gateway started
@@ -221,15 +221,18 @@ def kill_one_gateway(gateway: GatewayProcess, rng: random.Random, pool: Workers,
         if time.monotonic() - waited > CARRY_ON_S:
             raise AssertionError(
                 f"node {outage.node} killed: no worker committed through the survivors in "
-                f"{CARRY_ON_S} s ({report.line()}):\n{pool.logs()}")
+                f"{CARRY_ON_S} s ({report.line()}; {report.events}); "
+                f"{stalled(gateway, pool, group, topics[0], source_partitions)}:\n{pool.logs()}")
         time.sleep(0.2)
     carried_on = time.monotonic() - waited + outage.failover_s
     time.sleep(rng.uniform(0.5, 2.0))
     rejoined = cluster_faults.start_again(gateway, victim)
     report.gateway_kills += 1
+    ids = [key for key in outage.coordinated if key != group]
     report.events.append(
         f"kill -9 node {outage.node} (pid {outage.pid}; led {len(outage.led)} partitions, "
-        f"coordinated {outage.coordinated}): survivors served all after "
+        f"coordinated {'the group and ' if group in outage.coordinated else ''}"
+        f"transactional ids {ids}): survivors served all after "
         f"{outage.failover_s:.1f} s, a worker committed by {carried_on:.1f} s; "
         f"started again, listed by all in {rejoined:.1f} s")
 
@@ -311,8 +314,8 @@ def run(gateway: GatewayProcess, workers_command: WorkerCommand,
                                start=bounds[chunk + 1])
 
             if action == "gateway":  # this round's records written with it dead
-                kill_one_gateway(gateway, rng, pool, (source, target), group, produce,
-                                 report)
+                kill_one_gateway(gateway, rng, pool, (source, target), source_partitions,
+                                 group, produce, report)
                 continue
             produce()
             time.sleep(rng.uniform(0.0, 0.5))
