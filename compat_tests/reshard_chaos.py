@@ -38,7 +38,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from testkit import cluster_faults, jvm
@@ -166,14 +166,28 @@ def committed_everything(bootstrap: str, group: str, source: str, partitions: in
         consumer.close()
 
 
-def committed_offsets(bootstrap: str, group: str, source: str,
-                      partitions: int) -> dict[int, int]:
-    """The group's committed offset of each source partition (fails loudly)."""
+# What OffsetFetch may answer while the group's coordinator slot moves (a
+# gateway started again takes its share of the slots back): asked again.
+MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
+          KafkaError.COORDINATOR_LOAD_IN_PROGRESS}
+
+
+def committed_offsets(bootstrap: str, group: str, source: str, partitions: int,
+                      timeout: float = 60.0) -> dict[int, int]:
+    """The group's committed offset of each source partition; fails loudly
+    with the last error after ``timeout``."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    deadline = time.monotonic() + timeout
     try:
-        found = consumer.committed([TopicPartition(source, p) for p in range(partitions)],
-                                   timeout=30)
-        return {tp.partition: tp.offset for tp in found}
+        while True:
+            try:
+                found = consumer.committed(
+                    [TopicPartition(source, p) for p in range(partitions)], timeout=30)
+                return {tp.partition: tp.offset for tp in found}
+            except KafkaException as exc:
+                if exc.args[0].code() not in MOVING or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         consumer.close()
 
