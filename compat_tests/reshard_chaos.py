@@ -36,7 +36,9 @@ import zlib
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -166,28 +168,36 @@ def committed_everything(bootstrap: str, group: str, source: str, partitions: in
         consumer.close()
 
 
-# What OffsetFetch may answer while the group's coordinator slot moves (a
-# gateway started again takes its share of the slots back): asked again.
+# What a read may be answered while a partition's leader or the group's
+# coordinator moves (on a cluster, a gateway started again takes its share
+# back): asked again, as clients do.
 MOVING = {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
-          KafkaError.COORDINATOR_LOAD_IN_PROGRESS}
+          KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.NOT_LEADER_FOR_PARTITION,
+          KafkaError.LEADER_NOT_AVAILABLE}
+T = TypeVar("T")
 
 
-def committed_offsets(bootstrap: str, group: str, source: str, partitions: int,
-                      timeout: float = 60.0) -> dict[int, int]:
-    """The group's committed offset of each source partition; fails loudly
-    with the last error after ``timeout``."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+def asked_again(read: Callable[[], T], timeout: float = 60.0) -> T:
+    """``read()``, again while it fails with a ``MOVING`` error; the last
+    error after ``timeout``."""
     deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return read()
+        except KafkaException as exc:
+            if exc.args[0].code() not in MOVING or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def committed_offsets(bootstrap: str, group: str, source: str,
+                      partitions: int) -> dict[int, int]:
+    """The group's committed offset of each source partition (fails loudly)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        while True:
-            try:
-                found = consumer.committed(
-                    [TopicPartition(source, p) for p in range(partitions)], timeout=30)
-                return {tp.partition: tp.offset for tp in found}
-            except KafkaException as exc:
-                if exc.args[0].code() not in MOVING or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        found = asked_again(lambda: consumer.committed(
+            [TopicPartition(source, p) for p in range(partitions)], timeout=30))
+        return {tp.partition: tp.offset for tp in found}
     finally:
         consumer.close()
 
@@ -260,7 +270,7 @@ def check_target(bootstrap: str, target: str, target_partitions: int, source_par
     seen: Counter[tuple[int, int]] = Counter()
     for partition in range(target_partitions):
         tp = TopicPartition(target, partition, 0)
-        _low, high = consumer.get_watermark_offsets(tp, timeout=10)
+        _low, high = asked_again(partial(consumer.get_watermark_offsets, tp, timeout=10))
         consumer.assign([tp])
         last: dict[int, int] = {}
         position = 0
