@@ -181,6 +181,26 @@ class GatewayProcess:
         for member in (self, *self.siblings):
             member._kill_one()
 
+    @property
+    def members(self) -> list[GatewayProcess]:
+        """It and its cluster siblings (alone: itself)."""
+        return [self, *self.siblings]
+
+    def kill_alone(self) -> None:
+        """kill -9 of this process only: a cluster's other members carry on."""
+        self._kill_one()
+
+    def start_alone(self) -> GatewayProcess:
+        """Start this process only, on its port and store (a member killed
+        alone); return when it is ready, without waiting for the cluster."""
+        self._spawn()
+        try:
+            self._wait_ready()
+        except BaseException:
+            self._kill_one()
+            raise
+        return self
+
     def _kill_one(self) -> None:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
