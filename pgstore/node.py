@@ -218,6 +218,7 @@ class PgNodeStorage:
         if self._cluster is not None:
             await self._cluster.leave()
         await self.writer.close()
+        await self._txn_storage.group_rereads.close()
         if self._pool is not None:
             await self._pool.close()
         self.validators.shutdown(wait=True, cancel_futures=True)

@@ -80,6 +80,7 @@ from tablets.seam import (
 )
 
 from .consumer_offsets import PgConsumerOffsets
+from .group_rereads import GroupRereads
 from .log_notices import channel
 from .migrate import Connection, quoted
 from .remote_txn import REMOTE_ORDINALS
@@ -135,6 +136,7 @@ class PgTransactionStorage:
         # Pending rows found at start-up: (log id, instance) -> blobs in order.
         self._recovered: dict[tuple[int, int], list[RecoveredBlob]] = {}
         self._pool: asyncpg.Pool | None = None  # reads of settle_staged
+        self.group_rereads = GroupRereads(lambda: self.consumer_offsets, lambda: self._pool)
         self._staged: StagedOffsets | None = None
         self.slot_holder: SlotHolder | None = None  # in a cluster (pgstore.cluster)
 
@@ -407,11 +409,14 @@ class PgTransactionStorage:
                       ) -> dict[TopicPartition, CommittedOffset]:
         pg = as_txn_change(change)
         offsets = self.consumer_offsets
-        staged = offsets.stage(
-            group, commits, now_ms, pg, committer, members,
-            refused=lambda: OffsetsMoved(
+        def refused() -> OffsetsMoved:
+            self.group_rereads.schedule(group)  # else every retry is refused the same way
+            return OffsetsMoved(
                 f"group {group}: offsets committed by another gateway since this one read "
-                f"them; the transaction of {committer} was not committed"))
+                f"them; the transaction of {committer} was not committed")
+
+        staged = offsets.stage(group, commits, now_ms, pg, committer, members,
+                               refused=refused)
         pg.on_failure(lambda: offsets.forget(group, staged))
         return staged
 
