@@ -48,7 +48,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from tablets import batch as batch_header
-from tablets.compaction import Aborted, Chunk, Plan
+from tablets.compaction import Aborted, Chunk, Plan, due_plan
 from tablets.errors import NotLeader
 from tablets.seam import CompactionStatus
 from tablets.segment_rules import NO_TIMESTAMP, Cleanable, Segment, Segments
@@ -272,14 +272,7 @@ class PgCompactedLog:
         found = await self.cleanable(now_ms)
         if config is None or found is None or self.status.failure is not None:
             return None
-        overdue = (0 <= found.earliest_dirty_ts < now_ms - config.max_compaction_lag_ms
-                   and found.cleanable_bytes > 0)
-        horizon = self.next_horizon is not None and self.next_horizon <= now_ms
-        if not (force or overdue or horizon
-                or found.ratio > config.min_cleanable_dirty_ratio):
-            return None
-        return Plan(log.log_start_offset, found.first_dirty, found.first_uncleanable, now_ms,
-                    config.delete_retention_ms)
+        return due_plan(found, config, log.log_start_offset, now_ms, self.next_horizon, force)
 
     async def apply(self, chunk: Chunk, plan: Plan) -> bool:
         """Swap one chunk in (one PostgreSQL transaction); False (nothing

@@ -124,16 +124,9 @@ class Cleaner:
             finally:
                 tablet.compaction.finish_run()
                 sys.setswitchinterval(switch_interval)
-                self.stats.running = False
-                self.stats.seconds += time.monotonic() - started
-                self.stats.bytes_read += stats.bytes_read
+                compaction.run_stopped(self.stats, stats, started)
                 with contextlib.suppress(ValueError):  # still running on the thread
                     run.close()
-            self.stats.runs += 1
-            self.stats.bytes_reclaimed += stats.bytes_reclaimed
-            log.info("compacted %s up to offset %d: %.1f MB of log in %.2f s, %d of %d records "
-                     "kept, %d bytes reclaimed", tablet.name, stats.map_end,
-                     stats.bytes_cleaned / 1e6, time.monotonic() - started, stats.records_kept,
-                     stats.records_read, stats.bytes_reclaimed)
+            compaction.run_done(self.stats, stats, tablet.name, started, log)
             return stats
 

@@ -33,7 +33,7 @@ from bisect import bisect_left
 from typing import TYPE_CHECKING, Protocol
 
 from . import keys, log_entry
-from .compaction import Chunk, Plan
+from .compaction import Chunk, Plan, due_plan
 from .seam import CompactionStatus
 from .segment_rules import Cleanable
 from .store import Ops
@@ -104,14 +104,7 @@ class CompactedLog:
         found = self.cleanable(now_ms)
         if config is None or found is None or self.status.failure is not None:
             return None
-        overdue = (0 <= found.earliest_dirty_ts < now_ms - config.max_compaction_lag_ms
-                   and found.cleanable_bytes > 0)
-        horizon = self.next_horizon is not None and self.next_horizon <= now_ms
-        if not (force or overdue or horizon
-                or found.ratio > config.min_cleanable_dirty_ratio):
-            return None
-        return Plan(log.log_start_offset, found.first_dirty, found.first_uncleanable, now_ms,
-                    config.delete_retention_ms)
+        return due_plan(found, config, log.log_start_offset, now_ms, self.next_horizon, force)
 
     async def apply(self, chunk: Chunk, plan: Plan) -> bool:
         """Swap one chunk in; False (nothing changed) if the run must stop."""

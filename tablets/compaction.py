@@ -42,6 +42,7 @@ done again, from where the last finished run stopped.
 
 from __future__ import annotations
 
+import logging
 import struct
 import sys
 import threading
@@ -52,9 +53,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from . import batch as batch_header
+from .compaction_config import CompactionConfig
 from .encode import encoder
 from .records import RecordError, RecordWalker, decompressed
-from .seam import RunStats
+from .seam import CleanerStats, RunStats
+from .segment_rules import Cleanable
 
 ENTRY_COST = 140  # bytes one key of the offset map takes (a dict entry, measured)
 CHUNK_BYTES = 512 << 10  # new bytes handed to the tablet per swap (log.cleaner.io.buffer.size)
@@ -73,6 +76,42 @@ class Plan:
     first_uncleanable: int
     now_ms: int
     delete_retention_ms: int
+
+
+def due_plan(found: Cleanable, config: CompactionConfig, log_start: int, now_ms: int,
+             next_horizon: int | None, force: bool = False) -> Plan | None:
+    """The run due now on a log ``found`` cleanable (or ``force``d: due or
+    not), as Kafka's cleaner picks one: the dirty ratio above
+    min.cleanable.dirty.ratio, a dirty segment older than
+    max.compaction.lag.ms, or a kept tombstone's or marker's delete horizon
+    (``next_horizon``) passed. Both engines decide through it."""
+    overdue = (0 <= found.earliest_dirty_ts < now_ms - config.max_compaction_lag_ms
+               and found.cleanable_bytes > 0)
+    horizon = next_horizon is not None and next_horizon <= now_ms
+    if not (force or overdue or horizon or found.ratio > config.min_cleanable_dirty_ratio):
+        return None
+    return Plan(log_start, found.first_dirty, found.first_uncleanable, now_ms,
+                config.delete_retention_ms)
+
+
+def run_stopped(totals: CleanerStats, run: RunStats, started: float) -> None:
+    """A run stopped (done, failed or aborted; ``started``: its
+    ``time.monotonic()``): the node's totals (both engines' cleaners)."""
+    totals.running = False
+    totals.seconds += time.monotonic() - started
+    totals.bytes_read += run.bytes_read
+
+
+def run_done(totals: CleanerStats, run: RunStats, name: str, started: float,
+             log: logging.Logger) -> None:
+    """A run of partition ``name`` finished: counted, and logged to the
+    cleaner's ``log`` (``bench/compaction.py`` reads tablets.cleaner's line)."""
+    totals.runs += 1
+    totals.bytes_reclaimed += run.bytes_reclaimed
+    log.info("compacted %s up to offset %d: %.1f MB of log in %.2f s, %d of %d records "
+             "kept, %d bytes reclaimed", name, run.map_end, run.bytes_cleaned / 1e6,
+             time.monotonic() - started, run.records_kept, run.records_read,
+             run.bytes_reclaimed)
 
 
 @dataclass(slots=True)
