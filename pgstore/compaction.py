@@ -49,7 +49,6 @@ from typing import TYPE_CHECKING, Any
 
 from tablets import batch as batch_header
 from tablets.compaction import Aborted, Chunk, Plan, due_plan
-from tablets.errors import NotLeader
 from tablets.seam import CompactionStatus
 from tablets.segment_rules import NO_TIMESTAMP, Cleanable, Segment, Segments
 
@@ -102,8 +101,6 @@ class CompactionSql:
               JOIN {s}.batch_data d ON d.log_id = b.log_id AND d.data_id = b.data_id
              WHERE b.log_id = $1 AND b.last_offset >= $2 AND b.base_offset < $3
              ORDER BY b.base_offset LIMIT $4"""
-        self.epoch_fence = (f"SELECT 1 FROM {s}.partitions WHERE log_id = $1 "
-                            "AND leader_epoch = $2 FOR UPDATE")
         self.start_fence = (f"SELECT 1 FROM {s}.partitions WHERE log_id = $1 "
                             "AND log_start_offset = $2")
         # $1 log id; per change: $2 base offset, $3 the data id the run read,
@@ -283,8 +280,7 @@ class PgCompactedLog:
         changes = chunk.changes
         moved = sum((0 if c.data is None else len(c.data)) - c.old_size for c in changes)
         change = log.writer.begin()
-        change.fence(self.sql.epoch_fence, log.log_id, log.leader_epoch,
-                     refused=self._fenced)
+        log.fence_epoch(change, " (compaction stopped)")
         change.fence(self.sql.start_fence, log.log_id, plan.log_start,
                      refused=lambda: Stopped(f"{log.name}: the log start moved under the run"))
         change.fence(self.sql.swap, log.log_id, [c.offset for c in changes],
@@ -312,10 +308,4 @@ class PgCompactedLog:
             self.next_horizon = chunk.next_horizon
             self.status.runs += 1
         return True
-
-    def _fenced(self) -> NotLeader:
-        log = self.log
-        log.fenced = True
-        return NotLeader(f"{log.name}: another gateway claimed the partition; this gateway's "
-                         f"leader epoch {log.leader_epoch} moved (compaction stopped)")
 

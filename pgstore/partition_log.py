@@ -249,6 +249,20 @@ class PgPartitionLog:
                 and row_end > self.log_end_offset):
             self.appends.doubt()
 
+    def fence_epoch(self, change: PgChange, stopped: str = "") -> None:
+        """Add to ``change`` the check that this gateway still leads the
+        partition at its leader epoch (the row locked to the end); else the
+        change writes nothing, the log is marked fenced and ``NotLeader``
+        (``stopped``: what stops with it) is raised."""
+        log_id, epoch = self.log_id, self.leader_epoch
+
+        def refused() -> NotLeader:
+            self.fenced = True
+            return NotLeader(f"{self.name}: another gateway claimed the partition; this "
+                             f"gateway's leader epoch {epoch} moved{stopped}")
+
+        change.fence(self.sql.epoch_fence, log_id, epoch, refused=refused)
+
     def in_doubt(self) -> None:
         """A commit carrying offsets reserved here failed or its outcome is
         unknown: the partition row is reread before the next offsets."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING
 
-from tablets.errors import NotLeader, OffsetOutOfRange, PolicyViolation
+from tablets.errors import OffsetOutOfRange, PolicyViolation
 
 if TYPE_CHECKING:
     from .log_state import LogState
@@ -95,7 +95,7 @@ class Truncation:
         sql = log.sql
         freed: list[int] = []
         change = log.writer.begin()
-        change.fence(sql.epoch_fence, log.log_id, log.leader_epoch, refused=self._fenced)
+        log.fence_epoch(change)
         change.fetch(sql.move_start, log.log_id, new_start,
                      into=lambda rows: freed.__setitem__(
                          slice(None), [int(r["freed"]) for r in rows]))
@@ -112,14 +112,8 @@ class Truncation:
         if log.deleted or log.fenced:
             return 0
         change = log.writer.begin()
-        change.fence(log.sql.epoch_fence, log.log_id, log.leader_epoch, refused=self._fenced)
+        log.fence_epoch(change)
         expired = log.producer_states.expire(now_ms, expiration_ms, change)
         if expired:
             await log.writer.commit(change)
         return expired
-
-    def _fenced(self) -> NotLeader:
-        log = self.log
-        log.fenced = True
-        return NotLeader(f"{log.name}: another gateway claimed the partition; this gateway's "
-                         f"leader epoch {log.leader_epoch} moved")
