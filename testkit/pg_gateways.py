@@ -44,7 +44,10 @@ class Gateway:
     txns: TransactionCoordinator
 
 
-async def gateway(pg: PostgresServer, schema: str, node_id: int) -> Gateway:
+async def started_node(pg: PostgresServer, schema: str, node_id: int,
+                       ) -> tuple[PgNodeStorage, PgCluster, PgConsumerOffsets]:
+    """A cluster engine on ``schema``, started, not yet joined (``join``):
+    what a test wires on it comes first, as kafka_gateway/server.py does."""
     node = PgNodeStorage(pg.dsn, PgNodeSettings(
         schema=schema, cluster=ClusterSettings(node_id=node_id, lease_seconds=LEASE)),
         offsets=PgConsumerOffsets)
@@ -53,9 +56,18 @@ async def gateway(pg: PostgresServer, schema: str, node_id: int) -> Gateway:
     assert cluster is not None
     offsets = node.consumer_offsets
     assert isinstance(offsets, PgConsumerOffsets)
+    return node, cluster, offsets
+
+
+async def join(node: PgNodeStorage, node_id: int) -> None:
+    await node.join_cluster([Listener("PLAINTEXT", f"gw{node_id}", 9000 + node_id)])
+
+
+async def gateway(pg: PostgresServer, schema: str, node_id: int) -> Gateway:
+    node, cluster, offsets = await started_node(pg, schema, node_id)
     txns = TransactionCoordinator(node)
     txns.load()
-    await node.join_cluster([Listener("PLAINTEXT", f"gw{node_id}", 9000 + node_id)])
+    await join(node, node_id)
     return Gateway(node, cluster, offsets, txns)
 
 

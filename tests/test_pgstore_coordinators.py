@@ -28,22 +28,21 @@ from kio.schema.errors import ErrorCode
 from kafka_gateway.errors import error_code
 from kafka_gateway.groups import GroupCoordinator, GroupOffsets, JoinRequest, JoinResult
 from kafka_gateway.settings import GatewayConfig
-from pgstore.cluster import ClusterSettings, PgCluster
+from pgstore.cluster import PgCluster
 from pgstore.consumer_offsets import PgConsumerOffsets
 from pgstore.leadership import coordinator_slot
-from pgstore.membership import Listener
 from pgstore.migrate import quoted
-from pgstore.node import PgNodeSettings, PgNodeStorage
+from pgstore.node import PgNodeStorage
 from tablets.errors import CoordinatorMoved
 from tablets.seam import OffsetCommit
 from testkit import postgres
 from testkit.consumer_protocol import encode_assignment, encode_subscription
 from testkit.pg_engines import move_slot, until
+from testkit.pg_gateways import LEASE, join, started_node
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
 TIMEOUT = 60
-LEASE = 1.5
 
 
 @dataclasses.dataclass
@@ -56,21 +55,14 @@ class Gateway:
 
 
 async def gateway(pg: PostgresServer, schema: str, node_id: int) -> Gateway:
-    node = PgNodeStorage(pg.dsn, PgNodeSettings(
-        schema=schema, cluster=ClusterSettings(node_id=node_id, lease_seconds=LEASE)),
-        offsets=PgConsumerOffsets)
-    await node.start()
-    cluster = node.cluster()
-    assert cluster is not None
-    offsets = node.consumer_offsets
-    assert isinstance(offsets, PgConsumerOffsets)
+    node, cluster, offsets = await started_node(pg, schema, node_id)
     config = dataclasses.replace(GatewayConfig(), group_initial_rebalance_delay_ms=50,
                                  group_min_session_timeout_ms=10)
     groups = GroupCoordinator(config, offsets)
     # As kafka_gateway/server.py wires them.
     cluster.watch_coordination(groups.drop_groups)
     groups.coordinates = cluster.coordinates
-    await node.join_cluster([Listener("PLAINTEXT", f"gw{node_id}", 9000 + node_id)])
+    await join(node, node_id)
     return Gateway(node, cluster, offsets, groups, GroupOffsets(config, groups, offsets))
 
 

@@ -31,23 +31,21 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway.errors import error_code
-from pgstore.cluster import ClusterSettings, PgCluster
-from pgstore.consumer_offsets import PgConsumerOffsets
+from pgstore.cluster import PgCluster
 from pgstore.leadership import coordinator_slot
-from pgstore.membership import Listener
 from pgstore.migrate import quoted
-from pgstore.node import PgNodeSettings, PgNodeStorage
+from pgstore.node import PgNodeStorage
 from tablets import batch as batch_header
 from tablets.errors import CoordinatorMoved
 from testkit import postgres
 from testkit.batches import make_batch
 from testkit.pg_engines import move_slot, until
+from testkit.pg_gateways import LEASE, join, started_node
 from testkit.postgres import PostgresServer
 from txn.coordinator import TransactionCoordinator
 
 pg_server = postgres.server_fixture("module")
 TIMEOUT = 60
-LEASE = 1.5
 TXN_TIMEOUT_MS = 8000
 
 
@@ -65,19 +63,14 @@ def clock_of(skew: list[int]) -> Callable[[], int]:
 
 async def gateway(pg: PostgresServer, schema: str, node_id: int,
                   wired: bool = True) -> Gateway:
-    node = PgNodeStorage(pg.dsn, PgNodeSettings(
-        schema=schema, cluster=ClusterSettings(node_id=node_id, lease_seconds=LEASE)),
-        offsets=PgConsumerOffsets)
-    await node.start()
-    cluster = node.cluster()
-    assert cluster is not None
+    node, cluster, _offsets = await started_node(pg, schema, node_id)
     skew = [0]
     txns = TransactionCoordinator(node, clock=clock_of(skew))
     if wired:  # as kafka_gateway/server.py wires it
         txns.in_cluster(cluster.coordinates)
         cluster.watch_coordination(txns.drop, txns.load_gained)
     txns.load()
-    await node.join_cluster([Listener("PLAINTEXT", f"gw{node_id}", 9000 + node_id)])
+    await join(node, node_id)
     return Gateway(node, cluster, txns, skew)
 
 
