@@ -106,6 +106,20 @@ def run(body: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(bounded())
 
 
+def run_two(pg: PostgresServer, body: Callable[[str, Gateway, Gateway], Awaitable[None]],
+            ) -> None:
+    """``body(schema, a, b)`` on two gateways over a new schema (``two_gateways``),
+    both closed after it, within ``TIMEOUT``."""
+    async def both() -> None:
+        schema, a, b = await two_gateways(pg)
+        try:
+            await body(schema, a, b)
+        finally:
+            await close(a, b)
+
+    run(both)
+
+
 async def rows(pg: PostgresServer, schema: str, table: str, group: str) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(pg.dsn)
     try:

@@ -39,13 +39,11 @@ from testkit.pg_gateways import (
     TOPIC,
     Gateway,
     at,
-    close,
     key_of,
     opened,
     retried,
     rows,
-    run,
-    two_gateways,
+    run_two,
 )
 from testkit.postgres import PostgresServer
 from txn.errors import TxnConflict
@@ -87,120 +85,104 @@ async def committed_by_other(a: Gateway, b: Gateway, group: str, how: str,
 @pytest.mark.parametrize("zombie_offset", [10, 12])
 def test_a_zombie_staging_after_another_commit_is_refused(
         pg_server: PostgresServer, how: str, zombie_offset: int) -> None:
-    async def body() -> None:
-        schema, a, b = await two_gateways(pg_server)
-        try:
-            zombie, group = key_of(a.cluster, "zombie"), key_of(b.cluster, "group")
-            await settled(a, b, zombie, group=group)
-            zpid, zepoch = await opened(a, zombie, group)  # the zombie's begin
-            await retried(lambda: a.txns.add_partitions(zombie, zpid, zepoch, [(TOPIC, 1)]))
-            winner = await committed_by_other(a, b, group, how, 10)
-            with pytest.raises(TxnConflict) as refused:
-                await b.txns.txn_offset_commit_elsewhere(zombie, zpid, zepoch, group,
-                                                         at(zombie_offset))
-            assert error_code(refused.value, 28, 3) is ErrorCode.illegal_generation
-            assert await rows(pg_server, schema, "txn_staged_offsets", group) == []
-            # The client aborts (an abortable error).
-            await a.txns.end_txn(zombie, zpid, zepoch, commit=False)
-            landed = await rows(pg_server, schema, "consumer_offsets", group)
-            assert [(r["committed_offset"], r["committer"]) for r in landed] == [(10, winner)]
-        finally:
-            await close(a, b)
+    async def body(schema: str, a: Gateway, b: Gateway) -> None:
+        zombie, group = key_of(a.cluster, "zombie"), key_of(b.cluster, "group")
+        await settled(a, b, zombie, group=group)
+        zpid, zepoch = await opened(a, zombie, group)  # the zombie's begin
+        await retried(lambda: a.txns.add_partitions(zombie, zpid, zepoch, [(TOPIC, 1)]))
+        winner = await committed_by_other(a, b, group, how, 10)
+        with pytest.raises(TxnConflict) as refused:
+            await b.txns.txn_offset_commit_elsewhere(zombie, zpid, zepoch, group,
+                                                     at(zombie_offset))
+        assert error_code(refused.value, 28, 3) is ErrorCode.illegal_generation
+        assert await rows(pg_server, schema, "txn_staged_offsets", group) == []
+        # The client aborts (an abortable error).
+        await a.txns.end_txn(zombie, zpid, zepoch, commit=False)
+        landed = await rows(pg_server, schema, "consumer_offsets", group)
+        assert [(r["committed_offset"], r["committer"]) for r in landed] == [(10, winner)]
 
-    run(body)
+    run_two(pg_server, body)
 
 
 def test_an_unchanged_member_fenced_offset_of_a_predecessor_passes(
         pg_server: PostgresServer) -> None:
-    async def body() -> None:
-        schema, a, b = await two_gateways(pg_server)
-        try:
-            txn_id, group = key_of(a.cluster, "txn"), key_of(b.cluster, "group")
-            await settled(a, b, txn_id, group=group)
-            pid, epoch = await opened(a, txn_id, group)
-            # The predecessor (another member) commits offset 10 after the begin.
-            await b.offsets.commit(group, at(10), 1, member="1:old")
-            # Without a member, the same offset conflicts (rule 2, as on one gateway).
-            with pytest.raises(TxnConflict):
-                await b.txns.txn_offset_commit_elsewhere(txn_id, pid, epoch, group, at(10))
-            # Member-fenced by another member: an empty range, passes.
-            await b.txns.txn_offset_commit_elsewhere(txn_id, pid, epoch, group, at(10),
+    async def body(schema: str, a: Gateway, b: Gateway) -> None:
+        txn_id, group = key_of(a.cluster, "txn"), key_of(b.cluster, "group")
+        await settled(a, b, txn_id, group=group)
+        pid, epoch = await opened(a, txn_id, group)
+        # The predecessor (another member) commits offset 10 after the begin.
+        await b.offsets.commit(group, at(10), 1, member="1:old")
+        # Without a member, the same offset conflicts (rule 2, as on one gateway).
+        with pytest.raises(TxnConflict):
+            await b.txns.txn_offset_commit_elsewhere(txn_id, pid, epoch, group, at(10))
+        # Member-fenced by another member: an empty range, passes.
+        await b.txns.txn_offset_commit_elsewhere(txn_id, pid, epoch, group, at(10),
+                                                 "2:new")
+        staged = await rows(pg_server, schema, "txn_staged_offsets", group)
+        assert [(r["committed_offset"], r["member"], r["exempt_version"] > 0)
+                for r in staged] == [(10, "2:new", True)]
+        await a.txns.end_txn(txn_id, pid, epoch, commit=True)
+        landed = await rows(pg_server, schema, "consumer_offsets", group)
+        assert [(r["committed_offset"], r["committer"], r["member"])
+                for r in landed] == [(10, txn_id, "2:new")]
+        # A later offset from that member, the row moved since the begin: conflicts.
+        await a.txns.add_offsets(txn_id, pid, epoch, group)
+        await b.offsets.commit(group, at(11), 1, member="1:old")
+        with pytest.raises(TxnConflict):
+            await b.txns.txn_offset_commit_elsewhere(txn_id, pid, epoch, group, at(15),
                                                      "2:new")
-            staged = await rows(pg_server, schema, "txn_staged_offsets", group)
-            assert [(r["committed_offset"], r["member"], r["exempt_version"] > 0)
-                    for r in staged] == [(10, "2:new", True)]
-            await a.txns.end_txn(txn_id, pid, epoch, commit=True)
-            landed = await rows(pg_server, schema, "consumer_offsets", group)
-            assert [(r["committed_offset"], r["committer"], r["member"])
-                    for r in landed] == [(10, txn_id, "2:new")]
-            # A later offset from that member, the row moved since the begin: conflicts.
-            await a.txns.add_offsets(txn_id, pid, epoch, group)
-            await b.offsets.commit(group, at(11), 1, member="1:old")
-            with pytest.raises(TxnConflict):
-                await b.txns.txn_offset_commit_elsewhere(txn_id, pid, epoch, group, at(15),
-                                                         "2:new")
-        finally:
-            await close(a, b)
 
-    run(body)
+    run_two(pg_server, body)
 
 
 def test_the_commit_has_the_final_word_under_the_rows_locks(
         pg_server: PostgresServer) -> None:
-    async def body() -> None:
-        schema, a, b = await two_gateways(pg_server)
+    async def body(schema: str, a: Gateway, b: Gateway) -> None:
+        zombie, group = key_of(a.cluster, "zombie"), key_of(b.cluster, "group")
+        await settled(a, b, zombie, group=group)
+        zpid, zepoch = await opened(a, zombie, group)
+        await retried(lambda: a.txns.add_partitions(zombie, zpid, zepoch, [(TOPIC, 1)]))
+        await b.txns.txn_offset_commit_elsewhere(zombie, zpid, zepoch, group, at(10))
+        await b.offsets.commit(group, at(10), 1)  # after the begin and the staging
+        # The staging's check passed on the rows before that commit, and its
+        # insert read the row after it (the race between the two statements):
+        # the staged row expects the new version.
+        conn = await asyncpg.connect(pg_server.dsn)
         try:
-            zombie, group = key_of(a.cluster, "zombie"), key_of(b.cluster, "group")
-            await settled(a, b, zombie, group=group)
-            zpid, zepoch = await opened(a, zombie, group)
-            await retried(lambda: a.txns.add_partitions(zombie, zpid, zepoch, [(TOPIC, 1)]))
-            await b.txns.txn_offset_commit_elsewhere(zombie, zpid, zepoch, group, at(10))
-            await b.offsets.commit(group, at(10), 1)  # after the begin and the staging
-            # The staging's check passed on the rows before that commit, and its
-            # insert read the row after it (the race between the two statements):
-            # the staged row expects the new version.
-            conn = await asyncpg.connect(pg_server.dsn)
-            try:
-                s = quoted(schema)
-                moved = await conn.execute(
-                    f"UPDATE {s}.txn_staged_offsets t SET expected_version = c.version "
-                    f"FROM {s}.consumer_offsets c WHERE c.group_id = t.group_id "
-                    "AND c.topic = t.topic AND c.partition = t.partition "
-                    "AND t.transactional_id = $1", zombie)
-                assert moved == "UPDATE 1"
-            finally:
-                await conn.close()
-            with pytest.raises(TxnConflict) as refused:
-                await a.txns.end_txn(zombie, zpid, zepoch, commit=True)
-            assert error_code(refused.value, 26, 3) is ErrorCode.unknown_producer_id
-            assert a.txns.txns[zombie].state is TxnState.COMPLETE_ABORT
-            landed = await rows(pg_server, schema, "consumer_offsets", group)
-            assert [(r["committed_offset"], r["committer"]) for r in landed] == [(10, "")]
-            assert await rows(pg_server, schema, "txn_staged_offsets", group) == []
+            s = quoted(schema)
+            moved = await conn.execute(
+                f"UPDATE {s}.txn_staged_offsets t SET expected_version = c.version "
+                f"FROM {s}.consumer_offsets c WHERE c.group_id = t.group_id "
+                "AND c.topic = t.topic AND c.partition = t.partition "
+                "AND t.transactional_id = $1", zombie)
+            assert moved == "UPDATE 1"
         finally:
-            await close(a, b)
+            await conn.close()
+        with pytest.raises(TxnConflict) as refused:
+            await a.txns.end_txn(zombie, zpid, zepoch, commit=True)
+        assert error_code(refused.value, 26, 3) is ErrorCode.unknown_producer_id
+        assert a.txns.txns[zombie].state is TxnState.COMPLETE_ABORT
+        landed = await rows(pg_server, schema, "consumer_offsets", group)
+        assert [(r["committed_offset"], r["committer"]) for r in landed] == [(10, "")]
+        assert await rows(pg_server, schema, "txn_staged_offsets", group) == []
 
-    run(body)
+    run_two(pg_server, body)
 
 
 def test_a_transaction_begun_after_the_other_commit_is_not_refused(
         pg_server: PostgresServer) -> None:
-    async def body() -> None:
-        schema, a, b = await two_gateways(pg_server)
-        try:
-            txn_id, group = key_of(a.cluster, "txn"), key_of(b.cluster, "group")
-            await settled(a, b, txn_id, group=group)
-            winner = await committed_by_other(a, b, group, "staged", 10)
-            pid, epoch = await opened(a, txn_id, group)  # begins after that commit
-            await b.txns.txn_offset_commit_elsewhere(txn_id, pid, epoch, group, at(12))
-            await a.txns.end_txn(txn_id, pid, epoch, commit=True)
-            landed = await rows(pg_server, schema, "consumer_offsets", group)
-            assert [(r["committed_offset"], r["committer"]) for r in landed] == [(12, txn_id)]
-            assert winner != txn_id
-        finally:
-            await close(a, b)
+    async def body(schema: str, a: Gateway, b: Gateway) -> None:
+        txn_id, group = key_of(a.cluster, "txn"), key_of(b.cluster, "group")
+        await settled(a, b, txn_id, group=group)
+        winner = await committed_by_other(a, b, group, "staged", 10)
+        pid, epoch = await opened(a, txn_id, group)  # begins after that commit
+        await b.txns.txn_offset_commit_elsewhere(txn_id, pid, epoch, group, at(12))
+        await a.txns.end_txn(txn_id, pid, epoch, commit=True)
+        landed = await rows(pg_server, schema, "consumer_offsets", group)
+        assert [(r["committed_offset"], r["committer"]) for r in landed] == [(12, txn_id)]
+        assert winner != txn_id
 
-    run(body)
+    run_two(pg_server, body)
 
 
 def test_a_zombie_the_groups_gateway_coordinates_is_refused_at_txn_offset_commit(
@@ -210,23 +192,19 @@ def test_a_zombie_the_groups_gateway_coordinates_is_refused_at_txn_offset_commit
     is refused at TxnOffsetCommit (ILLEGAL_GENERATION), as on one gateway,
     not at EndTxn."""
 
-    async def body() -> None:
-        schema, a, b = await two_gateways(pg_server)
-        try:
-            zombie, group = key_of(b.cluster, "zombie"), key_of(b.cluster, "group")
-            await settled(a, b, zombie, group=group)
-            assert b.cluster.coordinates(zombie)
-            zpid, zepoch = await opened(b, zombie, group)
-            await b.txns.add_partitions(zombie, zpid, zepoch, [(TOPIC, 1)])
-            winner = await committed_by_other(a, b, group, "staged", 10)
-            assert b.txns.pending_offsets.is_pending(group, TOPIC, 0)  # not settled yet
-            with pytest.raises(TxnConflict) as refused:
-                await b.txns.txn_offset_commit(zombie, zpid, zepoch, group, at(10))
-            assert error_code(refused.value, 28, 3) is ErrorCode.illegal_generation
-            await b.txns.end_txn(zombie, zpid, zepoch, commit=False)
-            landed = await rows(pg_server, schema, "consumer_offsets", group)
-            assert [(r["committed_offset"], r["committer"]) for r in landed] == [(10, winner)]
-        finally:
-            await close(a, b)
+    async def body(schema: str, a: Gateway, b: Gateway) -> None:
+        zombie, group = key_of(b.cluster, "zombie"), key_of(b.cluster, "group")
+        await settled(a, b, zombie, group=group)
+        assert b.cluster.coordinates(zombie)
+        zpid, zepoch = await opened(b, zombie, group)
+        await b.txns.add_partitions(zombie, zpid, zepoch, [(TOPIC, 1)])
+        winner = await committed_by_other(a, b, group, "staged", 10)
+        assert b.txns.pending_offsets.is_pending(group, TOPIC, 0)  # not settled yet
+        with pytest.raises(TxnConflict) as refused:
+            await b.txns.txn_offset_commit(zombie, zpid, zepoch, group, at(10))
+        assert error_code(refused.value, 28, 3) is ErrorCode.illegal_generation
+        await b.txns.end_txn(zombie, zpid, zepoch, commit=False)
+        landed = await rows(pg_server, schema, "consumer_offsets", group)
+        assert [(r["committed_offset"], r["committer"]) for r in landed] == [(10, winner)]
 
-    run(body)
+    run_two(pg_server, body)
