@@ -75,11 +75,22 @@ class LogSql:
                           f"FROM {s}.producers WHERE log_id = $1")
         self.read = read_sql(s)
         # The first batch whose running max timestamp reaches $2 is the first
-        # whose own max does (batches_by_time).
+        # whose own max does (batches_by_time: every writer of a log takes its
+        # row's lock before it reads the newest running max, so the index is
+        # in offset order).
         self.first_at_time = f"""
             SELECT base_offset FROM {s}.batches
              WHERE log_id = $1 AND running_max_timestamp >= $2
              ORDER BY running_max_timestamp, base_offset LIMIT 1"""
+        # Retention's cut: the same batch, found in offset order from the log
+        # start, so that it never rests on that order of the time index (rows
+        # written before it was kept, or anything else that broke it, cost a
+        # later cut, never a batch stamped after the cutoff). It scans the
+        # expired batches, which the pass then deletes.
+        self.first_unexpired = f"""
+            SELECT base_offset FROM {s}.batches
+             WHERE log_id = $1 AND running_max_timestamp >= $2
+             ORDER BY base_offset LIMIT 1"""
         self.batch_from = f"""
             SELECT b.base_offset, b.shifted, d.data
               FROM {s}.batches b

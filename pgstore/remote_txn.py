@@ -115,6 +115,20 @@ class _Statements:
         # ordinal order, naming the same bytes (shifted, as every published
         # pending batch); the partition row takes the offsets and bytes. No
         # row: nothing is written (not even the partition row).
+        #
+        # First, in a statement of its own, the partition row is locked when
+        # there is anything to publish: the publication's statement then
+        # starts after every change that held the row before it, so its read
+        # of the log's newest batch (``prior``, the running max timestamp)
+        # sees them. In one statement, READ COMMITTED would re-read only the
+        # locked row after the wait, not the batches, and a commit that
+        # waited behind another writer's would store running maxima below
+        # that writer's: the time index out of offset order, which retention
+        # by time would read as "everything up to here expired".
+        self.lock_log = (
+            f"SELECT 1 FROM {s}.partitions p WHERE p.log_id = $1 AND EXISTS ("
+            f"SELECT 1 FROM {s}.pending_batches r WHERE r.log_id = $1 AND r.instance = $2 "
+            "AND r.ordinal >= $3) FOR UPDATE OF p")
         self.publish = (
             "WITH r AS (SELECT r.ordinal, r.size, r.data_id, "
             f"{_RECORDS} AS rc, {_LAST_DELTA} AS ld, {_MAX_TS} AS mt "
@@ -272,7 +286,9 @@ class PgRemoteTxns:
         everything = own and part.publish_epoch is None
         pg = as_txn_change(change)
         log_id = part.log_id
-        pg.execute(self._sql.publish, log_id, instance, 0 if everything else REMOTE_ORDINALS)
+        first = 0 if everything else REMOTE_ORDINALS
+        pg.execute(self._sql.lock_log, log_id, instance, first)
+        pg.execute(self._sql.publish, log_id, instance, first)
         if everything and self._own_published is not None:
             told = self._own_published
             pg.on_durable(lambda: told(log_id, instance))

@@ -67,7 +67,7 @@ class Truncation:
             if by_time:
                 # Every batch before the first one stamped at or after the
                 # cutoff is older than retention.ms.
-                first = await conn.fetchval(log.sql.first_at_time, log.log_id,
+                first = await conn.fetchval(log.sql.first_unexpired, log.log_id,
                                             now_ms - settings.retention_ms)
                 new_start = max(new_start, hw if first is None else min(int(first), hw))
             if by_size:

@@ -272,6 +272,37 @@ def test_delete_records_and_retention_delete_whole_batches_and_their_bytes(
     run(body)
 
 
+def test_retention_by_time_cuts_in_offset_order_whatever_the_time_index_says(
+        pg_server: PostgresServer) -> None:
+    """Retention by time keeps every batch from the first one stamped at or
+    after the cutoff, found in offset order: a time index whose running
+    maxima are out of offset order (as a commit that waited behind another
+    writer stored them before pgstore.remote_txn locked first, or as any
+    database written then holds) costs no recent batch. Read through the
+    index's own order, the cut landed on the later batch with the smaller
+    running max and deleted the three recent ones before it."""
+    name = schema()
+
+    async def body() -> None:
+        node = await started(pg_server, name)
+        await node.create_topic("t", 1, {})
+        log = node.partition("t", 0)
+        for i in range(4):
+            await log.append(batch(1, ts=now() - 1_000 + i), now())
+        # The premise: the index out of offset order (offset 3 below 0-2).
+        moved = await db(pg_server, f"WITH u AS (UPDATE {name}.batches SET "
+                                    "running_max_timestamp = running_max_timestamp - 10000 "
+                                    "WHERE base_offset = 3 RETURNING 1) SELECT count(*) FROM u")
+        assert moved == 1
+        await node.set_topic_configs("t", {"retention.ms": "86400000"})
+        await node.enforce_retention()
+        assert log.log_start_offset == 0
+        assert await db(pg_server, f"SELECT count(*) FROM {name}.batches") == 4
+        await node.close()
+
+    run(body)
+
+
 def test_retention_vacuums_the_tables_once_a_quarter_of_the_data_retained_is_deleted(
         pg_server: PostgresServer) -> None:
     """The pass runs VACUUM itself (pgstore/retention.py) when it has deleted at

@@ -324,3 +324,73 @@ def test_the_restarted_coordinator_commits_the_leaders_batches_once(
             await b.node.close()
 
     run(body)
+
+
+def test_a_commit_that_waited_for_another_writer_keeps_the_time_index_in_offset_order(
+        pg_server: PostgresServer) -> None:
+    """The commit publishing b's batch waits for another writer's change on
+    the partition row (one that stored a batch stamped after it). Its rows'
+    running max timestamps still include that batch, and retention by time
+    (cutoff before both) deletes nothing: before the fix the published batch
+    kept its own, older running max, and the cut landed on it, deleting the
+    newer batch before it (seen as a Spark reshard's lost records)."""
+    async def body() -> None:
+        a, b, txn_id, b_led, _ = await two_gateways(pg_server)
+        schema = a.node.settings.schema
+        log_id = b.node.partition("t", b_led).log_id
+        writer = await asyncpg.connect(pg_server.dsn)
+        try:
+            pid, epoch = await a.txns.init_producer_id(txn_id, 60_000)
+            await a.txns.add_partitions(txn_id, pid, epoch, [("t", b_led)])
+            early, late = now() - 5_000, now()
+            await b.produce(txn_id, pid, epoch, b_led,
+                            make_batch([b"txn"], base_timestamp=early, producer_id=pid,
+                                       producer_epoch=epoch, base_sequence=0,
+                                       attributes=batch_header.ATTR_TRANSACTIONAL))
+            # Another writer's change, as PostgreSQL holds it before its
+            # commit: the row locked and moved, one batch stamped ``late``.
+            other = make_batch([b"other"], base_timestamp=late)
+            tx = writer.transaction()
+            await tx.start()
+            at = await writer.fetchval(
+                f"UPDATE {schema}.partitions SET log_end_offset = log_end_offset + 1, "
+                "size_bytes = size_bytes + $2 WHERE log_id = $1 RETURNING log_end_offset - 1",
+                log_id, len(other))
+            assert at == 0
+            data_id = await writer.fetchval(
+                f"INSERT INTO {schema}.batch_data (log_id, data) VALUES ($1, $2) "
+                "RETURNING data_id", log_id, other)
+            await writer.execute(
+                f"INSERT INTO {schema}.batches (log_id, base_offset, last_offset, max_timestamp, "
+                "running_max_timestamp, size, data_id, shifted) "
+                "VALUES ($1, 0, 0, $2, $2, $3, $4, false)", log_id, late, len(other), data_id)
+            commit = asyncio.ensure_future(a.txns.end_txn(txn_id, pid, epoch, True))
+            waiting = ("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                       f"AND query LIKE '%{schema}%.partitions%'")
+            for _ in range(200):  # the premise: the commit waits for the row
+                if await count(pg_server, waiting) or commit.done():
+                    break
+                await asyncio.sleep(0.02)
+            assert not commit.done() and await count(pg_server, waiting) == 1
+            await tx.commit()
+            await commit
+            rows = await writer.fetch(
+                f"SELECT base_offset, max_timestamp, running_max_timestamp FROM {schema}.batches "
+                "WHERE log_id = $1 ORDER BY base_offset", log_id)
+            assert [(r[0], r[1]) for r in rows][:2] == [(0, late), (1, early)]
+            running = [r[2] for r in rows]
+            assert running == sorted(running) and running[1] == late, rows
+            # Retention by time, the cutoff before both records: nothing goes.
+            led = b.node.partition("t", b_led)
+            await until(lambda: led.high_watermark == 3, "b read the log end again", 5)
+            await b.node.set_topic_configs("t", {"retention.ms": "60000"})
+            await b.node.enforce_retention()
+            assert led.log_start_offset == 0
+            assert [(o, c) for o, c, _ in await log_of(b.node, b_led)] == [
+                (0, False), (1, False), (2, True)]
+        finally:
+            await writer.close()
+            await a.node.close()
+            await b.node.close()
+
+    run(body)
