@@ -71,5 +71,41 @@ def test_two_settles_at_once_release_each_staging_once() -> None:
         await asyncio.gather(first, second)
         assert pending.is_pending("g", *TP), "the next transaction's staging was released"
         assert store.asked == 2  # the second asked after the first was answered
+        assert remote.groups_settling == 0  # the group's lock went with its last settle
 
     asyncio.run(asyncio.wait_for(body(), 10))
+
+
+def test_the_lock_of_a_group_lives_only_while_it_is_settled() -> None:
+    """One lock per group being settled, not per group that ever staged: a
+    thousand groups settled one after another leave none behind, and a
+    settle that fails (the store unreachable) drops its lock too."""
+    async def body() -> None:
+        store = GatedStore()
+        remote = RemoteOffsets(store, PendingOffsets())
+        for i in range(1000):
+            await remote.stage(f"tid{i}", 1, 0, f"g{i}", {TP: OffsetCommit(i)})
+            store.staged[f"g{i}"].clear()
+            settle = asyncio.ensure_future(remote.settle(f"g{i}"))
+            while store.asked <= i:
+                await asyncio.sleep(0)
+            assert remote.groups_settling == 1  # the premise: it holds its lock
+            store.gate.set()
+            await settle
+            store.gate.clear()
+        assert remote.groups_settling == 0
+
+        async def unreachable(group: str, transactional_ids: Collection[str]) -> set[str]:
+            raise ConnectionError("store unreachable")
+
+        await remote.stage("tid", 1, 0, "g", {TP: OffsetCommit(1)})
+        store.settle_staged = unreachable  # type: ignore[method-assign]
+        try:
+            await remote.settle("g")
+        except ConnectionError:
+            pass
+        else:
+            raise AssertionError("the settle did not reach the failing store")
+        assert remote.groups_settling == 0
+
+    asyncio.run(asyncio.wait_for(body(), 30))

@@ -96,8 +96,10 @@ class RemoteOffsets:
         self.held: dict[str, dict[str, list[list[TopicPartition]]]] = {}
         # Offsets staged (here or on a gateway that coordinated the group
         # before) when the store read the offsets: held too.
-        # A lock per group that ever held stagings (``settle``).
-        self._settling: dict[str, asyncio.Lock] = {}
+        # A lock per group while a settle of it runs or waits (``settle``),
+        # with how many do: dropped by the last, so the map holds only the
+        # groups being settled, not every group that ever staged.
+        self._settling: dict[str, tuple[asyncio.Lock, list[int]]] = {}
         for group, staged in storage.watch_staged(self.seen).items():
             self.seen(group, staged)
 
@@ -137,9 +139,20 @@ class RemoteOffsets:
         then the next transaction's staging made meanwhile."""
         if not self.held.get(group):
             return
-        lock = self._settling.setdefault(group, asyncio.Lock())
-        async with lock:
-            await self._settle(group)
+        lock, users = self._settling.setdefault(group, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                await self._settle(group)
+        finally:
+            users[0] -= 1
+            if not users[0]:  # nobody holds or waits for it: the next makes a new one
+                del self._settling[group]
+
+    @property
+    def groups_settling(self) -> int:
+        """How many groups have a settle running or waiting."""
+        return len(self._settling)
 
     async def _settle(self, group: str) -> None:
         held = self.held.get(group)
