@@ -6,7 +6,8 @@ them, for the CLI: any gateway of a cluster (docs/cluster.md) is a bootstrap.
 - ``to_coordinator``: a request about a group (key type 0) or transactional
   id (1) goes to the broker FindCoordinator names, asked again after
   NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE or COORDINATOR_LOAD_IN_PROGRESS
-  (and after a broker that cannot be reached), at most ``ATTEMPTS`` times;
+  (and after a broker that cannot be reached or does not answer within
+  ``REQUEST_TIMEOUT_S``), at most ``ATTEMPTS`` times within ``API_TIMEOUT_S``;
 - ``to_leader`` / ``leaders``: a request about a partition goes to its leader
   as Metadata names it, asked again after NOT_LEADER_OR_FOLLOWER or
   LEADER_NOT_AVAILABLE;
@@ -45,6 +46,8 @@ TRANSACTION = 1
 ATTEMPTS = 12
 BACKOFF_S = 0.1  # Kafka's retry.backoff.ms, doubled per attempt up to MAX_BACKOFF_S
 MAX_BACKOFF_S = 1.0
+REQUEST_TIMEOUT_S = 30.0  # Kafka's request.timeout.ms: one answer of a broker
+API_TIMEOUT_S = 60.0  # Kafka's default.api.timeout.ms: a routed request, retries included
 COORDINATOR_MOVED = frozenset({ErrorCode.not_coordinator, ErrorCode.coordinator_not_available,
                                ErrorCode.coordinator_load_in_progress})
 LEADER_MOVED = frozenset({ErrorCode.not_leader_or_follower, ErrorCode.leader_not_available})
@@ -126,9 +129,13 @@ class ClusterClient:
         """``send`` to the broker ``find`` names, found again while the answer
         (or ``find``) says it moved or the broker cannot be reached."""
         last: RoutingError | OSError | None = None
+        deadline = asyncio.get_running_loop().time() + API_TIMEOUT_S
         for attempt in range(ATTEMPTS):
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
             if attempt:
-                await asyncio.sleep(backoff(attempt - 1))
+                await asyncio.sleep(min(backoff(attempt - 1), left))
             try:
                 address, single = await find()
             except RoutingError as error:
@@ -137,9 +144,10 @@ class ClusterClient:
                 last = error
                 continue
             try:
-                answer = await send(await self.client_of(address, single))
+                answer = await asyncio.wait_for(send(await self.client_of(address, single)),
+                                                min(REQUEST_TIMEOUT_S, max(left, 1.0)))
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as error:
-                last = OSError(f"{address[0]}:{address[1]}: {error or type(error).__name__}")
+                last = OSError(f"{address[0]}:{address[1]}: {str(error) or type(error).__name__}")
                 await self._drop(address)
                 continue
             code = error_of(answer)
@@ -150,7 +158,8 @@ class ClusterClient:
             raise last
         raise RoutingError(what, ErrorCode.coordinator_not_available
                            if moved is COORDINATOR_MOVED else ErrorCode.leader_not_available,
-                           f"after {ATTEMPTS} attempts: {last}")
+                           f"no broker answered within {ATTEMPTS} attempts or "
+                           f"{API_TIMEOUT_S:.0f} s: {last}")
 
     async def coordinator(self, what: str, key: str, key_type: int) -> tuple[Address, bool]:
         """The coordinator's address, FindCoordinator through the bootstrap
@@ -219,8 +228,9 @@ class ClusterClient:
         out: list[tuple[int, Address, T | Exception]] = []
         for node, address in sorted(brokers.items()):
             try:
-                out.append((node, address, await send(
-                    await self.client_of(address, len(brokers) == 1))))
+                out.append((node, address, await asyncio.wait_for(
+                    send(await self.client_of(address, len(brokers) == 1)),
+                    REQUEST_TIMEOUT_S)))
             except (OSError, asyncio.IncompleteReadError, TimeoutError) as error:
                 await self._drop(address)
                 out.append((node, address, error))
