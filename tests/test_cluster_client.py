@@ -7,6 +7,7 @@ whatever it advertises; every connection closed."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 from types import SimpleNamespace
 from typing import Any
@@ -15,6 +16,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from kafka_gateway import cluster_client
+from kafka_gateway.cli import common
 from kafka_gateway.cluster_client import GROUP, ClusterClient, RoutingError
 
 Address = tuple[str, int]
@@ -215,3 +217,33 @@ def test_one_broker_is_the_bootstrap_whatever_it_advertises() -> None:
 
     asyncio.run(body())
     assert len(cluster.connections) == 1 and cluster.connections[0].closed
+
+
+def test_the_cli_reaches_every_broker_with_the_bootstrap_settings(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
+    """``kafka_gateway/cli/common.py``'s ``connect``: the other brokers are
+    opened with the same client id and security (SASL here) as the bootstrap."""
+    opened: list[tuple[str, int, dict[str, Any]]] = []
+
+    async def fake_connect(host: str, port: int, **kwargs: Any) -> Any:
+        opened.append((host, port, kwargs))
+        return FakeBroker(FakeCluster(THREE), (host, port))
+
+    monkeypatch.setattr(common.KafkaClient, "connect", fake_connect)
+    config = tmp_path / "client.properties"
+    config.write_text("security.protocol=SASL_PLAINTEXT\nsasl.mechanism=SCRAM-SHA-512\n"
+                      "sasl.username=admin\nsasl.password=secret\nclient.id=ops\n")
+    args = argparse.Namespace(bootstrap_server=[("127.0.0.1", 9092)],
+                              command_config=str(config))
+
+    async def body() -> None:
+        client = await common.connect(args)
+        await client.client_of(THREE[2])
+        await client.close()
+
+    asyncio.run(body())
+    assert [(host, port) for host, port, _ in opened] == [("127.0.0.1", 9092), THREE[2]]
+    first, second = opened[0][2], opened[1][2]
+    assert first == second and first["client_id"] == "ops"
+    assert first["security"].mechanism == "SCRAM-SHA-512"
+    assert first["security"].username == "admin"
