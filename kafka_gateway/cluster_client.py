@@ -35,7 +35,7 @@ from kio.schema.metadata.v12 import request as metadata
 from kio.schema.types import TopicName
 from kio.static.primitive import i8
 
-from .client import KafkaClient
+from .client import AuthenticationError, KafkaClient
 
 T = TypeVar("T")
 Address = tuple[str, int]
@@ -231,7 +231,8 @@ class ClusterClient:
                 out.append((node, address, await asyncio.wait_for(
                     send(await self.client_of(address, len(brokers) == 1)),
                     REQUEST_TIMEOUT_S)))
-            except (OSError, asyncio.IncompleteReadError, TimeoutError) as error:
+            except (OSError, asyncio.IncompleteReadError, TimeoutError,
+                    AuthenticationError) as error:
                 await self._drop(address)
                 out.append((node, address, error))
         return out
