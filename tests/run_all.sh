@@ -180,6 +180,9 @@ PG_CLUSTER_TESTS=(
   compat_tests/test_txn_confluent.py compat_tests/test_txn_kafka_python.py
   compat_tests/test_txn_java.py compat_tests/test_streams_java.py
   compat_tests/test_spark_reshard.py
+  # The CLI's commands through one of the three (kafka_gateway/cluster_client.py
+  # routes them to the leaders and coordinators; about 40 s).
+  compat_tests/test_cli.py compat_tests/test_cli_groups.py
   # The exactly-once chaos check with kill -9 of one gateway among its faults
   # (about 2 min; its Java-worker twin stays in the main run only, for time).
   compat_tests/test_reshard_chaos.py::test_reshard_exactly_once_under_chaos

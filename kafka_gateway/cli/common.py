@@ -11,17 +11,27 @@ defaults applied here, after parsing.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import sys
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any
 
 from kio.schema.describe_groups.v5 import request as describe_groups
 from kio.schema.errors import ErrorCode
 from kio.schema.list_offsets.v7 import request as list_offsets
-from kio.schema.metadata.v12 import request as metadata
 from kio.schema.offset_fetch.v8 import request as offset_fetch
 
 from ..client import ClientSecurity, KafkaClient
+from ..cluster_client import (
+    ATTEMPTS,
+    GROUP,
+    LEADER_MOVED,
+    ClusterClient,
+    Connect,
+    RoutingError,
+    backoff,
+)
 from ..settings import read_properties
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -86,16 +96,27 @@ def bootstrap_servers(args: argparse.Namespace) -> list[tuple[str, int]]:
     return _servers(client_properties(args).get("bootstrap.servers", DEFAULT_BOOTSTRAP))
 
 
-async def connect(args: argparse.Namespace) -> KafkaClient:
-    """A connection to the first bootstrap server that answers."""
+def _connector(args: argparse.Namespace) -> Connect:
+    """How to open a connection with the command's client id and security."""
     settings = client_properties(args)
     protocol = settings.get("security.protocol", "PLAINTEXT").upper()
     security = ClientSecurity.from_properties(settings) if protocol != "PLAINTEXT" else None
     client_id = settings.get("client.id", DEFAULT_CLIENT_ID)
+
+    async def connect(host: str, port: int) -> KafkaClient:
+        return await KafkaClient.connect(host, port, client_id=client_id, security=security)
+
+    return connect
+
+
+async def connect(args: argparse.Namespace) -> ClusterClient:
+    """A connection to the first bootstrap server that answers; the brokers
+    of its cluster are reached through it with the same settings."""
+    connector = _connector(args)
     failure: OSError | None = None
     for host, port in bootstrap_servers(args):
         try:
-            return await KafkaClient.connect(host, port, client_id=client_id, security=security)
+            return ClusterClient(await connector(host, port), (host, port), connector)
         except (OSError, TimeoutError) as exc:
             failure = exc if isinstance(exc, OSError) else OSError(str(exc))
     servers = ",".join(f"{h}:{p}" for h, p in bootstrap_servers(args))
@@ -103,10 +124,14 @@ async def connect(args: argparse.Namespace) -> KafkaClient:
 
 
 @contextlib.asynccontextmanager
-async def connected(args: argparse.Namespace) -> AsyncIterator[KafkaClient]:
+async def connected(args: argparse.Namespace) -> AsyncIterator[ClusterClient]:
+    """The cluster through the bootstrap; a request no broker could serve
+    exits with its error, and every connection is closed after."""
     client = await connect(args)
     try:
         yield client
+    except RoutingError as error:
+        raise SystemExit(str(error)) from None
     finally:
         await client.close()
 
@@ -125,14 +150,10 @@ def check(code: ErrorCode, message: str | None, what: str) -> None:
         raise SystemExit(f"{what}: {code.name.upper()}{': ' + message if message else ''}")
 
 
-async def topic_partitions(client: KafkaClient,
+async def topic_partitions(client: ClusterClient,
                            topics: Iterable[str] | None) -> dict[str, list[int]]:
     """Partition indexes per topic (None: every topic); an unknown topic exits."""
-    wanted = None if topics is None else tuple(
-        metadata.MetadataRequestTopic(topic_id=None, name=name) for name in topics)
-    response = await client.request(metadata.MetadataRequest(
-        topics=wanted, allow_auto_topic_creation=False,
-        include_topic_authorized_operations=False))
+    response = await client.metadata(None if topics is None else list(topics))
     out = {}
     for topic in response.topics:
         check(topic.error_code, None, f"topic {topic.name}")
@@ -144,37 +165,97 @@ EARLIEST = -2
 LATEST = -1
 
 
-async def offsets_at(client: KafkaClient,
+async def offsets_at(client: ClusterClient,
                      timestamps: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
     """ListOffsets: per partition, the offset at a timestamp (EARLIEST, LATEST or
-    milliseconds: -1 where no record is that recent). Partitions in error are left out."""
+    milliseconds: -1 where no record is that recent), asked of each partition's
+    leader (again, at most ATTEMPTS times, while it moves). Partitions in error
+    are left out."""
+    out: dict[tuple[str, int], int] = {}
+    pending = dict(timestamps)
+    for attempt in range(ATTEMPTS):
+        if not pending:
+            break
+        if attempt:
+            await asyncio.sleep(backoff(attempt - 1))
+        found = await client.leaders(pending)
+        by_leader: dict[tuple[str, int], dict[tuple[str, int], int]] = {}
+        for tp, address in found.leaders.items():
+            by_leader.setdefault(address, {})[tp] = pending[tp]
+        moved = set(found.leaderless)
+        for address, wanted in by_leader.items():
+            try:
+                leader = await client.client_of(address, found.single)
+                response = await leader.request(_list_offsets(wanted))
+            except (OSError, asyncio.IncompleteReadError, TimeoutError):
+                moved.update(wanted)
+                continue
+            for topic in response.topics:
+                for part in topic.partitions:
+                    tp = (topic.name, int(part.partition_index))
+                    if part.error_code is ErrorCode.none:
+                        out[tp] = int(part.offset)
+                    elif part.error_code in LEADER_MOVED:
+                        moved.add(tp)
+        pending = {tp: pending[tp] for tp in moved}
+    return out
+
+
+def _list_offsets(timestamps: Mapping[tuple[str, int], int]) -> Any:
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), timestamp in timestamps.items():
         by_topic.setdefault(topic, []).append((partition, timestamp))
-    if not by_topic:
-        return {}
-    response = await client.request(list_offsets.ListOffsetsRequest(
+    return list_offsets.ListOffsetsRequest(
         replica_id=-1, isolation_level=0,
         topics=tuple(list_offsets.ListOffsetsTopic(name=topic, partitions=tuple(
             list_offsets.ListOffsetsPartition(partition_index=p, timestamp=t,
                                               current_leader_epoch=-1)
-            for p, t in wanted)) for topic, wanted in by_topic.items())))
-    return {(t.name, p.partition_index): p.offset for t in response.topics
-            for p in t.partitions if p.error_code is ErrorCode.none}
+            for p, t in wanted)) for topic, wanted in by_topic.items()))
 
 
-async def group_state(client: KafkaClient, group_id: str) -> Any:
-    """The DescribeGroups answer for one group (state "Dead" when it does not exist)."""
-    described = (await client.request(describe_groups.DescribeGroupsRequest(
-        groups=(group_id,), include_authorized_operations=False))).groups[0]
+async def group_state(client: ClusterClient, group_id: str) -> Any:
+    """The DescribeGroups answer for one group (state "Dead" when it does not
+    exist), from its coordinator."""
+    async def send(coordinator: KafkaClient) -> Any:
+        return (await coordinator.request(describe_groups.DescribeGroupsRequest(
+            groups=(group_id,), include_authorized_operations=False))).groups[0]
+
+    described = await client.to_coordinator(f"describe {group_id}", group_id, GROUP, send,
+                                            lambda answer: answer.error_code)
     if described.error_code is not ErrorCode.none:
         raise SystemExit(f"describe {group_id}: {described.error_code.name.upper()}")
     return described
 
 
-async def committed_offsets(client: KafkaClient, group_id: str) -> dict[tuple[str, int], int]:
-    fetched = (await client.request(offset_fetch.OffsetFetchRequest(
-        groups=(offset_fetch.OffsetFetchRequestGroup(group_id=group_id, topics=None),),
-        require_stable=False))).groups[0]
+async def committed_offsets(client: ClusterClient, group_id: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets, from its coordinator."""
+    async def send(coordinator: KafkaClient) -> Any:
+        return (await coordinator.request(offset_fetch.OffsetFetchRequest(
+            groups=(offset_fetch.OffsetFetchRequestGroup(group_id=group_id, topics=None),),
+            require_stable=False))).groups[0]
+
+    fetched = await client.to_coordinator(f"offsets of {group_id}", group_id, GROUP, send,
+                                          lambda answer: answer.error_code)
     return {(t.name, p.partition_index): p.committed_offset
             for t in fetched.topics for p in t.partitions if p.committed_offset >= 0}
+
+
+async def to_every_broker(client: ClusterClient, what: str, body: Any) -> tuple[list[Any], int]:
+    """A listing request sent to every broker (ListGroups, ListTransactions:
+    each broker lists what it coordinates): the answers of those that
+    answered without error, and 1 if any failed (each failure on stderr, as
+    Kafka's tools report a broker's error), else 0."""
+    answers = []
+    status = 0
+    for node, (host, port), answer in await client.to_every_broker(
+            lambda broker: broker.request(body)):
+        if isinstance(answer, Exception):
+            failure = f"{type(answer).__name__}: {answer}"
+        elif answer.error_code is not ErrorCode.none:
+            failure = answer.error_code.name.upper()
+        else:
+            answers.append(answer)
+            continue
+        print(f"Error: {what} of broker {node} ({host}:{port}): {failure}", file=sys.stderr)
+        status = 1
+    return answers, status

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import Any
 
 from kio.schema.delete_groups.v2 import request as delete_groups
 from kio.schema.errors import ErrorCode
@@ -25,6 +26,7 @@ from kio.schema.list_groups.v4 import request as list_groups
 from kio.schema.offset_delete.v0 import request as offset_delete
 
 from ..client import KafkaClient
+from ..cluster_client import GROUP, ClusterClient
 from ..groups.consumer_protocol import PROTOCOL_TYPE, assigned_partitions
 from .common import (
     LATEST,
@@ -35,6 +37,7 @@ from .common import (
     group_state,
     offsets_at,
     print_rows,
+    to_every_broker,
     topic_partitions,
 )
 from .groups_reset import add_reset_arguments, parse_topic_partitions, reset_offsets
@@ -77,35 +80,43 @@ def add_group_selection(parser: argparse.ArgumentParser) -> None:
                         help="every group the gateway knows (default: only those named)")
 
 
-async def selected_groups(client: KafkaClient, args: argparse.Namespace) -> list[str]:
+async def listed_groups(client: ClusterClient, states: tuple[str, ...]) -> tuple[list[Any], int]:
+    """ListGroups of every broker (each lists the groups it coordinates), by
+    group id; and 1 if a broker failed (reported on stderr), else 0."""
+    answers, status = await to_every_broker(client, "list groups",
+                                            list_groups.ListGroupsRequest(states_filter=states))
+    listed = {g.group_id: g for answer in answers for g in answer.groups}
+    return [listed[group] for group in sorted(listed)], status
+
+
+async def selected_groups(client: ClusterClient, args: argparse.Namespace
+                          ) -> tuple[list[str], int]:
+    """The groups named, or every group with --all-groups (and the listing's status)."""
     named = [*(args.group_args or []), *args.group_flags]
     if getattr(args, "all_groups", False):
         if named:
             raise SystemExit("kafka-gateway: name groups or give --all-groups, not both")
-        response = await client.request(list_groups.ListGroupsRequest(states_filter=()))
-        return sorted(g.group_id for g in response.groups)
+        listed, status = await listed_groups(client, ())
+        return [g.group_id for g in listed], status
     if not named:
         raise SystemExit("kafka-gateway: name a group (GROUP or --group GROUP) or --all-groups")
-    return list(dict.fromkeys(named))
+    return list(dict.fromkeys(named)), 0
 
 
 async def run_groups(args: argparse.Namespace) -> int:
     async with connected(args) as client:
         if args.action == "list":
-            response = await client.request(
-                list_groups.ListGroupsRequest(states_filter=tuple(args.state)))
+            listed, status = await listed_groups(client, tuple(args.state))
             print_rows([("GROUP", "STATE", "PROTOCOL-TYPE")] + [
-                (g.group_id, g.group_state, g.protocol_type or "-")
-                for g in sorted(response.groups, key=lambda g: g.group_id)])
-            return 0
+                (g.group_id, g.group_state, g.protocol_type or "-") for g in listed])
+            return status
         if args.action == "delete-offsets":
             return await _delete_offsets(client, args)
-        groups = await selected_groups(client, args)
+        groups, status = await selected_groups(client, args)
         if args.action == "delete":
-            return await _delete(client, groups)
+            return max(status, await _delete(client, groups))
         if args.action == "reset-offsets":
-            return await reset_offsets(client, groups, args)
-        status = 0
+            return max(status, await reset_offsets(client, groups, args))
         for number, group in enumerate(groups):
             if number:
                 print()
@@ -113,7 +124,7 @@ async def run_groups(args: argparse.Namespace) -> int:
         return status
 
 
-async def _describe(client: KafkaClient, group_id: str) -> int:
+async def _describe(client: ClusterClient, group_id: str) -> int:
     described = await group_state(client, group_id)
     if described.group_state == "Dead":
         print(f"Group {group_id} does not exist.")
@@ -152,13 +163,21 @@ async def _describe(client: KafkaClient, group_id: str) -> int:
     return 0
 
 
-async def _delete(client: KafkaClient, groups: list[str]) -> int:
+async def _delete(client: ClusterClient, groups: list[str]) -> int:
+    """DeleteGroups of each group at its coordinator."""
     if not groups:
         print("No groups to delete.")
         return 0
-    response = await client.request(delete_groups.DeleteGroupsRequest(groups_names=tuple(groups)))
-    failed = [r for r in response.results if r.error_code is not ErrorCode.none]
-    for result in response.results:
+    results = []
+    for group in groups:
+        async def send(coordinator: KafkaClient, group: str = group) -> Any:
+            return (await coordinator.request(
+                delete_groups.DeleteGroupsRequest(groups_names=(group,)))).results[0]
+
+        results.append(await client.to_coordinator(f"delete {group}", group, GROUP, send,
+                                                   lambda result: result.error_code))
+    failed = [r for r in results if r.error_code is not ErrorCode.none]
+    for result in results:
         if result.error_code is ErrorCode.none:
             print(f"Deleted group {result.group_id}.")
         else:
@@ -167,7 +186,7 @@ async def _delete(client: KafkaClient, groups: list[str]) -> int:
     return 1 if failed else 0
 
 
-async def _delete_offsets(client: KafkaClient, args: argparse.Namespace) -> int:
+async def _delete_offsets(client: ClusterClient, args: argparse.Namespace) -> int:
     named = [*([args.group_args] if args.group_args else []), *args.group_flags]
     if len(named) != 1:
         raise SystemExit("kafka-gateway: delete-offsets takes exactly one group")
@@ -176,12 +195,15 @@ async def _delete_offsets(client: KafkaClient, args: argparse.Namespace) -> int:
     whole = [topic for topic, partitions in wanted.items() if partitions is None]
     if whole:
         wanted.update(await topic_partitions(client, whole))
-    response = await client.request(offset_delete.OffsetDeleteRequest(
+    request = offset_delete.OffsetDeleteRequest(
         group_id=group, topics=tuple(
             offset_delete.OffsetDeleteRequestTopic(name=topic, partitions=tuple(
                 offset_delete.OffsetDeleteRequestPartition(partition_index=p)
                 for p in partitions or ()))
-            for topic, partitions in wanted.items())))
+            for topic, partitions in wanted.items()))
+    response = await client.to_coordinator(
+        f"delete offsets of {group}", group, GROUP,
+        lambda coordinator: coordinator.request(request), lambda answer: answer.error_code)
     if response.error_code is not ErrorCode.none:
         print(f"Offsets of group {group} could not be deleted: "
               f"{response.error_code.name.upper()}", file=sys.stderr)

@@ -31,7 +31,7 @@ from collections.abc import Iterable
 from kio.schema.errors import ErrorCode
 from kio.schema.offset_commit.v8 import request as offset_commit
 
-from ..client import KafkaClient
+from ..cluster_client import GROUP, ClusterClient
 from .common import (
     EARLIEST,
     LATEST,
@@ -101,7 +101,7 @@ def parse_topic_partitions(items: Iterable[str]) -> dict[str, list[int] | None]:
     return out
 
 
-async def reset_offsets(client: KafkaClient, groups: list[str], args: argparse.Namespace) -> int:
+async def reset_offsets(client: ClusterClient, groups: list[str], args: argparse.Namespace) -> int:
     if not (args.topic or args.all_topics or args.from_file):
         raise SystemExit("kafka-gateway: reset-offsets needs --topic, --all-topics or --from-file")
     if not args.execute and not args.dry_run and not args.export:
@@ -124,7 +124,7 @@ async def reset_offsets(client: KafkaClient, groups: list[str], args: argparse.N
     return status
 
 
-async def _plan(client: KafkaClient, group: str, args: argparse.Namespace
+async def _plan(client: ClusterClient, group: str, args: argparse.Namespace
                 ) -> dict[TopicPartition, int]:
     committed = await committed_offsets(client, group)
     if args.from_file:
@@ -160,7 +160,7 @@ async def _plan(client: KafkaClient, group: str, args: argparse.Namespace
     return await _within_log(client, requested)
 
 
-async def _scope(client: KafkaClient, committed: dict[TopicPartition, int],
+async def _scope(client: ClusterClient, committed: dict[TopicPartition, int],
                  args: argparse.Namespace) -> list[TopicPartition]:
     if args.all_topics:
         return sorted(committed)
@@ -175,7 +175,7 @@ async def _scope(client: KafkaClient, committed: dict[TopicPartition, int],
     return out
 
 
-async def _at(client: KafkaClient, partitions: list[TopicPartition], timestamp: int,
+async def _at(client: ClusterClient, partitions: list[TopicPartition], timestamp: int,
               allow_missing: bool = False) -> dict[TopicPartition, int]:
     found = await offsets_at(client, dict.fromkeys(partitions, timestamp))
     for tp in partitions:
@@ -186,7 +186,7 @@ async def _at(client: KafkaClient, partitions: list[TopicPartition], timestamp: 
     return found
 
 
-async def _within_log(client: KafkaClient,
+async def _within_log(client: ClusterClient,
                       requested: dict[TopicPartition, int]) -> dict[TopicPartition, int]:
     """Targets outside [log start, log end] move to the nearer end, as in Kafka."""
     earliest = await _at(client, list(requested), EARLIEST)
@@ -225,19 +225,24 @@ def _read_plan(path: str, group: str) -> dict[TopicPartition, int]:
     return out
 
 
-async def _commit(client: KafkaClient, group: str, plan: dict[TopicPartition, int]) -> int:
+async def _commit(client: ClusterClient, group: str, plan: dict[TopicPartition, int]) -> int:
     by_topic: dict[str, list[tuple[int, int]]] = {}
     for (topic, partition), offset in sorted(plan.items()):
         by_topic.setdefault(topic, []).append((partition, offset))
     if not by_topic:
         return 0
-    response = await client.request(offset_commit.OffsetCommitRequest(
+    request = offset_commit.OffsetCommitRequest(
         group_id=group, generation_id_or_member_epoch=-1, member_id="", group_instance_id=None,
         topics=tuple(offset_commit.OffsetCommitRequestTopic(name=topic, partitions=tuple(
             offset_commit.OffsetCommitRequestPartition(
                 partition_index=p, committed_offset=o, committed_leader_epoch=-1,
                 committed_metadata="")
-            for p, o in parts)) for topic, parts in by_topic.items())))
+            for p, o in parts)) for topic, parts in by_topic.items()))
+    response = await client.to_coordinator(
+        f"commit offsets of {group}", group, GROUP,
+        lambda coordinator: coordinator.request(request),
+        lambda answer: next((p.error_code for t in answer.topics for p in t.partitions
+                             if p.error_code is not ErrorCode.none), ErrorCode.none))
     status = 0
     for topic in response.topics:
         for part in topic.partitions:

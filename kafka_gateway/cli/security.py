@@ -34,7 +34,7 @@ from kio.schema.describe_acls.v3 import request as describe_acls
 from kio.schema.describe_user_scram_credentials.v0 import request as describe_scram
 from kio.schema.errors import ErrorCode
 
-from ..client import KafkaClient
+from ..cluster_client import ClusterClient
 from ..security.acls import Operation, PatternType, Permission, ResourceType
 from ..security.scram import BY_CODE, DEFAULT_ITERATIONS, MECHANISMS, Credentials, from_password
 from .common import client_command, connect
@@ -94,7 +94,7 @@ def add_security_parsers(commands: argparse._SubParsersAction) -> None:
                                  "DescribeConfigs, AlterConfigs, IdempotentWrite, All")
 
 
-async def _connect(args: argparse.Namespace) -> KafkaClient:
+async def _connect(args: argparse.Namespace) -> ClusterClient:
     return await connect(args)
 
 

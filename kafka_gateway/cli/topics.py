@@ -17,7 +17,7 @@ from kio.static.primitive import i32Timedelta
 
 from common.key_value import parse_pairs
 
-from ..client import KafkaClient
+from ..cluster_client import ClusterClient
 from .common import (
     EARLIEST,
     LATEST,
@@ -85,7 +85,7 @@ async def run_topics(args: argparse.Namespace) -> int:
         return await _run_topics(client, args)
 
 
-async def _run_topics(client: KafkaClient, args: argparse.Namespace) -> int:
+async def _run_topics(client: ClusterClient, args: argparse.Namespace) -> int:
     if args.action == "list":
         for name in sorted(await topic_partitions(client, [args.name] if args.name else None)):
             print(name)
@@ -118,7 +118,7 @@ async def _run_topics(client: KafkaClient, args: argparse.Namespace) -> int:
     return 0
 
 
-async def _alter(client: KafkaClient, args: argparse.Namespace) -> None:
+async def _alter(client: ClusterClient, args: argparse.Namespace) -> None:
     if args.partitions is not None:
         response = await client.request(create_partitions.CreatePartitionsRequest(
             topics=(create_partitions.CreatePartitionsTopic(
@@ -141,7 +141,7 @@ async def _alter(client: KafkaClient, args: argparse.Namespace) -> None:
         print(f"Updated {len(changes)} config(s) of {args.name}.")
 
 
-async def _describe(client: KafkaClient, name: str) -> None:
+async def _describe(client: ClusterClient, name: str) -> None:
     response = await client.request(metadata.MetadataRequest(
         topics=(metadata.MetadataRequestTopic(topic_id=None, name=name),),
         allow_auto_topic_creation=False, include_topic_authorized_operations=False))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+from typing import Any
 
 from kio.schema.describe_producers.v0 import request as describe_producers
 from kio.schema.describe_transactions.v0 import request as describe_transactions
@@ -24,7 +25,8 @@ from kio.schema.list_transactions.v0 import request as list_transactions
 from kio.static.primitive import i32Timedelta
 
 from ..client import KafkaClient
-from .common import client_action, client_command, connected, print_rows
+from ..cluster_client import TRANSACTION, ClusterClient
+from .common import client_action, client_command, connected, print_rows, to_every_broker
 from .describe_transactions_answer import DescribedTxn, decode_describe_transactions
 
 ABORT_TIMEOUT = i32Timedelta.parse(datetime.timedelta(minutes=1))
@@ -62,19 +64,28 @@ async def run_transactions(args: argparse.Namespace) -> int:
         return await _abort(client, state)
 
 
-async def _list(client: KafkaClient) -> int:
-    response = await client.request(list_transactions.ListTransactionsRequest(
-        state_filters=(), producer_id_filters=()))
+async def _list(client: ClusterClient) -> int:
+    """ListTransactions of every broker (each lists the ids it coordinates)."""
+    answers, status = await to_every_broker(
+        client, "list transactions",
+        list_transactions.ListTransactionsRequest(state_filters=(), producer_id_filters=()))
+    listed = {t.transactional_id: t for answer in answers for t in answer.transaction_states}
     print_rows([("TRANSACTIONAL-ID", "PRODUCER-ID", "STATE")] + [
         (t.transactional_id, str(t.producer_id), t.transaction_state)
-        for t in response.transaction_states])
-    return 0
+        for _, t in sorted(listed.items())])
+    return status
 
 
-async def _describe(client: KafkaClient, transactional_id: str) -> DescribedTxn | None:
-    frame = await client.request_frame(describe_transactions.DescribeTransactionsRequest(
-        transactional_ids=(transactional_id,)))
-    [state] = decode_describe_transactions(frame)
+async def _describe(client: ClusterClient, transactional_id: str) -> DescribedTxn | None:
+    async def send(coordinator: KafkaClient) -> DescribedTxn:
+        frame = await coordinator.request_frame(
+            describe_transactions.DescribeTransactionsRequest(
+                transactional_ids=(transactional_id,)))
+        [state] = decode_describe_transactions(frame)
+        return state
+
+    state = await client.to_coordinator(f"describe {transactional_id}", transactional_id,
+                                        TRANSACTION, send, lambda state: state.error_code)
     code = state.error_code
     if code is ErrorCode.transactional_id_not_found:
         print(f"Transactional id {transactional_id} does not exist.")
@@ -96,10 +107,14 @@ def _print_state(state: DescribedTxn) -> None:
             ",".join(f"{t}-{p}" for t, ps in state.topics for p in ps) or "-")])
 
 
-async def _producers(client: KafkaClient, topic: str, partition: int) -> int:
-    response = await client.request(describe_producers.DescribeProducersRequest(topics=(
-        describe_producers.TopicRequest(name=topic, partition_indexes=(partition,)),)))
-    result = response.topics[0].partitions[0]
+async def _producers(client: ClusterClient, topic: str, partition: int) -> int:
+    async def send(leader: KafkaClient) -> Any:
+        response = await leader.request(describe_producers.DescribeProducersRequest(topics=(
+            describe_producers.TopicRequest(name=topic, partition_indexes=(partition,)),)))
+        return response.topics[0].partitions[0]
+
+    result = await client.to_leader(f"producers {topic}-{partition}", topic, partition, send,
+                                    lambda result: result.error_code)
     if result.error_code is not ErrorCode.none:
         raise SystemExit(f"producers {topic}-{partition}: {result.error_code.name.upper()}")
     print_rows([("PRODUCER-ID", "EPOCH", "LAST-SEQUENCE", "LAST-TIMESTAMP")] + [
@@ -109,14 +124,17 @@ async def _producers(client: KafkaClient, topic: str, partition: int) -> int:
     return 0
 
 
-async def _abort(client: KafkaClient, state: DescribedTxn) -> int:
+async def _abort(client: ClusterClient, state: DescribedTxn) -> int:
     if state.state != "Ongoing":
         print(f"Transactional id {state.transactional_id} has no open transaction "
               f"(state {state.state}): nothing to abort.")
         return 1
-    response = await client.request(init_producer_id.InitProducerIdRequest(
-        transactional_id=state.transactional_id, transaction_timeout=ABORT_TIMEOUT,
-        producer_id=-1, producer_epoch=-1))
+    response = await client.to_coordinator(
+        f"abort {state.transactional_id}", state.transactional_id, TRANSACTION,
+        lambda coordinator: coordinator.request(init_producer_id.InitProducerIdRequest(
+            transactional_id=state.transactional_id, transaction_timeout=ABORT_TIMEOUT,
+            producer_id=-1, producer_epoch=-1)),
+        lambda answer: answer.error_code)
     if response.error_code is not ErrorCode.none:
         raise SystemExit(f"abort {state.transactional_id}: {response.error_code.name.upper()}")
     print(f"Aborted the open transaction of {state.transactional_id}; producer "
