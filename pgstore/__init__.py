@@ -20,8 +20,10 @@ What exists so far:
   ``engine_seam_check`` holds them to the Protocols under mypy.
 - ``connect``: a connection to the host of a multi-host URL that takes
   writes, each host within its own time limit (PostgreSQL failover);
-- ``consumer_offsets``, ``node_records``: the seam's ``ConsumerOffsetStore``
-  and ``NodeRecordStore`` (held to the Protocols by ``seam_check``);
+- ``consumer_offsets`` (with ``offset_loading``: its reads at start-up and
+  of one group; ``offset_statements``: its SQL), ``node_records``: the
+  seam's ``ConsumerOffsetStore`` and ``NodeRecordStore`` (held to the
+  Protocols by ``seam_check``);
 - ``important``: important consumer groups' hold on a retention pass;
 - ``retention``: the node's retention pass (retention.ms/bytes, the
   important groups' holds, idle producers); ``retention_sql``: retention's
@@ -34,7 +36,9 @@ What exists so far:
   slots balanced over the live gateways by compare-and-set on their epochs;
 - ``group_counters``: a group's persisted generation and its offset version
   counter, moved inside the caller's transaction;
-- ``txn_storage`` (with ``txn_publication``, ``txn_statements``): the seam's
+- ``txn_storage`` (with ``txn_coordinator_state``: the coordinator's
+  counters and state rows; ``txn_pending``: pending batches, a commit's
+  publication, an abort; ``txn_publication``, ``txn_statements``): the seam's
   ``TransactionStorage``: the coordinator's state, pending batches, a
   commit's publication across partitions in one transaction; what it needs
   of a partition log is ``txn_publication.TxnPartition``; the engine hands

@@ -23,16 +23,13 @@ greater of that row and the newest row) starts above every version any
 commit landed with. Commits themselves do not write the counter row, so
 gateways committing offsets of different groups never wait on one row lock.
 
-Versions follow commit order within one gateway (submission order is commit
-order). Across gateways each has its own counter, so a version in memory is
-this gateway's: a row another gateway committed, read again by
-``load_group`` (a coordinator move, or a compare-and-set refused), takes the
-next version of this gateway's counter, as if committed when seen, and its
-database version is kept apart for the compare-and-set. A transaction's
-*begin* version (this gateway's ``last_version`` when it began, as in the
-embedded engine) is then comparable with every version in memory
-(docs/cluster-design.md, "Offsets written by a commit that crosses
-gateways"). ``stage`` with ``refused`` is that compare-and-set: the offsets
+Across gateways each has its own counter: a row another gateway committed,
+read again by ``load_group`` (a coordinator move, or a compare-and-set
+refused), takes the next version of this gateway's counter, and its
+database version is kept apart for the compare-and-set
+(``pgstore.offset_loading`` owns the reads and that rule; the SQL and the
+stored form of text: ``pgstore.offset_statements``). ``stage`` with
+``refused`` is that compare-and-set: the offsets
 land only if each row is, under its row lock, at the version this gateway
 knows, so a conflict check run on this memory holds inside the transaction;
 of two gateways committing one partition from one view, exactly one wins.
@@ -58,8 +55,7 @@ answers with it: one write per rebalance, none per heartbeat.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 
 import asyncpg
 
@@ -69,36 +65,14 @@ from tablets.seam import CommittedOffset, OffsetCommit, TopicPartition
 
 from .group_counters import GroupCounters
 from .migrate import Connection, quoted
-from .offset_statements import OffsetStatements
+from .offset_loading import LoadedHook, read_all, read_group, take_rows
+from .offset_statements import VERSION_COUNTER, WHOLE_GROUP, OffsetStatements, to_text
 from .schema import DEFAULT_SCHEMA
 from .writer import PgChange, PgWriter
-
-VERSION_COUNTER = "consumer.offsets.version"
-# released_offsets' row for a whole group.
-WHOLE_GROUP = ("", -1)
 
 # A group -> (its slot, this gateway's node id, the slot's epoch here), or
 # None when this gateway does not coordinate it now.
 SlotHolder = Callable[[str], "tuple[int, int, int] | None"]
-# (the read transaction's connection, the group read or None for every group)
-LoadedHook = Callable[[Connection, "str | None"], Awaitable[None]]
-
-
-
-# PostgreSQL's text holds no NUL character, which a client's metadata may
-# carry (confluent-kafka sends the C string's terminator with it): the
-# metadata is stored escaped: a backslash doubled, NUL as a backslash and "0".
-_UNESCAPE = re.compile(r"\\(\\|0)")
-
-
-def to_text(value: str) -> str:
-    """``value`` as PostgreSQL's text can hold it."""
-    return value.replace("\\", "\\\\").replace("\x00", "\\0")
-
-
-def from_text(stored: str) -> str:
-    """The value ``to_text`` gave ``stored`` for."""
-    return _UNESCAPE.sub(lambda m: "\\" if m.group(1) == "\\" else "\x00", stored)
 
 
 class PgConsumerOffsets(OffsetState):
@@ -126,21 +100,13 @@ class PgConsumerOffsets(OffsetState):
     # ------------------------------------------------------------ loading
     async def load(self, conn: asyncpg.Connection) -> None:
         """Read every committed offset and release (start-up)."""
-        s = quoted(self.schema)
-        async with conn.transaction(isolation="repeatable_read", readonly=True):
-            counter = await conn.fetchval(
-                f"SELECT value FROM {s}.counters WHERE name = $1", VERSION_COUNTER)
-            rows = await conn.fetch(f"SELECT * FROM {s}.consumer_offsets")
-            released = await conn.fetch(
-                f"SELECT group_id, topic, partition FROM {s}.released_offsets")
-            generations = await conn.fetch(self._counters.generations_sql)
-            if self.loaded_hook is not None:
-                await self.loaded_hook(conn, None)
+        counter, rows, released, generations = await read_all(
+            conn, self._sql, self._counters, self.loaded_hook)
         self._generations = {row["group_id"]: int(row["generation"]) for row in generations}
         self.clear()
         self._db_versions.clear()
         self.versions_from(int(counter or 0))
-        self._take_rows(rows, released, None)
+        take_rows(self, self._db_versions, rows, released, None)
 
     async def load_group(self, conn: Connection, group: str) -> None:
         """Read one group again (a gateway taking over its coordination: another
@@ -154,54 +120,14 @@ class PgConsumerOffsets(OffsetState):
         landed finds the partition moved (``txn/conflicts.py``'s rule 1),
         whatever version the other gateway's counter gave it. The row's own
         version is kept for the compare-and-set."""
-        s = quoted(self.schema)
-        async with conn.transaction(isolation="repeatable_read", readonly=True):
-            rows = await conn.fetch(
-                f"SELECT * FROM {s}.consumer_offsets WHERE group_id = $1", group)
-            released = await conn.fetch(
-                f"SELECT group_id, topic, partition FROM {s}.released_offsets "
-                "WHERE group_id = $1", group)
-            generation = await self._counters.generation(conn, group)
-            if self.loaded_hook is not None:
-                await self.loaded_hook(conn, group)
+        rows, released, generation = await read_group(conn, self._sql, self._counters, group,
+                                                      self.loaded_hook)
         self._generations[group] = generation
         known = {tp: (self._db_versions.get((group, tp), record.version), record)
                  for tp, record in self.group_offsets(group).items()}
         self._db_versions = {key: v for key, v in self._db_versions.items() if key[0] != group}
         self.forget_group(group)
-        self._take_rows(rows, released, known)
-
-    def _take_rows(self, rows: list[asyncpg.Record], released: list[asyncpg.Record],
-                   known: dict[TopicPartition, tuple[int, CommittedOffset]] | None) -> None:
-        """Take rows read; ``known``: with ``load_group``, the group's rows as
-        memory had them (their database version and record): a row changed
-        since takes a version of this gateway's."""
-        self.versions_from(max((int(row["version"]) for row in rows), default=0))
-        for row in rows:
-            tp = (row["topic"], row["partition"])
-            version = int(row["version"])
-            seen = None if known is None else known.get(tp)
-            if seen is not None and seen[0] == version:
-                self.loaded(row["group_id"], tp, seen[1])
-                if seen[1].version != version:
-                    self._db_versions[(row["group_id"], tp)] = version
-                continue
-            mine = self.in_flight(row["group_id"], tp)
-            if known is not None and mine is not None and mine.version == version:
-                # This gateway's own commit, landed and about to be published.
-                self.loaded(row["group_id"], tp, mine)
-                continue
-            if known is not None:  # (load_group) committed elsewhere since
-                self._db_versions[(row["group_id"], tp)] = version
-                version = self.next_version()
-            record = CommittedOffset(row["committed_offset"], row["leader_epoch"],
-                                     from_text(row["metadata"]), row["commit_timestamp"],
-                                     version,
-                                     row["committer"], from_text(row["member"]))
-            self.loaded(row["group_id"], tp, record)
-        for row in released:
-            tp = (row["topic"], row["partition"])
-            self.loaded_release(row["group_id"], None if tp == WHOLE_GROUP else tp)
+        take_rows(self, self._db_versions, rows, released, known)
 
     # ------------------------------------------------------------ the coordinator's fence
     def fence_coordinator(self, group: str, change: PgChange) -> None:
@@ -366,10 +292,9 @@ class PgConsumerOffsets(OffsetState):
         """Add the deletion of every group's offsets of a deleted topic to
         ``change`` (a topic re-created under the same name starts without them,
         as in Kafka); they leave memory now, as with the embedded engine."""
-        s = quoted(self.schema)
         change.execute(self._sql.counter, VERSION_COUNTER, self.last_version)
-        change.execute(f"DELETE FROM {s}.consumer_offsets WHERE topic = $1", topic)
-        change.execute(f"DELETE FROM {s}.released_offsets WHERE topic = $1", topic)
+        change.execute(self._sql.drop_topic_offsets, topic)
+        change.execute(self._sql.drop_topic_released, topic)
         offsets, _ = self.drop_topic_offsets(topic)
         for group, tp in offsets:
             self._db_versions.pop((group, tp), None)

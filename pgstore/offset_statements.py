@@ -1,9 +1,32 @@
-"""The SQL of ``pgstore.consumer_offsets``, prepared once per schema."""
+"""The SQL of ``pgstore.consumer_offsets`` (and of its loading,
+``pgstore.offset_loading``), prepared once per schema, with the names its
+rows use and the stored form of its text columns."""
 
 from __future__ import annotations
 
+import re
+
 # The counters row of transaction instances (txn/registry.py names it too).
 TXN_INSTANCE_COUNTER = "txn.instance"
+# The counters row every deletion raises to the newest version it deleted.
+VERSION_COUNTER = "consumer.offsets.version"
+# released_offsets' row for a whole group.
+WHOLE_GROUP = ("", -1)
+
+# PostgreSQL's text holds no NUL character, which a client's metadata may
+# carry (confluent-kafka sends the C string's terminator with it): the
+# metadata is stored escaped: a backslash doubled, NUL as a backslash and "0".
+_UNESCAPE = re.compile(r"\\(\\|0)")
+
+
+def to_text(value: str) -> str:
+    """``value`` as PostgreSQL's text can hold it."""
+    return value.replace("\\", "\\\\").replace("\x00", "\\0")
+
+
+def from_text(stored: str) -> str:
+    """The value ``to_text`` gave ``stored`` for."""
+    return _UNESCAPE.sub(lambda m: "\\" if m.group(1) == "\\" else "\x00", stored)
 
 
 def stamp_sql(s: str) -> str:
@@ -79,6 +102,17 @@ class OffsetStatements:
         self.delete_some = (
             f"DELETE FROM {s}.consumer_offsets WHERE group_id = $1 AND version <= $2 "
             "AND (topic, partition) IN (SELECT * FROM unnest($3::text[], $4::int[]))")
+        # The reads of ``load`` and ``load_group`` (pgstore.offset_loading).
+        self.load_counter = f"SELECT value FROM {s}.counters WHERE name = $1"
+        self.load_offsets = f"SELECT * FROM {s}.consumer_offsets"
+        self.load_released = f"SELECT group_id, topic, partition FROM {s}.released_offsets"
+        self.load_group_offsets = f"SELECT * FROM {s}.consumer_offsets WHERE group_id = $1"
+        self.load_group_released = (
+            f"SELECT group_id, topic, partition FROM {s}.released_offsets "
+            "WHERE group_id = $1")
+        # A deleted topic's offsets and releases (``drop_topic``).
+        self.drop_topic_offsets = f"DELETE FROM {s}.consumer_offsets WHERE topic = $1"
+        self.drop_topic_released = f"DELETE FROM {s}.released_offsets WHERE topic = $1"
         self.counter = (
             f"INSERT INTO {s}.counters AS c (name, value) VALUES ($1, $2) ON CONFLICT (name) "
             "DO UPDATE SET value = greatest(c.value, excluded.value)")

@@ -32,6 +32,7 @@ the pending rows, acknowledged but never in the commit.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from asyncpg import Record
 
@@ -45,6 +46,15 @@ from .writer import PgChange
 # A transactional id -> (its slot, this gateway's node id, the slot's epoch
 # here), or None when this gateway does not coordinate it now.
 SlotHolder = Callable[[str], "tuple[int, int, int] | None"]
+
+
+class SlotHolding(Protocol):
+    """Where the coordinator's writers read ``slot_holder`` at each write
+    (``PgTransactionStorage``: ``pgstore.cluster`` sets it after the storage
+    is made; None without a cluster)."""
+
+    @property
+    def slot_holder(self) -> SlotHolder | None: ...
 
 
 class CoordinatorChange(PgTxnChange):

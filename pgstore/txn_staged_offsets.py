@@ -64,9 +64,9 @@ from collections.abc import Callable, Collection, Mapping
 from tablets.errors import CommitRefused, OffsetBehind, TxnStateMismatch
 from tablets.seam import OffsetCommit, TopicPartition
 
-from .consumer_offsets import PgConsumerOffsets, to_text
+from .consumer_offsets import PgConsumerOffsets
 from .migrate import Connection, quoted
-from .offset_statements import stamp_sql
+from .offset_statements import stamp_sql, to_text
 from .schema import DEFAULT_SCHEMA
 from .writer import PgChange, PgWriter
 

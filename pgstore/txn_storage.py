@@ -6,38 +6,22 @@
     await storage.load(conn)                 # start-up: counters, states, pending rows
 
 A library the PostgreSQL engine plugs into: what it needs of a partition log
-is only ``TxnPartition`` (below), which the engine's log implements (or
+is only ``TxnPartition`` (``pgstore.txn_publication``), which the engine's log implements (or
 adapts to, via ``txn_partition``).
 
 What txn/ means, in pgstore's schema (docs/cluster-design.md, "What one
-PostgreSQL transaction is"):
+PostgreSQL transaction is"), and which module owns each part:
 
-- **Counters** (producer ids, transaction instances) are ``counters`` rows,
-  set as a compare-and-set from the value this gateway last set or loaded:
-  two gateways taking one block of ids from one view cannot both land.
-- **The coordinator's state**: ``txn_states`` (one row per transactional id)
-  and ``txn_partitions`` (one per partition of an open transaction), loaded
-  at start-up and kept in memory as each change lands.
-- **Pending batches**: a transactional batch's bytes are stored once, in
-  ``batch_data``, named by a ``pending_batches`` row (``stage_pending``, in
-  the append's change, fenced by the leader epoch and, in a cluster, the
-  transactional id's coordinator slot). References are opaque
-  bytes: a ``log_ref`` is the partition's ``log_id`` (8 bytes), a pending
-  ``ref`` that, then the instance (8) and the ordinal (4).
-- **A commit** (``stage_commit``) publishes a partition's pending batches at
-  its log end: each pending row becomes a ``batches`` row naming the same
-  ``batch_data`` (``shifted``: the bytes keep base offset 0, patched when
-  read), never a copy of the bytes; then the COMMIT marker, a new batch; the
-  partition row's log end moves in the same statement that checks its
-  leader epoch (``publish_fence``), so a partition another gateway took
-  since refuses the whole change and nothing of it lands; the new end is
-  announced to every gateway (``log_notices``). Every partition of the
-  transaction, its offsets (``stage_offsets``) and its state are in the one
-  change, hence in one PostgreSQL transaction, whichever gateways lead the
-  partitions.
-- **An abort** (``abort_pending``) deletes the pending rows and their bytes
-  (the ABORT marker is the caller's append).
-- **Offsets** (``stage_offsets``): ``PgConsumerOffsets.stage`` as a
+- **Counters, ``txn_states``, ``txn_partitions``**: the coordinator's own
+  state, in memory as durable (``pgstore.txn_coordinator_state``).
+- **Pending batches, a commit's publication, an abort**: stored once,
+  published at the partition's log end under its leader-epoch fence, deleted
+  (``pgstore.txn_pending``; its plan, references and errors:
+  ``pgstore.txn_publication``; the SQL: ``pgstore.txn_statements``). Every
+  partition of the transaction, its offsets (``stage_offsets``) and its
+  state are in the one change, hence in one PostgreSQL transaction,
+  whichever gateways lead the partitions.
+- **Offsets** (``stage_offsets``, here): ``PgConsumerOffsets.stage`` as a
   compare-and-set: they land only if each row is, under its row lock, at
   the version this gateway's memory holds, so the conflict check txn/ ran
   on that memory holds inside the transaction.
@@ -61,14 +45,12 @@ storage's ``begin`` and written by its ``commit``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping
 from uuid import UUID
 
 import asyncpg
-from asyncpg import Record
 
-from tablets import batch as batch_header
-from tablets.errors import CounterMoved, StorageError
+from tablets.errors import StorageError
 from tablets.seam import (
     AtomicChange,
     CommittedOffset,
@@ -83,30 +65,20 @@ from .consumer_offsets import PgConsumerOffsets
 from .group_rereads import GroupRereads
 from .log_notices import channel
 from .migrate import Connection, quoted
-from .remote_txn import REMOTE_ORDINALS
 from .schema import DEFAULT_SCHEMA
+from .txn_coordinator_state import CoordinatorState
+from .txn_pending import PendingBatches
 from .txn_publication import (
     LOG_REF,
     PENDING_REF,
-    MissingPending,
     OffsetsMoved,
     PgTxnChange,
-    PublicationFenced,
     TxnPartition,
     as_txn_change,
     log_id_of,
     log_ref_of,
-    parse_pending_ref,
-    pending_bytes,
-    plan_publication,
 )
-from .txn_slots import (
-    CoordinatorChange,
-    SlotHolder,
-    fence_coordinator,
-    fence_pending,
-    read_ids,
-)
+from .txn_slots import CoordinatorChange, SlotHolder, read_ids
 from .txn_staged_offsets import StagedHook, StagedOffsets
 from .txn_statements import TxnStatements
 from .writer import PgChange, PgWriter
@@ -127,14 +99,8 @@ class PgTransactionStorage:
         self._has_partition = has_partition
         self._txn_partition = txn_partition
         self._sql = TxnStatements(quoted(schema))
-        self._channel = channel(schema)
-        # In memory, as durable (the counters: as last staged, for the
-        # compare-and-set of the next).
-        self._counters: dict[str, int] = {}
-        self._states: dict[str, bytes] = {}
-        self._txn_partitions: dict[tuple[str, int], dict[tuple[UUID, int], str]] = {}
-        # Pending rows found at start-up: (log id, instance) -> blobs in order.
-        self._recovered: dict[tuple[int, int], list[RecoveredBlob]] = {}
+        self._state = CoordinatorState(self._sql, self)
+        self._pending = PendingBatches(self._sql, channel(schema), self, txn_partition)
         self._pool: asyncpg.Pool | None = None  # reads of settle_staged
         self.group_rereads = GroupRereads(lambda: self.consumer_offsets, lambda: self._pool)
         self._staged: StagedOffsets | None = None
@@ -147,48 +113,16 @@ class PgTransactionStorage:
             states = await conn.fetch(self._sql.load_states)
             partitions = await conn.fetch(self._sql.load_partitions)
             pending = await conn.fetch(self._sql.load_pending)
-        self._counters = {row["name"]: int(row["value"]) for row in counters}
-        self._states = {}
-        self._txn_partitions = {}
-        self._recovered = {}
-        self._take(states, partitions, pending)
+        self._state.loaded(counters, states, partitions)
+        self._pending.loaded(pending)
 
     async def load_ids(self, conn: Connection, keep: Callable[[str], bool]) -> None:
         """Read again the ids ``keep`` selects, with their open transactions'
         partitions and pending rows, and the counters (this gateway gained
         their coordinator slot: another gateway may have written them since)."""
         counters, states, partitions, pending = await read_ids(conn, self._sql, keep)
-        for row in counters:  # never back: a change of this gateway may be in flight
-            name, value = row["name"], int(row["value"])
-            self._counters[name] = max(self._counters.get(name, value), value)
-        for transactional_id in [t for t in self._states if keep(t)]:
-            del self._states[transactional_id]  # deleted (expired) by another gateway
-        for key in [k for k in self._txn_partitions if keep(k[0])]:
-            del self._txn_partitions[key]
-        for row in pending:
-            self._recovered.pop((int(row["log_id"]), int(row["instance"])), None)
-        self._take(states, partitions, pending)
-
-    def _take(self, states: Sequence[Record], partitions: Sequence[Record],
-              pending: Sequence[Record]) -> None:
-        self._states.update(
-            (row["transactional_id"], bytes(row["state"])) for row in states)
-        for row in partitions:
-            key = (row["transactional_id"], int(row["instance"]))
-            self._txn_partitions.setdefault(key, {})[(row["topic_id"], row["partition"])] = (
-                row["topic"])
-        for row in pending:
-            log_id, instance, ordinal = int(row["log_id"]), int(row["instance"]), row["ordinal"]
-            if ordinal >= REMOTE_ORDINALS:
-                # Stored by another gateway, the partition's leader: the
-                # commit publishes those rows itself (``stage_remote_commit``),
-                # an abort deletes them by instance. Taken as the
-                # coordinator's own too, a commit would publish them twice
-                # and be refused (MissingPending).
-                continue
-            self._recovered.setdefault((log_id, instance), []).append(RecoveredBlob(
-                PENDING_REF.pack(log_id, instance, ordinal), ordinal, bytes(row["header"]),
-                int(row["size"])))
+        self._state.reloaded(keep, counters, states, partitions)
+        self._pending.reloaded(pending)
 
     def connect_offsets(self, offsets: PgConsumerOffsets) -> None:
         """The consumer offsets, when made after this storage (the engine's
@@ -237,88 +171,35 @@ class PgTransactionStorage:
             future.add_done_callback(settle)
         return future
 
-    # ------------------------------------------------ the coordinator's state
+    # ------------------------------ the coordinator's state (txn_coordinator_state)
     def counter(self, name: str) -> int | None:
-        return self._counters.get(name)
+        return self._state.counter(name)
 
     def set_counter(self, change: AtomicChange, name: str, value: int) -> None:
-        expected = self._counters.get(name)
-        pg = as_txn_change(change)
-        # The row as the database has it, read first (and locked): when another
-        # gateway moved it, the compare-and-set below refuses this change, and
-        # the next one starts from what was read here, so a lagging gateway
-        # loses one attempt, not one per value the other took.
-        seen: list[int] = []
-        pg.fetch(self._sql.read_counter, name,
-                 into=lambda rows: seen.extend(int(row["value"]) for row in rows))
-        pg.fence(self._sql.counter, name, value, expected, refused=lambda: (
-            CounterMoved(f"counter {name}: not at {expected} any more (another gateway "
-                         f"set it); {value} not written")))
-        self._counters[name] = value
-
-        def failed() -> None:  # not written (in doubt: the next set is refused)
-            if self._counters.get(name) == value:
-                newest = max([*seen, *([] if expected is None else [expected])], default=None)
-                if newest is None:
-                    self._counters.pop(name, None)
-                else:
-                    self._counters[name] = newest
-
-        pg.on_failure(failed)
+        self._state.set_counter(change, name, value)
 
     def txn_states(self) -> Iterator[tuple[str, bytes]]:
-        yield from list(self._states.items())
+        return self._state.txn_states()
 
     def put_txn_state(self, change: AtomicChange, transactional_id: str, value: bytes) -> None:
-        pg = as_txn_change(change)
-        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
-        pg.execute(self._sql.put_state, transactional_id, value)
-        pg.on_durable(lambda: self._states.__setitem__(transactional_id, value))
+        self._state.put_txn_state(change, transactional_id, value)
 
     def delete_txn_state(self, change: AtomicChange, transactional_id: str) -> None:
-        pg = as_txn_change(change)
-        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
-        pg.execute(self._sql.delete_state, transactional_id)
-
-        def durable() -> None:
-            self._states.pop(transactional_id, None)
-
-        pg.on_durable(durable)
+        self._state.delete_txn_state(change, transactional_id)
 
     def txn_partitions(self, transactional_id: str,
                        instance: int) -> Iterator[tuple[TopicPartition, UUID]]:
-        rows = self._txn_partitions.get((transactional_id, instance), {})
-        for (topic_id, partition), topic in sorted(rows.items(), key=lambda r: (r[1], r[0][1])):
-            yield (topic, partition), topic_id
+        return self._state.txn_partitions(transactional_id, instance)
 
     def put_txn_partition(self, change: AtomicChange, transactional_id: str, instance: int,
                           tp: TopicPartition, topic_id: UUID) -> None:
-        pg = as_txn_change(change)
-        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
-        pg.execute(self._sql.put_partition, transactional_id, instance, topic_id, tp[1], tp[0])
-
-        def durable() -> None:
-            self._txn_partitions.setdefault((transactional_id, instance), {})[
-                (topic_id, tp[1])] = tp[0]
-
-        pg.on_durable(durable)
+        self._state.put_txn_partition(change, transactional_id, instance, tp, topic_id)
 
     def delete_txn_partition(self, change: AtomicChange, transactional_id: str, instance: int,
                              tp: TopicPartition, topic_id: UUID) -> None:
-        pg = as_txn_change(change)
-        fence_coordinator(pg, self._sql, self.slot_holder, transactional_id)
-        pg.execute(self._sql.delete_partition, transactional_id, instance, topic_id, tp[1])
+        self._state.delete_txn_partition(change, transactional_id, instance, tp, topic_id)
 
-        def durable() -> None:
-            key = (transactional_id, instance)
-            rows = self._txn_partitions.get(key, {})
-            rows.pop((topic_id, tp[1]), None)
-            if not rows:
-                self._txn_partitions.pop(key, None)
-
-        pg.on_durable(durable)
-
-    # ------------------------------------------------------- pending data
+    # ------------------------------------------------ pending data (txn_pending)
     def log_ref(self, log: PartitionLog) -> bytes:
         return log_ref_of(self._txn_partition(log).log_id)
 
@@ -336,72 +217,14 @@ class PgTransactionStorage:
         cluster, ``transactional_id``'s coordinator slot is still this
         gateway's (``txn_slots.fence_pending``; else the change is refused:
         ``PublicationFenced``, ``PendingSlotMoved``). Returns the bytes stored."""
-        log_id, instance, ordinal = parse_pending_ref(ref)
-        if log_id != log.log_id:
-            raise ValueError(f"pending reference {ref.hex()} is not of log {log.log_id}")
-        data = pending_bytes(batch, log.batch_epoch)
-        fence_pending(change, self._sql, self.slot_holder, transactional_id, log_id,
-                      log.leader_epoch)
-        change.execute(self._sql.put_pending, log_id, data, instance, ordinal,
-                       data[:batch_header.HEADER_SIZE], len(data))
-        change.nbytes += len(data)
-        return data
+        return self._pending.stage_pending(change, log, ref, batch, transactional_id)
 
     def stage_commit(self, change: AtomicChange, log: PartitionLog,
                      blobs: list[PendingBlob], marker: bytes) -> Callable[[], None]:
         """Add the publication of ``blobs`` at the end of ``log``, then the
-        COMMIT ``marker``, to ``change`` (see the module's docstring); the
-        result tells the log once the change is durable."""
-        pg = as_txn_change(change)
-        part = self._txn_partition(log)
-        log_id, epoch = part.log_id, part.publish_epoch
-        plan = plan_publication(log_id, blobs)
-        marker_view = memoryview(marker)
-        marker_header = batch_header.parse_batches(marker_view)[0]
-        plan_bytes = plan.nbytes + len(marker)
-        max_ts = max([*plan.max_timestamps, marker_header.max_timestamp])
-        # Where this gateway expects the commit, when it leads the partition:
-        # its appends after it take the offsets after it. PostgreSQL has the
-        # last word: the offsets are the row's, under its lock, so a commit
-        # another gateway published in between moves this one, not refuses it.
-        base = part.reserve(plan.count)
-        pg.fence(self._sql.publish_fence, log_id, epoch, plan.count, plan_bytes,
-                 refused=lambda: PublicationFenced(
-                     f"log {log_id}: not at leader epoch {epoch} any more: the "
-                     "transaction's commit was not written"))
-        if blobs:
-            pg.fence(self._sql.publish_blobs, log_id, plan.instance, plan.count,
-                     plan.ordinals, plan.deltas, plan.last_deltas, plan.max_timestamps,
-                     plan.running,
-                     refused=lambda: MissingPending(
-                         f"log {log_id}: pending batches of the commit are not stored "
-                         "(aborted meanwhile?): the commit was not written"))
-        expected = None if base is None else base + plan.count - 1
-        stamped = batch_header.stamp(marker_view, marker_header, expected or 0,
-                                     part.batch_epoch)
-        pg.execute(self._sql.publish_marker, log_id, stamped, marker_header.max_timestamp,
-                   len(stamped), expected)
-        pg.nbytes += len(stamped)
-        found: list[int] = []  # none: the log was deleted (the fences let it pass)
-        pg.execute(self._sql.publish_notify, log_id, self._channel, plan.count, plan_bytes,
-                   max_ts)
-        pg.fetch(self._sql.log_end, log_id,
-                 into=lambda rows: found.__setitem__(slice(None), [int(r[0]) for r in rows]))
-        if base is not None:
-            pg.on_failure(part.in_doubt)
-
-        def publish() -> None:
-            self._recovered.pop((log_id, plan.instance), None)
-            if not found:
-                return
-            end = found[0]
-            part.published(end - plan.count, end, plan_bytes, max_ts)
-            if base is not None and end != base + plan.count:
-                # Another gateway's commit took the offsets reserved here: the
-                # leader's view of its log end is wrong, reread it.
-                part.in_doubt()
-
-        return publish
+        COMMIT ``marker``, to ``change`` (``pgstore.txn_pending``); the result
+        tells the log once the change is durable."""
+        return self._pending.stage_commit(change, log, blobs, marker)
 
     def stage_offsets(self, change: AtomicChange, group: str,
                       commits: Mapping[TopicPartition, OffsetCommit], now_ms: int,
@@ -421,23 +244,16 @@ class PgTransactionStorage:
         return staged
 
     def abort_pending(self, change: AtomicChange, log_ref: bytes, instance: int) -> None:
-        pg = as_txn_change(change)
-        log_id = log_id_of(log_ref)
-        pg.execute(self._sql.abort, log_id, instance)
-
-        def durable() -> None:
-            self._recovered.pop((log_id, instance), None)
-
-        pg.on_durable(durable)
+        self._pending.abort(change, log_ref, instance)
 
     def forget_recovered(self, log_id: int, instance: int) -> None:
         """The pending rows of ``instance`` on ``log_id`` this storage
         recovered were published by another statement of a commit
         (``PgRemoteTxns.stage_remote_commit``)."""
-        self._recovered.pop((log_id, instance), None)
+        self._pending.forget_recovered(log_id, instance)
 
     def recover_pending(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
-        return list(self._recovered.get((log_id_of(log_ref), instance), ()))
+        return self._pending.recover(log_ref, instance)
 
     # ------------------------- offsets staged by another gateway (txn_staged_offsets)
     async def stage_elsewhere(self, transactional_id: str, producer_id: int, epoch: int,
