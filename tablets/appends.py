@@ -49,8 +49,8 @@ from .errors import (
 )
 from .log_entry import LEADER_EPOCH
 from .producer_rules import REFUSED, CachedBatch, next_seq
+from .rocks_store import Ops
 from .seam import AppendResult, BlobSink
-from .store import Ops
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -34,8 +34,8 @@ from common.clock import now_ms
 from . import compaction
 from .compaction import Aborted, Throttle
 from .compaction_config import CleanerSettings
+from .rocks_store import RocksStore
 from .seam import CleanerStats, RunStats
-from .store import RocksStore
 from .stored_batches import StoredBatches
 
 if TYPE_CHECKING:

@@ -34,9 +34,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from . import keys, log_entry
 from .compaction import Chunk, Plan, due_plan
+from .rocks_store import Ops
 from .seam import CompactionStatus
 from .segment_rules import Cleanable
-from .store import Ops
 
 if TYPE_CHECKING:
     from collections.abc import Callable

@@ -31,8 +31,9 @@ from collections.abc import Iterable, Mapping
 
 from . import keys
 from .offset_state import OffsetState
+from .rocks_store import Ops, RocksStore
 from .seam import CommittedOffset, OffsetCommit, TopicPartition
-from .store import GroupCommitWriter, Ops, RocksStore
+from .store import GroupCommitWriter
 
 # offset, leader epoch, commit timestamp, version, committer length; then the
 # committer (a transactional id, or empty) and the metadata.

@@ -33,6 +33,7 @@ from .consumer_offsets import ConsumerOffsets
 from .format import mark_current, needs_migration
 from .important import ImportantConsumers
 from .node_records import NODE_RECORD_KINDS, NodeRecords
+from .rocks_store import FsyncPolicy, Ops, RocksStore
 from .seam import (
     CleanerStats,
     ImportantGroup,
@@ -42,7 +43,7 @@ from .seam import (
     TopicView,
     WriteStats,
 )
-from .store import FsyncPolicy, GroupCommitWriter, Ops, RocksStore
+from .store import GroupCommitWriter
 from .topic_catalog import Topic, TopicCatalog
 from .topic_config import TOPIC_CONFIGS
 from .topic_names import check_topic_name

@@ -20,11 +20,11 @@ import logging
 from typing import TYPE_CHECKING, Protocol
 
 from . import keys, log_entry
-from .store import Ops
+from .rocks_store import Ops
 
 if TYPE_CHECKING:
+    from .rocks_store import RocksStore
     from .segment_files import PartitionFiles
-    from .store import RocksStore
 
 
 class Migrating(Protocol):

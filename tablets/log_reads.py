@@ -36,14 +36,14 @@ from . import keys, log_entry
 from .errors import OffsetOutOfRange
 from .in_memory_batches import InMemoryBatches
 from .records import first_record_at_or_after
+from .rocks_store import Ops
 from .seam import FileRegion, ReadResult
-from .store import Ops
 
 if TYPE_CHECKING:
     from io import FileIO
 
+    from .rocks_store import RocksStore
     from .segment_files import PartitionFiles
-    from .store import RocksStore
 
 
 class LogState(Protocol):

@@ -13,8 +13,9 @@ import os
 from collections.abc import Iterable
 
 from . import keys
+from .rocks_store import Ops, RocksStore
 from .seam import NodeRecordKind
-from .store import GroupCommitWriter, Ops, RocksStore
+from .store import GroupCommitWriter
 
 # The kinds of node record, by the name the seam gives them.
 NODE_RECORD_KINDS = {"acl": keys.ACL, "scram": keys.SCRAM_CREDENTIAL}

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 from . import keys
 from .producer_rules import ProducerEntry, ProducerStates
-from .store import Ops, RocksStore
+from .rocks_store import Ops, RocksStore
 
 _PID = struct.Struct(">q")
 

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Protocol
 
 from . import keys, log_entry
 from .format import migrate_partition
-from .store import Ops
+from .rocks_store import Ops
 
 if TYPE_CHECKING:
     from array import array
 
     from .producer_rules import ProducerStates
+    from .rocks_store import RocksStore
     from .segment_files import PartitionFiles
     from .segment_rules import Segments
-    from .store import RocksStore
 
 
 class Recovering(Protocol):

@@ -45,10 +45,10 @@ from typing import TYPE_CHECKING
 from crc32c import crc32c
 
 from . import keys, log_entry
-from .store import Ops
+from .rocks_store import Ops
 
 if TYPE_CHECKING:
-    from .store import RocksStore
+    from .rocks_store import RocksStore
 
 log = logging.getLogger(__name__)
 

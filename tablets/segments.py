@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from . import keys
+from .rocks_store import Ops, RocksStore
 from .segment_rules import Segment, Segments
-from .store import Ops, RocksStore
 
 
 class StoredSegments:

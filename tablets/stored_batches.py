@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from . import batch as batch_header
 from . import keys, log_entry
 from .compaction import Aborted
-from .store import RocksStore
+from .rocks_store import RocksStore
 
 Read = Callable[[bytes], bytes]  # a log entry -> its batch (``PartitionTablet.read_entry``)
 

@@ -54,11 +54,12 @@ from .in_memory_batches import InMemoryBatches
 from .log_reads import LogReads
 from .producers import producer_states
 from .recovery import load_state
+from .rocks_store import Ops, RocksStore
 from .seam import ReadResult
 from .segment_files import PartitionFiles
 from .segment_rules import Segment
 from .segments import stored_segments
-from .store import GroupCommitWriter, Ops, RocksStore
+from .store import GroupCommitWriter
 from .tablet_settings import TabletSettings
 from .truncation import TruncatedLog
 from .txn_log import TransactionLog

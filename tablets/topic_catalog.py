@@ -31,7 +31,7 @@ from .errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from .store import Ops
+from .rocks_store import Ops
 from .tablet import PartitionTablet
 from .tablet_settings import TabletSettings
 from .topic_config import (
@@ -49,9 +49,10 @@ if TYPE_CHECKING:
 
     from .consumer_offsets import ConsumerOffsets
     from .important import ImportantConsumers
+    from .rocks_store import RocksStore
     from .seam import TopicView
     from .segment_files import PartitionFiles
-    from .store import GroupCommitWriter, RocksStore
+    from .store import GroupCommitWriter
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 from . import batch as batch_header
 from . import keys, log_entry
 from .errors import OffsetOutOfRange, PolicyViolation
-from .store import Ops
+from .rocks_store import Ops
 
 if TYPE_CHECKING:
     from array import array
@@ -29,9 +29,10 @@ if TYPE_CHECKING:
 
     from .in_memory_batches import InMemoryBatches
     from .producer_rules import ProducerStates
+    from .rocks_store import RocksStore
     from .segment_files import PartitionFiles
     from .segment_rules import Segments
-    from .store import GroupCommitWriter, RocksStore
+    from .store import GroupCommitWriter
     from .tablet_settings import TabletSettings
 
 

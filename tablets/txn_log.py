@@ -23,15 +23,15 @@ from . import batch as batch_header
 from . import keys, log_entry
 from .in_memory_batches import InMemoryBatches
 from .log_entry import LEADER_EPOCH
+from .rocks_store import Ops
 from .seam import PendingBlob
-from .store import Ops
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from .rocks_store import RocksStore
     from .segment_files import PartitionFiles
     from .segment_rules import Segments
-    from .store import RocksStore
     from .tablet_settings import TabletSettings
 
 

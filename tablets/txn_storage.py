@@ -24,6 +24,7 @@ from uuid import UUID
 from . import keys, log_entry
 from .batch import HEADER_SIZE
 from .consumer_offsets import ConsumerOffsets
+from .rocks_store import Ops, RocksStore
 from .seam import (
     AtomicChange,
     CommittedOffset,
@@ -33,7 +34,7 @@ from .seam import (
     RecoveredBlob,
     TopicPartition,
 )
-from .store import GroupCommitWriter, Ops, RocksStore
+from .store import GroupCommitWriter
 from .tablet import PartitionTablet
 
 _COUNTER = struct.Struct(">q")

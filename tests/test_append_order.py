@@ -11,7 +11,7 @@ from test_tablet import run
 
 from tablets import keys, validate
 from tablets.errors import InvalidRecordBatch, UnknownPartition
-from tablets.store import Ops
+from tablets.rocks_store import Ops
 from testkit.batches import GZIP, LZ4, MALFORMED, NONE, SNAPPY, ZSTD, make_batch
 
 

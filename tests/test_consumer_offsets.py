@@ -6,7 +6,7 @@ import asyncio
 
 from tablets import EngineSettings, StorageEngine
 from tablets.consumer_offsets import ConsumerOffsets, OffsetCommit
-from tablets.store import Ops
+from tablets.rocks_store import Ops
 
 
 def run(coro_fn, data_dir):

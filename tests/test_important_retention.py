@@ -17,7 +17,7 @@ from kafka_gateway.topic_configs import SOURCE_DEFAULT, SOURCE_DYNAMIC_TOPIC, to
 from tablets import EngineSettings, StorageEngine, keys
 from tablets.consumer_offsets import OffsetCommit
 from tablets.important import ImportantConsumers
-from tablets.store import Ops
+from tablets.rocks_store import Ops
 from tablets.topic_config import InvalidConfig, validate, validate_all
 from testkit.batches import make_batch
 

@@ -151,6 +151,9 @@ def test_common_imports_no_layer():
 # persistence port (producers, segments) or a reader port (compaction's planner).
 PGSTORE_FROM_TABLETS = {
     "tablets.seam", "tablets.errors", "tablets.log_entry", "tablets.batch", "tablets.control",
+    # The seam's parts, which tablets.seam re-exports (its one public entry).
+    "tablets.seam_node", "tablets.seam_log", "tablets.seam_txn", "tablets.seam_offsets",
+    "tablets.seam_stats",
     "tablets.offset_state", "tablets.important_holds", "tablets.topic_names",
     "tablets.records", "tablets.validate",
     "tablets.topic_config", "tablets.config_parsing",
@@ -231,6 +234,22 @@ def test_above_the_seam_only_the_seam_is_imported():
     names = {(module, name) for module in MODULES if module.split(".")[0] in ABOVE_THE_SEAM
              for name in _names_from_the_package(module) - SEAM_NAMES}
     assert names == set(), "names from the tablets package past the seam"
+
+
+# The modules declaring the seam by concern; tablets.seam re-exports them and
+# is the one module anything else imports them through.
+SEAM_PARTS = {"tablets.seam_node", "tablets.seam_log", "tablets.seam_txn",
+              "tablets.seam_offsets", "tablets.seam_stats"}
+
+
+def test_the_seam_parts_are_imported_only_through_the_seam():
+    found = {m for m in MODULES if m.startswith("tablets.seam_")} - {"tablets.seam_check"}
+    assert found == SEAM_PARTS, "a new part of the seam: list it here and in PGSTORE_FROM_TABLETS"
+    assert GRAPH["tablets.seam"] >= SEAM_PARTS  # the premise: the entry's imports are read
+    direct = sorted((module, target) for module, targets in GRAPH.items()
+                    if module != "tablets.seam" and module not in SEAM_PARTS
+                    for target in targets if target in SEAM_PARTS)
+    assert direct == [], "import the seam's names from tablets.seam"
 
 
 def test_the_seam_rule_sees_the_imports_it_forbids():

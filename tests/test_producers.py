@@ -23,7 +23,7 @@ from tablets.producer_rules import (
 )
 from tablets.producers import StoredProducers, producer_key, producer_states
 from tablets.records import record_timestamps
-from tablets.store import Ops
+from tablets.rocks_store import Ops
 from testkit.batches import make_batch
 from testkit.compaction import as_batches
 

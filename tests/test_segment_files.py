@@ -17,8 +17,8 @@ import pytest
 from tablets import batch as batch_header
 from tablets import format as storage_format
 from tablets import keys, log_entry, segment_files
+from tablets.rocks_store import Ops, RocksStore
 from tablets.seam import FileRegion
-from tablets.store import Ops, RocksStore
 from testkit.batches import make_batch
 from testkit.compaction import (
     as_batches,

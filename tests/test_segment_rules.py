@@ -7,9 +7,9 @@ from __future__ import annotations
 import struct
 
 from tablets import keys
+from tablets.rocks_store import Ops, RocksStore
 from tablets.segment_rules import NO_TIMESTAMP, Segment, Segments
 from tablets.segments import StoredSegments, stored_segments
-from tablets.store import Ops, RocksStore
 
 Staged = list[tuple[str, int, bytes]]  # ("put" | "delete" | "delete below", base, value)
 

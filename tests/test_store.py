@@ -13,7 +13,8 @@ from collections.abc import Awaitable, Callable
 import pytest
 
 from tablets.errors import StorageError
-from tablets.store import INLINE_BYTES, GroupCommitWriter, Ops, RocksStore
+from tablets.rocks_store import Ops, RocksStore
+from tablets.store import INLINE_BYTES, GroupCommitWriter
 
 LOOP_THREAD = "loop"
 

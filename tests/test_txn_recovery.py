@@ -13,7 +13,7 @@ import pytest
 from tablets import batch as batch_header
 from tablets import keys
 from tablets.consumer_offsets import OffsetCommit
-from tablets.store import Ops
+from tablets.rocks_store import Ops
 from tablets.txn_storage import partitions_range
 from testkit.batches import make_batch
 from testkit.compaction import as_batches
