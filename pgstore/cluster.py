@@ -104,8 +104,8 @@ class PgCluster(PgClusterView):
         self._txns = txns  # the transaction coordinator's storage (load_ids), or None
         if txns is not None:
             txns.slot_holder = self.slot_held  # its writes' coordinator fence
-        self._opening = Opening(self, lambda: self._pool, schema, offsets, txns)
         self._pool: asyncpg.Pool | None = None  # opening logs, rereading topics and groups
+        self._opening = Opening(self, lambda: self._pool, schema, offsets, txns)
         # The lease's renewals and the passes have their own connections, so
         # a burst of opening never makes a renewal wait past the lease.
         self._lease_pool: asyncpg.Pool | None = None
