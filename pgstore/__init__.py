@@ -33,7 +33,14 @@ What exists so far:
   engine's pass is still to use it);
 - ``membership``, ``leadership``: the cluster at library level: each
   gateway's lease-held registration, and the partitions and coordinator
-  slots balanced over the live gateways by compare-and-set on their epochs;
+  slots balanced over the live gateways by compare-and-set on their epochs
+  (``placement``: the plan and a key's slot, computed without I/O;
+  ``leader_rows``: the rows as read and the statements that move them);
+- ``cluster``: the engine in a cluster of gateways (joining, leaving,
+  leadership changes, the topic catalog's rereads), with ``cluster_view``
+  (the seam's ``ClusterView``: routing answers), ``cluster_opening`` (what
+  a gateway gains opened, what it loses closed) and ``topic_notices`` (a
+  topic change told to every gateway);
 - ``group_counters``: a group's persisted generation and its offset version
   counter, moved inside the caller's transaction;
 - ``txn_storage`` (with ``txn_coordinator_state``: the coordinator's

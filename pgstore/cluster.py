@@ -8,35 +8,33 @@ kept current, and the routing view the protocol layer reads (the seam's
     ...
     await cluster.leave()       # a clean stop: gives up its rows, deregisters
 
+This module owns the lifecycle (join, leave, rejoin), the reactions to a
+``LeadershipChange`` and the topic catalog's rereads; the routing answers
+are ``pgstore.cluster_view``'s (``PgCluster`` is that view), the opening of
+what is gained ``pgstore.cluster_opening``'s and the topic notices
+``pgstore.topic_notices``'s.
+
 - **Joining** registers the gateway (``pgstore.membership``: node.id, its
   advertised listeners, a lease renewed every lease/3) and starts its
   ``pgstore.leadership`` passes. The catalog was loaded without claiming
   anything: every partition's log starts *closed* (``fenced``: appends
   answer NOT_LEADER_OR_FOLLOWER, reads are refused by ``leads``).
-- **A partition gained** at an epoch is *opened*: its row and producers are
-  read again (another gateway may have written since), the log takes that
-  epoch and is unfenced. A partition *lost* is closed at once: its tail is
-  dropped, its long-polls woken, its appends fenced (and in PostgreSQL the
-  epoch already moved, so nothing of a write in flight lands).
-- **A coordinator slot gained** has the committed offsets and generations
-  of its groups read again (``load_group``) before ``coordinates`` says yes
-  for its keys. **A slot lost** is forgotten at once, and the watchers
-  (``watch_coordination``: the group coordinator) drop what they keep in
-  memory for its keys, so gaining it back starts from storage. The offsets'
-  writes are fenced by the slot's epoch (``PgConsumerOffsets.slot_holder``).
-  The transactional ids of a slot gained are read again too
-  (``PgTransactionStorage.load_ids``) and handed to the watchers' ``gained``
-  (the transaction coordinator) before ``coordinates`` says yes; the
-  coordinator's writes are fenced by the slot's epoch (``pgstore.txn_slots``).
+- **A partition gained** at an epoch is *opened*, **a partition lost**
+  closed at once (``pgstore.cluster_opening``).
+- **A coordinator slot gained** has its groups and transactional ids read
+  again before ``coordinates`` says yes for its keys
+  (``pgstore.cluster_opening``). **A slot lost** is forgotten at once, and
+  the watchers (``watch_coordination``: the group coordinator) drop what
+  they keep in memory for its keys, so gaining it back starts from storage.
 - **Commits other gateways publish into partitions led here** reach their
   logs at once (``pgstore.log_catch_up``: LISTEN on ``<schema>_log``, and a
   resync of the led partitions' ends after every reconnection).
 - **Topics made by any gateway are seen by all**: a topic change notifies
-  the channel ``<schema>_topics`` inside its own transaction; each gateway
-  listens and rereads the catalog (``PgTopicCatalog.refresh``) and runs a
-  pass (so it opens at once the new partitions it leads), also after its
-  listening connection was lost, and when a pass hands it a partition of a
-  topic it does not know yet.
+  the channel ``<schema>_topics`` inside its own transaction
+  (``pgstore.topic_notices``); each gateway listens and rereads the catalog
+  (``PgTopicCatalog.refresh``) and runs a pass (so it opens at once the new
+  partitions it leads), also after its listening connection was lost, and
+  when a pass hands it a partition of a topic it does not know yet.
 - **New partitions have leaders from the start**, as Kafka's controller
   gives them: the gateway that makes them writes each row with a leader,
   the least loaded live node as of its last pass (``place_new``; ties: the
@@ -53,21 +51,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import asyncpg
 
-from tablets.in_memory_batches import InMemoryBatches
-from tablets.seam import BrokerAddress, ClusterNode
-
+from .cluster_opening import Opening, close, logs_by_id
+from .cluster_view import PgClusterView
 from .consumer_offsets import PgConsumerOffsets
-from .leadership import Leadership, LeadershipChange, coordinator_slot
+from .leadership import Leadership, LeadershipChange
 from .log_catch_up import LogCatchUp
-from .log_notices import LogNotices
-from .log_sql import load_row
 from .membership import (
     DEFAULT_LEASE_SECONDS,
     Listener,
@@ -77,13 +71,12 @@ from .membership import (
 )
 from .membership import session_settings as session_settings
 from .migrate import quoted
-from .producer_rows import PgProducerRows
+from .placement import coordinator_slot
+from .topic_notices import TopicNotices
 
 if TYPE_CHECKING:
-    from .partition_log import PgPartitionLog
     from .topics import PgTopicCatalog
     from .txn_storage import PgTransactionStorage
-    from .writer import PgChange
 
 log = logging.getLogger(__name__)
 
@@ -96,68 +89,43 @@ class ClusterSettings:
     lease_seconds: float = DEFAULT_LEASE_SECONDS
 
 
-def topics_channel(schema: str) -> str:
-    return f"{schema}_topics"
-
-
-def announce_topics(change: PgChange, schema: str, name: str) -> None:
-    """Tell every gateway, once ``change`` commits, that topic ``name`` changed."""
-    change.execute("SELECT pg_notify($1, $2)", topics_channel(schema), name)
-
-
-class TopicNotices(LogNotices):
-    """One connection listening on the topics' channel; any notice (and every
-    reconnection) makes the gateway reread its catalog."""
-
-    def __init__(self, dsn: str, schema: str, on_topics: Callable[[], None],
-                 on_resync: Callable[[], Awaitable[None]]) -> None:
-        super().__init__(dsn, schema, lambda _notice: None, on_resync)
-        self.channel = topics_channel(schema)
-        self._on_topics = on_topics
-
-    def _notice(self, _conn: object, _pid: int, _channel: str, payload: object, /) -> None:
-        self.notices += 1
-        self._on_topics()
-
-
-class PgCluster:
+class PgCluster(PgClusterView):
     """This gateway's part in the cluster (see the module's docstring)."""
 
     def __init__(self, dsn: str, schema: str, catalog: PgTopicCatalog,
                  settings: ClusterSettings, offsets: object | None = None,
                  txns: PgTransactionStorage | None = None) -> None:
+        super().__init__(catalog, settings.node_id)
         self.dsn = dsn
         self.schema = schema
-        self.catalog = catalog
         self.settings = settings
-        self.node_id = settings.node_id
-        self._offsets = offsets  # PgConsumerOffsets (load_group), or None
         if isinstance(offsets, PgConsumerOffsets):
             offsets.slot_holder = self.slot_held  # its writes' coordinator fence
-        self._watchers: list[Callable[[Callable[[str], bool]], None]] = []
         self._txns = txns  # the transaction coordinator's storage (load_ids), or None
         if txns is not None:
             txns.slot_holder = self.slot_held  # its writes' coordinator fence
-        self._gained: list[Callable[[Callable[[str], bool]], None]] = []
         self._pool: asyncpg.Pool | None = None  # opening logs, rereading topics and groups
+        self._opening = Opening(self, lambda: self._pool, schema, offsets, txns)
         # The lease's renewals and the passes have their own connections, so
         # a burst of opening never makes a renewal wait past the lease.
         self._lease_pool: asyncpg.Pool | None = None
         self.membership: Membership | None = None
-        self.leadership: Leadership | None = None
         self._listeners: tuple[Listener, ...] = ()
         self._notices: TopicNotices | None = None
         # Commits other gateways published into partitions led here.
         self.log_catch_up: LogCatchUp | None = None
         self._tasks: set[asyncio.Task[None]] = set()
-        self._open_slots: set[int] = set()  # gained and loaded
         self._refresh: asyncio.Task[None] | None = None
         self._refresh_again = False
         self._rereading = asyncio.Lock()
         self._leaving = False
-        self.opened = 0  # partitions opened so far (statistics, tests)
         self.rejoins = 0
         catalog.place = self.place_new
+
+    @property
+    def opened(self) -> int:
+        """Partitions opened so far (statistics, tests)."""
+        return self._opening.opened
 
     # ------------------------------------------------------------ lifecycle
     async def join(self, listeners: Sequence[Listener]) -> None:
@@ -288,26 +256,24 @@ class PgCluster:
 
     # ------------------------------------------------------------ leadership changes
     def _changed(self, change: LeadershipChange) -> None:
-        by_id = self._logs_by_id()
+        by_id = logs_by_id(self.catalog)
         for log_id in change.partitions_lost:
             found = by_id.get(log_id)
             if found is not None:
                 close(found)
         for slot in change.slots_lost:
-            self._open_slots.discard(slot)
+            self.open_slots.discard(slot)
         if change.slots_lost:
             lost = frozenset(change.slots_lost)
-            for watcher in self._watchers:
+            for watcher in self.lost_watchers:
                 watcher(lambda key: coordinator_slot(key) in lost)
         if change.partitions_gained:
-            self._spawn(self._open_all(dict(change.partitions_gained)), "open partitions")
+            self._spawn(self._opening.partitions(dict(change.partitions_gained)),
+                        "open partitions")
         if change.slots_gained:
-            self._spawn(self._open_slots_of(set(change.slots_gained)), "open slots")
+            self._spawn(self._opening.slots(set(change.slots_gained)), "open slots")
 
-    def _logs_by_id(self) -> dict[int, PgPartitionLog]:
-        return {p.log_id: p for p in self.catalog.logs()}
-
-    def _current(self) -> bool:
+    def current(self) -> bool:
         """This process is the node's live incarnation, as last read (another
         process of the same node.id would lead the same rows)."""
         lead, member = self.leadership, self.membership
@@ -315,66 +281,11 @@ class PgCluster:
                 and any(n.node_id == self.node_id and n.incarnation == member.incarnation
                         for n in lead.nodes))
 
-    async def _open_all(self, gained: dict[int, int]) -> None:
-        assert self._pool is not None
-        if not self._current():
-            return
-        by_id = self._logs_by_id()
-        if any(log_id not in by_id for log_id in gained):
-            await self.refresh_topics()  # a topic another gateway made
-            by_id = self._logs_by_id()
-        sql = self.catalog.context.sql
-        async with self._pool.acquire() as conn:
-            for log_id, epoch in sorted(gained.items()):
-                partition = by_id.get(log_id)
-                if partition is None or partition.deleted:
-                    continue
-                row = await load_row(conn, sql, log_id, partition.mean_batch_bytes)
-                producers = await PgProducerRows.fetch(conn, sql, log_id)
-                if (row is None or row.leader_epoch != epoch or not self._current()
-                        or self.leadership is None
-                        or self.leadership.partition_epoch(log_id) != epoch):
-                    continue  # moved again meanwhile: the next change says so
-                partition.leader_epoch = epoch
-                partition.reset_from(row)
-                partition.producer_rows.loaded = producers.loaded
-                partition.producer_states.load()
-                partition.fenced = False
-                partition.catch_up()  # a commit noticed after the row was read
-                self.opened += 1
-        log.info("node %d opened %d partitions", self.node_id, len(gained))
-
     async def reload_coordinated(self, keep: Callable[[str], bool]) -> None:
         if self._txns is None or self._pool is None:
             return
         async with self._pool.acquire() as conn:
             await self._txns.load_ids(conn, keep)
-
-    async def _open_slots_of(self, slots: set[int]) -> None:
-        """Reread the committed offsets of the slots' groups and the slots'
-        transactional ids (another coordinator may have written them), then
-        coordinate them."""
-        assert self._pool is not None
-        load_group = getattr(self._offsets, "load_group", None)
-        in_slots: Callable[[str], bool] = lambda key: coordinator_slot(key) in slots  # noqa: E731
-        if self._txns is not None:
-            async with self._pool.acquire() as conn:
-                await self._txns.load_ids(conn, in_slots)
-        if load_group is not None:
-            async with self._pool.acquire() as conn:
-                s = quoted(self.schema)
-                groups = await conn.fetch(
-                    f"SELECT group_id FROM {s}.consumer_offsets UNION "
-                    f"SELECT group_id FROM {s}.group_generations")
-                for row in groups:
-                    if coordinator_slot(row["group_id"]) in slots:
-                        await load_group(conn, row["group_id"])
-        lead = self.leadership
-        if lead is not None and self._current():
-            opened = {s for s in slots if lead.slot_epoch(s) is not None}
-            for gained in self._gained:  # in the same step as the slots open
-                gained(lambda key: coordinator_slot(key) in opened)
-            self._open_slots |= opened
 
     # ------------------------------------------------------------ topics
     def topics_changed(self) -> None:
@@ -411,93 +322,12 @@ class PgCluster:
         async with self._rereading, self._pool.acquire() as conn:
             await self.catalog.refresh(conn)
         if self.leadership is not None:  # partitions led here whose log was not known yet
-            by_id = self._logs_by_id()
+            by_id = logs_by_id(self.catalog)
             missing = {log_id: epoch for log_id, epoch in self.leadership.led_partitions.items()
                        if log_id in by_id and by_id[log_id].fenced}
             if missing:
-                self._spawn(self._open_all(missing), "open partitions")
-
-    # ------------------------------------------------------------ the seam's ClusterView
-    def brokers(self, listener: str) -> list[BrokerAddress]:
-        lead = self.leadership
-        if lead is None:
-            return []
-        out = []
-        for node in lead.nodes:
-            if not node.listeners:
-                continue
-            chosen = next((x for x in node.listeners if x.name == listener), node.listeners[0])
-            out.append(BrokerAddress(node.node_id, chosen.host, chosen.port))
-        return out
-
-    def nodes(self, listener: str) -> list[ClusterNode]:
-        lead = self.leadership
-        if lead is None:
-            return []
-        partitions = Counter(x.leader_node for x in lead.partition_leaders.values())
-        slots = Counter(x.leader_node for x in lead.slot_leaders.values())
-        expiry = {node.node_id: node.lease_expires_at.timestamp() for node in lead.nodes}
-        return [ClusterNode(address, expiry[address.node_id], partitions[address.node_id],
-                            slots[address.node_id]) for address in self.brokers(listener)]
-
-    def partition_leader(self, topic: str, index: int) -> int | None:
-        lead = self.leadership
-        if lead is None:
-            return None
-        found = lead.partition_leader(self.catalog.partition(topic, index).log_id)
-        if found is None or found.leader_node is None or found.leader_node not in lead.live:
-            return None
-        return found.leader_node
-
-    def leader_epoch(self, topic: str, index: int) -> int:
-        partition = self.catalog.partition(topic, index)
-        if not partition.fenced and not partition.deleted:
-            return partition.leader_epoch
-        lead = self.leadership
-        found = None if lead is None else lead.partition_leader(partition.log_id)
-        return -1 if found is None or found.leader_node is None else found.epoch
-
-    def leads(self, topic: str, index: int) -> bool:
-        partition = self.catalog.partition(topic, index)
-        return not partition.fenced and not partition.deleted
-
-    def coordinator(self, key: str) -> int | None:
-        lead = self.leadership
-        if lead is None:
-            return None
-        _, found = lead.coordinator(key)
-        if found is None or found.leader_node is None or found.leader_node not in lead.live:
-            return None
-        return found.leader_node
+                self._spawn(self._opening.partitions(missing), "open partitions")
 
     async def catch_up_topics(self) -> None:
         await self.refresh_topics()
 
-    def coordinates(self, key: str) -> bool:
-        return self.slot_held(key) is not None
-
-    def slot_held(self, key: str) -> tuple[int, int, int] | None:
-        """(slot, node id, epoch) of the key's slot when this gateway
-        coordinates it (gained and loaded), else None: the coordinator's
-        fence (``PgConsumerOffsets.fence_coordinator``)."""
-        lead = self.leadership
-        slot = coordinator_slot(key)
-        if lead is None or slot not in self._open_slots:
-            return None
-        epoch = lead.slot_epoch(slot)
-        return None if epoch is None else (slot, self.node_id, epoch)
-
-    def watch_coordination(self, lost: Callable[[Callable[[str], bool]], None],
-                           gained: Callable[[Callable[[str], bool]], None] | None = None,
-                           ) -> None:
-        self._watchers.append(lost)
-        if gained is not None:
-            self._gained.append(gained)
-
-
-def close(partition: PgPartitionLog) -> None:
-    """This gateway no longer leads the partition: refuse its writes, drop its
-    tail, wake its long-polls (their next read is refused)."""
-    partition.fenced = True
-    partition.tail = InMemoryBatches()
-    partition.wake_waiters()

@@ -44,14 +44,12 @@ the epochs of everything the node led, ``pgstore.membership``). When its
 membership is lost, it gives up everything at once (``on_change`` reports
 all of it lost) and stops; its writes are fenced anyway.
 
-**Coordinator slots.** A group or transactional id is placed by
-``coordinator_slot``: Java's ``String.hashCode`` of the id, made
-non-negative as Kafka's ``Utils.abs`` does, modulo ``COORDINATOR_SLOTS``
-(50). That is how Kafka picks the partition of ``__consumer_offsets`` (and
-of ``__transaction_state``) for a key, so the slot number is the partition
-Kafka would use. The hash is stable: fixed by Java's definition, the same
-in every process and version (unlike Python's ``hash``). Groups and
-transactional ids share the one set of slots.
+This module owns the passes and what this gateway leads. The placement is
+computed without I/O in ``pgstore.placement`` (``coordinator_slot``:
+Kafka's placement of a group or transactional id in one of the 50
+coordinator slots; ``plan``); the rows as read and the statements that move
+them are ``pgstore.leader_rows``. The names of both stay importable from
+here.
 """
 
 from __future__ import annotations
@@ -65,93 +63,18 @@ from typing import Literal
 
 import asyncpg
 
+from .leader_rows import Lead as Lead
+from .leader_rows import LeaderRows
 from .membership import LiveNode, Membership
-from .migrate import Connection, quoted
-from .schema import COORDINATOR_SLOTS
+from .migrate import Connection
+from .placement import coordinator_slot as coordinator_slot
+from .placement import java_string_hash as java_string_hash
+from .placement import plan as plan
 
 log = logging.getLogger(__name__)
-_INT32 = 1 << 32
 
 
-# ---------------------------------------------------------------- placement by key
-def java_string_hash(text: str) -> int:
-    """Java's ``String.hashCode``: s[0]*31^(n-1) + ... + s[n-1] over UTF-16
-    code units, in 32-bit two's complement."""
-    h = 0
-    units = text.encode("utf-16-be")
-    for i in range(0, len(units), 2):
-        h = (31 * h + (units[i] << 8 | units[i + 1])) % _INT32
-    return h - _INT32 if h >= 1 << 31 else h
-
-
-def coordinator_slot(key: str, slots: int = COORDINATOR_SLOTS) -> int:
-    """The slot of a group or transactional id: Kafka's
-    ``Utils.abs(key.hashCode) % slots`` (``abs`` of Integer.MIN_VALUE is 0)."""
-    h = java_string_hash(key)
-    return (0 if h == -(1 << 31) else abs(h)) % slots
-
-
-# ---------------------------------------------------------------- the plan
-@dataclass(frozen=True, slots=True)
-class Lead:
-    leader_node: int | None  # None: no leader
-    epoch: int
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    key: int
-    from_node: int | None  # None, a node not live (a take), or a live node (a release)
-    to_node: int
-
-
-def plan(live: Sequence[int], leaders: Mapping[int, int | None]) -> list[Move]:
-    """The moves that balance ``leaders`` (key -> leading node) over ``live``:
-    every key whose leader is not live goes to a live node; keys move
-    between live nodes only while counts differ by more than one. The same
-    input gives the same moves on every gateway.
-
-    Each node's quota is len(keys) // len(live), plus one for the
-    len(keys) % len(live) nodes that hold the most now (ties: lower node id),
-    so the fewest keys move. Nodes over quota give up their highest keys;
-    nodes under it get the orphans (lowest key first), then the keys given
-    up, one at a time in node id order, round after round."""
-    nodes = sorted(set(live))
-    if not nodes:
-        return []
-    held: dict[int, list[int]] = {n: [] for n in nodes}
-    orphans: list[int] = []
-    for key in sorted(leaders):
-        leader = leaders[key]
-        if leader is not None and leader in held:
-            held[leader].append(key)
-        else:
-            orphans.append(key)
-    base, extra = divmod(len(leaders), len(nodes))
-    by_load = sorted(nodes, key=lambda n: (-len(held[n]), n))
-    quota = {n: base + (1 if i < extra else 0) for i, n in enumerate(by_load)}
-    supply: list[tuple[int, int | None]] = [(key, leaders[key]) for key in orphans]
-    for n in nodes:
-        excess = len(held[n]) - quota[n]
-        if excess > 0:
-            supply += [(key, n) for key in held[n][-excess:]]
-    # One key per node under quota in turn (not each node's whole deficit at
-    # once), so that a newcomer does not get every partition of a topic
-    # created at the same time.
-    deficit = {n: quota[n] - len(held[n]) for n in nodes if quota[n] > len(held[n])}
-    moves: list[Move] = []
-    given = iter(supply)
-    while deficit:
-        for n in list(deficit):
-            key, source = next(given)
-            moves.append(Move(key, source, n))
-            deficit[n] -= 1
-            if not deficit[n]:
-                del deficit[n]
-    return moves
-
-
-# ---------------------------------------------------------------- one table's rows
+# ---------------------------------------------------------------- what changed
 @dataclass(frozen=True, slots=True)
 class LeadershipChange:
     """What a pass changed for this gateway: rows it leads now (at these
@@ -165,60 +88,6 @@ class LeadershipChange:
     def __bool__(self) -> bool:
         return bool(self.partitions_gained or self.partitions_lost or self.slots_gained
                     or self.slots_lost)
-
-
-class _Rows:
-    """The leader rows of one table (``partitions`` by log id, or
-    ``coordinator_slots`` by slot) as last read, and the statements that move them."""
-
-    def __init__(self, schema: str, table: str, key: str, key_type: str) -> None:
-        s = quoted(schema)
-        self.name = table
-        self.view: dict[int, Lead] = {}
-        self.read_sql = f"SELECT {key} AS key, leader_node, leader_epoch FROM {s}.{table}"
-        me_alive = (f"EXISTS (SELECT 1 FROM {s}.nodes me WHERE me.node_id = $1 "
-                    f"AND me.incarnation = $2 AND me.lease_expires_at > now())")
-        # Orphans only: no leader, or one whose lease is over by the database's clock.
-        self.take_sql = f"""
-            UPDATE {s}.{table} t SET leader_node = $1, leader_epoch = t.leader_epoch + 1
-              FROM unnest($3::{key_type}[], $4::integer[]) AS c(key, seen)
-             WHERE t.{key} = c.key AND t.leader_epoch = c.seen AND {me_alive}
-               AND (t.leader_node IS NULL OR NOT EXISTS (
-                    SELECT 1 FROM {s}.nodes n
-                     WHERE n.node_id = t.leader_node AND n.lease_expires_at > now()))
-            RETURNING t.{key} AS key, t.leader_node, t.leader_epoch"""
-        # To a live node, from this one.
-        self.release_sql = f"""
-            UPDATE {s}.{table} t SET leader_node = c.target,
-                   leader_epoch = t.leader_epoch + 1
-              FROM unnest($3::{key_type}[], $4::integer[], $5::integer[]) AS c(key, seen, target)
-             WHERE t.{key} = c.key AND t.leader_epoch = c.seen AND t.leader_node = $1
-               AND {me_alive}
-               AND EXISTS (SELECT 1 FROM {s}.nodes n
-                            WHERE n.node_id = c.target AND n.lease_expires_at > now())
-            RETURNING t.{key} AS key, t.leader_node, t.leader_epoch"""
-        # A clean stop: everything this incarnation leads goes back to no leader.
-        self.give_up_sql = f"""
-            UPDATE {s}.{table} t SET leader_node = NULL, leader_epoch = t.leader_epoch + 1
-             WHERE t.leader_node = $1 AND EXISTS (
-                   SELECT 1 FROM {s}.nodes me WHERE me.node_id = $1 AND me.incarnation = $2)
-            RETURNING t.{key} AS key, t.leader_node, t.leader_epoch"""
-
-    def load(self, rows: Sequence[asyncpg.Record]) -> None:
-        self.view = {int(r["key"]): _lead(r) for r in rows}
-
-    def apply(self, rows: Sequence[asyncpg.Record]) -> None:
-        for r in rows:
-            self.view[int(r["key"])] = _lead(r)
-
-    def led_by(self, node_id: int) -> dict[int, int]:
-        return {key: lead.epoch for key, lead in self.view.items()
-                if lead.leader_node == node_id}
-
-
-def _lead(row: asyncpg.Record) -> Lead:
-    node = row["leader_node"]
-    return Lead(None if node is None else int(node), int(row["leader_epoch"]))
 
 
 def _diff(before: Mapping[int, int], after: Mapping[int, int]
@@ -245,8 +114,8 @@ class Leadership:
         # A row locked by a paused leader's transaction must not hold a pass
         # up: the statement gives up and the next pass tries again.
         self.lock_timeout = membership.renew_interval if lock_timeout is None else lock_timeout
-        self._partitions = _Rows(membership.schema, "partitions", "log_id", "bigint")
-        self._slots = _Rows(membership.schema, "coordinator_slots", "slot", "integer")
+        self._partitions = LeaderRows(membership.schema, "partitions", "log_id", "bigint")
+        self._slots = LeaderRows(membership.schema, "coordinator_slots", "slot", "integer")
         # As of the last pass: the live nodes (with their listeners, for
         # Metadata and FindCoordinator) and their ids.
         self.nodes: tuple[LiveNode, ...] = ()
@@ -403,7 +272,7 @@ class Leadership:
             self.on_change(change)
         return change
 
-    async def _carry_out(self, conn: Connection, rows: _Rows, live: Sequence[int],
+    async def _carry_out(self, conn: Connection, rows: LeaderRows, live: Sequence[int],
                          me: int, inc: int) -> None:
         moves = plan(live, {key: lead.leader_node for key, lead in rows.view.items()})
         takes = [m for m in moves if m.to_node == me and m.from_node not in live]
@@ -418,7 +287,7 @@ class Leadership:
                             [rows.view[m.key].epoch for m in gives],
                             [m.to_node for m in gives])
 
-    async def _cas(self, conn: Connection, rows: _Rows, sql: str, me: int, inc: int,
+    async def _cas(self, conn: Connection, rows: LeaderRows, sql: str, me: int, inc: int,
                    *arrays: list[int]) -> list[asyncpg.Record]:
         try:
             async with conn.transaction():

@@ -67,7 +67,7 @@ from tablets.seam import (
 )
 
 from .cleaner import PgCleaner
-from .cluster import ClusterSettings, PgCluster, announce_topics
+from .cluster import ClusterSettings, PgCluster
 from .consumer_offsets import PgConsumerOffsets
 from .important import PgImportantConsumers
 from .log_sql import LogSql
@@ -79,6 +79,7 @@ from .remote_txn import PgRemoteTxns
 from .retention import NodeRetention
 from .retention_sql import vacuum
 from .schema import DEFAULT_SCHEMA
+from .topic_notices import announce_topics
 from .topics import PgTopic, PgTopicCatalog
 from .txn_publication import TxnPartition
 from .txn_storage import PgTransactionStorage

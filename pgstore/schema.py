@@ -22,7 +22,7 @@ with the partition's leader epoch. Version 2 adds the cluster's own tables
   every change of it bumps ``leader_epoch`` (``pgstore.leadership``);
 - ``coordinator_slots``: ``COORDINATOR_SLOTS`` rows, each with its leader and
   epoch; a group or transactional id is coordinated by the leader of slot
-  ``coordinator_slot(key)`` (``pgstore.leadership``);
+  ``coordinator_slot(key)`` (``pgstore.placement``);
 - ``group_generations``: a group's generation, which a trigger keeps from
   ever going backwards; ``group_offset_versions``: the per-group counter that
   numbers offset commits in commit order (``pgstore.group_counters``).

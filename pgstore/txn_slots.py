@@ -3,7 +3,7 @@ its writes, and what it reads when it gains a slot (``pgstore.txn_storage``
 uses both; ``pgstore.cluster`` sets ``slot_holder`` and calls the reading).
 
 A transactional id is coordinated by the leader of its coordinator slot
-(``pgstore.leadership.coordinator_slot``). Every change the coordinator
+(``pgstore.placement.coordinator_slot``). Every change the coordinator
 makes to an id (its state row, the rows of its open transaction's
 partitions: hence every begin, commit, abort, fence and timeout) begins with
 the slot's fence: the slot is still this gateway's, at the epoch it gained
