@@ -73,6 +73,11 @@ class Leaders:
     errors: dict[tuple[str, int], ErrorCode] = dataclasses.field(default_factory=dict)
 
 
+def _brokers_of(answer: Any) -> dict[int, Address]:
+    """A Metadata answer's brokers, by node id."""
+    return {int(b.node_id): (b.host, int(b.port)) for b in answer.brokers}
+
+
 def backoff(attempt: int) -> float:
     """The pause before attempt ``attempt + 1``."""
     return min(BACKOFF_S * 2.0 ** attempt, MAX_BACKOFF_S)
@@ -102,8 +107,7 @@ class ClusterClient:
 
     async def brokers(self) -> dict[int, Address]:
         """The brokers Metadata lists, by node id."""
-        answer = await self.metadata(())
-        return {int(b.node_id): (b.host, int(b.port)) for b in answer.brokers}
+        return _brokers_of(await self.metadata(()))
 
     async def client_of(self, address: Address, single: bool = False) -> KafkaClient:
         """The connection to a broker (``single``: the only broker Metadata
@@ -184,7 +188,7 @@ class ClusterClient:
         """Where each partition's leader is, as Metadata names it now."""
         wanted = set(partitions)
         answer = await self.metadata(sorted({topic for topic, _ in wanted}))
-        brokers = {int(b.node_id): (b.host, int(b.port)) for b in answer.brokers}
+        brokers = _brokers_of(answer)
         found = Leaders(single=len(brokers) == 1)
         for topic in answer.topics:
             if topic.error_code is not ErrorCode.none:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from tablets.errors import OffsetBehind, TxnStateMismatch
@@ -84,6 +85,14 @@ def refusal(transactional_id: str, producer_id: int, epoch: int, group: str,
                            "(AddOffsetsToTxn)")
 
 
+@dataclass(slots=True)
+class _Settling:
+    """One group's settle lock and how many settles hold or wait for it."""
+
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    users: int = 0
+
+
 class RemoteOffsets:
     """Offsets this gateway, a group's coordinator, staged for transactions
     that other gateways coordinate."""
@@ -99,7 +108,7 @@ class RemoteOffsets:
         # A lock per group while a settle of it runs or waits (``settle``),
         # with how many do: dropped by the last, so the map holds only the
         # groups being settled, not every group that ever staged.
-        self._settling: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._settling: dict[str, _Settling] = {}
         for group, staged in storage.watch_staged(self.seen).items():
             self.seen(group, staged)
 
@@ -139,14 +148,14 @@ class RemoteOffsets:
         then the next transaction's staging made meanwhile."""
         if not self.held.get(group):
             return
-        lock, users = self._settling.setdefault(group, (asyncio.Lock(), [0]))
-        users[0] += 1
+        settling = self._settling.setdefault(group, _Settling())
+        settling.users += 1
         try:
-            async with lock:
+            async with settling.lock:
                 await self._settle(group)
         finally:
-            users[0] -= 1
-            if not users[0]:  # nobody holds or waits for it: the next makes a new one
+            settling.users -= 1
+            if not settling.users:  # nobody holds or waits for it: the next makes a new one
                 del self._settling[group]
 
     @property
