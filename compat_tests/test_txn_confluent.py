@@ -57,6 +57,7 @@ from txn_helpers import (
     fetch_offsets,
     log_offsets,
     stored_log,
+    stored_log_reaching,
     timed_out,
     topic_names,
     txn_gateway,
@@ -702,12 +703,12 @@ def test_delayed_end_txn_cannot_end_a_later_transaction(gateway, topic_name):
     try:
         retried, delayed, b = loop.run_until_complete(asyncio.wait_for(scenario(), TIMEOUT))
         assert (retried, delayed) == (ErrorCode.none, ErrorCode.invalid_txn_state)
-        log = stored_log(gateway, topic_name, 0)  # N committed, N+1 still open
+        log = stored_log_reaching(gateway, topic_name, 0, 3)  # N committed, N+1 still open
         assert (log.data_records, log.markers, log.high_watermark) == (2, [2], 3)
         committed_next = loop.run_until_complete(asyncio.wait_for(commit_next(b), TIMEOUT))
         assert committed_next is ErrorCode.none
     finally:
         loop.close()
-    log = stored_log(gateway, topic_name, 0)
+    log = stored_log_reaching(gateway, topic_name, 0, 5)
     assert [(b.base_offset, b.records, b.control) for b in log.batches] == [
         (0, 2, False), (2, 1, True), (3, 1, False), (4, 1, True)]

@@ -229,6 +229,21 @@ def stored_log(server: Server, topic: str, partition: int) -> StoredLog:
     return run_raw(server, read, lambda: leader_client(server.host_port, topic, partition))
 
 
+def stored_log_reaching(server: Server, topic: str, partition: int,
+                        high_watermark: int) -> StoredLog:
+    """The partition's stored log once its leader's high watermark reaches
+    ``high_watermark``. A commit through a coordinator on another gateway
+    reaches the leader by a PostgreSQL notification, after EndTxn's answer
+    (docs/cluster-design.md, "Cross-gateway commits"), as Kafka's markers
+    reach a leader after EndTxn's; on one gateway the first read has it."""
+    def reached() -> StoredLog | None:
+        log = stored_log(server, topic, partition)
+        return log if log.high_watermark >= high_watermark else None
+
+    return wait_for(reached, TIMEOUT_S,
+                    f"{topic}-{partition}'s high watermark to reach {high_watermark}")
+
+
 def fetch_offsets(server: Server, group: str, partitions: list[tuple[str, int]],
                   require_stable: bool) -> dict[tuple[str, int], tuple[int, ErrorCode]]:
     """(topic, partition) -> (committed offset, error) from one OffsetFetch v8."""
