@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING
 from crc32c import crc32c
 
 from . import keys, log_entry
+from .file_reaper import REAPER
 from .rocks_store import Ops
 
 if TYPE_CHECKING:
@@ -265,6 +266,7 @@ class PartitionFiles:
             self._dying.pop(file.no, None)
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(file.path)
+            REAPER.adopt(file.io)  # its blocks are freed off this thread
             RECLAIMED.files_deleted += 1
             RECLAIMED.bytes_deleted += file.size
 
@@ -272,10 +274,14 @@ class PartitionFiles:
 
     def remove_all(self) -> None:
         """The partition is deleted (its keys already are): drop its files.
-        Readers holding regions keep their descriptors."""
+        Readers holding regions keep their descriptors; the reaper closes
+        each once nothing holds it (a file still dying is its ``drop``'s)."""
+        files = list(self.files.values())
         self.files.clear()
         self.active = None
         shutil.rmtree(self.dir, ignore_errors=True)
+        for file in files:
+            REAPER.adopt(file.io)
 
     # --------------------------------------------------------------- reads
     def open_file(self, no: int) -> FileIO | None:

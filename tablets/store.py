@@ -134,36 +134,45 @@ class GroupCommitWriter:
         _resolve(futures, None)
 
     def _run(self) -> None:
+        stop = False
+        while not stop:
+            groups, stop = self._take()
+            if groups:
+                self._write(groups)
+            # Nothing of a write is held while waiting for the next: its bytes
+            # are freed now, and a deleted file's last holder is the reaper
+            # (file_reaper), never this thread.
+            del groups
+
+    def _take(self) -> tuple[list[list[tuple[Ops, asyncio.Future[None]]]], bool]:
+        """The next group, with every group queued behind it (they join one
+        write), and whether the writer is to stop after them."""
+        item = self._queue.get()
+        if item is _STOP:
+            return [], True
+        groups = [item]
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return groups, False
             if item is _STOP:
-                return
-            groups = [item]
-            stop = False
-            # Everything queued while the last write ran joins this one.
-            while True:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                groups.append(nxt)
-            changes = [change for group in groups for change in group]
-            error: BaseException | None = self.failed  # queued behind a failed write
-            if error is None:
-                try:
-                    self.store._apply([ops for ops, _ in changes])
-                except BaseException as exc:  # the store is unusable: fail loudly, ack nothing
-                    log.exception("RocksDB write failed; the gateway stops accepting writes")
-                    self.failed = error = exc
-            # RuntimeError: the loop closed under us during shutdown.
-            with contextlib.suppress(RuntimeError):
-                self.loop.call_soon_threadsafe(self._written, len(groups),
-                                               [f for _, f in changes], error)
-            if stop:
-                return
+                return groups, True
+            groups.append(item)
+
+    def _write(self, groups: list[list[tuple[Ops, asyncio.Future[None]]]]) -> None:
+        changes = [change for group in groups for change in group]
+        error: BaseException | None = self.failed  # queued behind a failed write
+        if error is None:
+            try:
+                self.store._apply([ops for ops, _ in changes])
+            except BaseException as exc:  # the store is unusable: fail loudly, ack nothing
+                log.exception("RocksDB write failed; the gateway stops accepting writes")
+                self.failed = error = exc
+        # RuntimeError: the loop closed under us during shutdown.
+        with contextlib.suppress(RuntimeError):
+            self.loop.call_soon_threadsafe(self._written, len(groups),
+                                           [f for _, f in changes], error)
 
     def _written(self, groups: int, futures: list[asyncio.Future[None]],
                  error: BaseException | None) -> None:
