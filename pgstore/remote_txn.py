@@ -122,8 +122,9 @@ class _Statements:
             "FROM d")
         self.lock = f"SELECT 1 FROM {s}.txn_states WHERE transactional_id = $1 FOR UPDATE"
         # The coordinator's commit: the rows other gateways stored for the
-        # transaction on one partition become index rows at the log end, in
-        # ordinal order, naming the same bytes (shifted, as every published
+        # transaction on one partition (with its own, when they may be
+        # interleaved: ``stage_remote_commit``) become index rows at the log
+        # end, in the producer's order (below), naming the same bytes (shifted, as every published
         # pending batch); the partition row takes the offsets and bytes. No
         # row: nothing is written (not even the partition row).
         #

@@ -17,6 +17,11 @@ pending rows found at start-up (or when a coordinator slot is gained).
   leader epoch (``publish_fence``), so a partition another gateway took
   since refuses the whole change and nothing of it lands; the new end is
   announced to every gateway (``log_notices``).
+- **Moves** (``unmoved``): the tenure (the partition's leader epoch, the
+  id's slot epoch) in which this process stored each transaction's own
+  batches on a log is noted; a commit publishes them from memory only when
+  that is the tenure now and none was recovered, else in SQL with the
+  leaders' in the producer's order (``PgRemoteTxns.stage_remote_commit``).
 - **An abort** (``abort`` here) deletes the pending rows and their bytes
   (the ABORT marker is the caller's append).
 
