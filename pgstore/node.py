@@ -359,7 +359,7 @@ class PgNodeStorage:
         """Transactional batches stored across gateways (``remote_txn``); once started."""
         assert self._pool is not None, "the engine is not started"
         return PgRemoteTxns(self._pool, _txn_partition, self.settings.schema,
-                            self._txn_storage.forget_recovered)
+                            self._txn_storage.forget_recovered, self._txn_storage.own_unmoved)
 
 
 def _txn_partition(log: PartitionLog) -> TxnPartition:

@@ -7,7 +7,7 @@ transactional Produce to a leader that does not coordinate its id").
     sink = remote.pending_sink(txn_id, pid, epoch, instance, (topic, partition), topic_id)
     log.append(records, now, sink)                       # -> RemotePendingSink.stage
     remote.lock_txn(change, txn_id)                      # the coordinator, first in its end
-    remote.stage_remote_commit(change, log, instance)    # ... before each partition's own
+    remote.stage_remote_commit(change, log, instance, txn_id)  # ... before each partition's own
 
 A client sends AddPartitionsToTxn and EndTxn to the transactional id's
 coordinator (gateway A), Produce to each partition's leader (gateway B).
@@ -32,9 +32,11 @@ The coordinator's end of the transaction (commit or abort) locks the same
 state row ``FOR UPDATE`` first (``lock_txn``), so an append of B that
 checked the row before is committed, and seen by the statements after the
 lock (READ COMMITTED), and one after waits and then finds the transaction
-ended. A commit publishes, per partition, B's rows before its own
-(``stage_remote_commit``: offsets taken from the partition row, under its
-lock, each batch at its place by ordinal), an abort deletes every pending
+ended. A commit publishes, per partition, B's rows before its own when
+nothing moved since its own first (``stage_remote_commit``: offsets taken
+from the partition row, under its lock, each batch at its place in the
+producer's sequence order), else every row of the transaction there, its
+own with B's, in that order, in SQL; an abort deletes every pending
 row of the transaction by instance (as it always did). So a batch B
 acknowledged is committed or aborted with its transaction, exactly once,
 and one that arrives after the end began is refused.
@@ -72,6 +74,15 @@ REMOTE_ORDINALS = 1 << 30
 _RECORDS = "('x' || encode(substring(r.header from 58 for 4), 'hex'))::bit(32)::int"
 _LAST_DELTA = "('x' || encode(substring(r.header from 24 for 4), 'hex'))::bit(32)::int"
 _MAX_TS = "('x' || encode(substring(r.header from 36 for 8), 'hex'))::bit(64)::bigint"
+# ... and the base sequence (bytes 53-56).
+_BASE_SEQ = "('x' || encode(substring(r.header from 54 for 4), 'hex'))::bit(32)::int"
+# Sequences wrap from 2^31-1 to 0 (``tablets.producer_rules.next_seq``).
+_SEQUENCES = 1 << 31
+
+
+# (log id, instance, the partition's leader epoch now, transactional id) ->
+# whether the coordinator's own pending rows there are all of that tenure.
+OwnUnmoved = Callable[[int, int, int, str], bool]
 
 
 class RemoteTxnMoved(StorageError):
@@ -111,8 +122,9 @@ class _Statements:
             "FROM d")
         self.lock = f"SELECT 1 FROM {s}.txn_states WHERE transactional_id = $1 FOR UPDATE"
         # The coordinator's commit: the rows other gateways stored for the
-        # transaction on one partition become index rows at the log end, in
-        # ordinal order, naming the same bytes (shifted, as every published
+        # transaction on one partition (with its own, when they may be
+        # interleaved: ``stage_remote_commit``) become index rows at the log
+        # end, in the producer's order (below), naming the same bytes (shifted, as every published
         # pending batch); the partition row takes the offsets and bytes. No
         # row: nothing is written (not even the partition row).
         #
@@ -129,13 +141,34 @@ class _Statements:
             f"SELECT 1 FROM {s}.partitions p WHERE p.log_id = $1 AND EXISTS ("
             f"SELECT 1 FROM {s}.pending_batches r WHERE r.log_id = $1 AND r.instance = $2 "
             "AND r.ordinal >= $3) FOR UPDATE OF p")
+        #
+        # The rows are published in the producer's order: by base sequence,
+        # read from each stored header, whoever stored them (the coordinator
+        # or a leader, before or after any number of moves). Sequences wrap
+        # at 2^31-1 to 0 and a long-lived producer's may wrap inside a
+        # transaction, so they are ordered around the circle from the first
+        # batch: the one after the widest free stretch of sequences (from
+        # one batch's end, base + records, to the next base, mod 2^31). A
+        # transaction's batches on a partition are consecutive (each leader
+        # takes only the next sequence), so every stretch between them is
+        # empty and the one from the last batch's end back to the first is
+        # 2^31 minus their records: exact below 2^31 records, wrapped or not.
+        # The ordinal breaks ties (a batch without a sequence, -1).
         self.publish = (
             "WITH r AS (SELECT r.ordinal, r.size, r.data_id, "
-            f"{_RECORDS} AS rc, {_LAST_DELTA} AS ld, {_MAX_TS} AS mt "
+            f"{_RECORDS} AS rc, {_LAST_DELTA} AS ld, {_MAX_TS} AS mt, {_BASE_SEQ} AS sq "
             f"FROM {s}.pending_batches r WHERE r.log_id = $1 AND r.instance = $2 "
             "AND r.ordinal >= $3), "
-            "w AS (SELECT r.*, sum(rc) OVER (ORDER BY ordinal) - rc AS delta, "
-            "max(mt) OVER (ORDER BY ordinal) AS running FROM r), "
+            "o AS (SELECT r.*, row_number() OVER (ORDER BY sq, ordinal) AS pos FROM r), "
+            "gap AS (SELECT o.pos, o.sq, (((o.sq - coalesce(lag(o.sq::bigint + o.rc) "
+            "OVER (ORDER BY o.pos), (SELECT l.sq::bigint + l.rc FROM o l "
+            f"ORDER BY l.pos DESC LIMIT 1))) % {_SEQUENCES}) + {_SEQUENCES}) "
+            f"% {_SEQUENCES} AS space FROM o), "
+            "origin AS (SELECT sq AS seq0 FROM gap ORDER BY space DESC, pos LIMIT 1), "
+            f"q AS (SELECT r.*, (((r.sq::bigint - origin.seq0) % {_SEQUENCES}) + {_SEQUENCES}) "
+            f"% {_SEQUENCES} AS place FROM r, origin), "
+            "w AS (SELECT q.*, sum(rc) OVER (ORDER BY place, ordinal) - rc AS delta, "
+            "max(mt) OVER (ORDER BY place, ordinal) AS running FROM q), "
             "tot AS (SELECT count(*) AS k, coalesce(sum(rc), 0) AS n, "
             "coalesce(sum(size), 0) AS b FROM r), "
             f"up AS (UPDATE {s}.partitions SET log_end_offset = log_end_offset + tot.n, "
@@ -212,13 +245,19 @@ class PgRemoteTxns:
 
     def __init__(self, pool: asyncpg.Pool, txn_partition: Callable[[PartitionLog], TxnPartition],
                  schema: str = DEFAULT_SCHEMA,
-                 own_published: Callable[[int, int], None] | None = None) -> None:
+                 own_published: Callable[[int, int], None] | None = None,
+                 own_unmoved: OwnUnmoved | None = None) -> None:
         self._pool = pool
         self._txn_partition = txn_partition
         # Told (log id, instance) once a commit published the coordinator's
         # own rows here (``stage_remote_commit``): what its storage recovered
         # of them is not needed any more.
         self._own_published = own_published
+        # Whether the coordinator's own rows of a transaction on a log were
+        # all stored by it while it held the partition at the given leader
+        # epoch and the id's slot as now (``PendingBatches.unmoved``); None:
+        # never assumed (every commit with own rows publishes in SQL).
+        self._own_unmoved = own_unmoved
         self._sql = _Statements(quoted(schema))
 
     async def read_txn(self, transactional_id: str,
@@ -270,22 +309,31 @@ class PgRemoteTxns:
         as_txn_change(change).execute(self._sql.lock, transactional_id)
 
     def stage_remote_commit(self, change: AtomicChange, log: PartitionLog, instance: int,
-                            own: bool = False) -> bool:
+                            transactional_id: str, own: bool = False) -> bool:
         """Before the partition's own publication in the commit ``change``:
         publish the batches other gateways stored for ``instance`` on it.
 
-        ``own``: the coordinator has batches of its own there too. When it
-        does not lead the partition now, they were stored before the
-        leader's (the coordinator led it then; since, its coordinator slot
-        or the partition moved), so every pending row of the transaction
-        there is published here, in ordinal order (its own count from 0,
-        the leader's from ``REMOTE_ORDINALS``), and True is returned: the
-        caller publishes no own batch of it. When it leads it, the leader's
-        were stored first (the partition moved to it), as before."""
+        ``own``: the coordinator has batches of its own there too. If it
+        leads the partition now and stored every one of them itself at its
+        current leader epoch while holding ``transactional_id``'s slot as
+        now (``own_unmoved``: nothing moved since its first), the leader's
+        were all stored before them (the partition moved to it, or the slot
+        came to its leader, before its first), so only the leader's are
+        published here and the caller's in-memory plan publishes its own
+        after them (False). Otherwise (it does not lead the partition, or
+        the partition or the slot moved since it stored one: the two kinds
+        may be interleaved, whatever the number of moves), every pending
+        row of the transaction there is published here, own (ordinals from
+        0) and the leaders' (from ``REMOTE_ORDINALS``) together in the
+        producer's sequence order, and True is returned: the caller
+        publishes no own batch of it (its marker only)."""
         part = self._txn_partition(log)
-        everything = own and part.publish_epoch is None
-        pg = as_txn_change(change)
+        epoch = part.publish_epoch
         log_id = part.log_id
+        everything = own and (epoch is None or self._own_unmoved is None
+                              or not self._own_unmoved(log_id, instance, epoch,
+                                                       transactional_id))
+        pg = as_txn_change(change)
         first = 0 if everything else REMOTE_ORDINALS
         pg.execute(self._sql.lock_log, log_id, instance, first)
         pg.execute(self._sql.publish, log_id, instance, first)

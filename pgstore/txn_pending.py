@@ -17,6 +17,11 @@ pending rows found at start-up (or when a coordinator slot is gained).
   leader epoch (``publish_fence``), so a partition another gateway took
   since refuses the whole change and nothing of it lands; the new end is
   announced to every gateway (``log_notices``).
+- **Moves** (``unmoved``): the tenure (the partition's leader epoch, the
+  id's slot epoch) in which this process stored each transaction's own
+  batches on a log is noted; a commit publishes them from memory only when
+  that is the tenure now and none was recovered, else in SQL with the
+  leaders' in the producer's order (``PgRemoteTxns.stage_remote_commit``).
 - **An abort** (``abort`` here) deletes the pending rows and their bytes
   (the ABORT marker is the caller's append).
 
@@ -62,11 +67,17 @@ class PendingBatches:
         self._txn_partition = txn_partition
         # Pending rows found at start-up: (log id, instance) -> blobs in order.
         self._recovered: dict[tuple[int, int], list[RecoveredBlob]] = {}
+        # The tenure in which this process stored a transaction's own
+        # batches on a log: (log id, instance) -> (the partition's leader
+        # epoch, the id's coordinator slot epoch, None without a cluster);
+        # None once they span more than one (``unmoved``).
+        self._tenures: dict[tuple[int, int], tuple[int, int | None] | None] = {}
 
     # ------------------------------------------------------------ loading
     def loaded(self, pending: Sequence[Record]) -> None:
         """Take the pending rows ``load`` read (start-up): they replace all."""
         self._recovered = {}
+        self._tenures = {}
         self._take(pending)
 
     def reloaded(self, pending: Sequence[Record]) -> None:
@@ -100,6 +111,11 @@ class PendingBatches:
         data = pending_bytes(batch, log.batch_epoch)
         fence_pending(change, self._sql, self._slots.slot_holder, transactional_id, log_id,
                       log.leader_epoch)
+        # Noted even if the change then fails: a tenure too many only sends
+        # the commit down the path that is always right (``unmoved``).
+        tenure = (log.leader_epoch, self._slot_epoch(transactional_id))
+        if self._tenures.setdefault((log_id, instance), tenure) != tenure:
+            self._tenures[(log_id, instance)] = None
         change.execute(self._sql.put_pending, log_id, data, instance, ordinal,
                        data[:batch_header.HEADER_SIZE], len(data))
         change.nbytes += len(data)
@@ -150,6 +166,7 @@ class PendingBatches:
 
         def publish() -> None:
             self._recovered.pop((log_id, plan.instance), None)
+            self._tenures.pop((log_id, plan.instance), None)
             if not found:
                 return
             end = found[0]
@@ -170,12 +187,34 @@ class PendingBatches:
 
         def durable() -> None:
             self._recovered.pop((log_id, instance), None)
+            self._tenures.pop((log_id, instance), None)
 
         pg.on_durable(durable)
+
+    # ------------------------------------------------------------ moves
+    def _slot_epoch(self, transactional_id: str | None) -> int | None:
+        holder = self._slots.slot_holder
+        held = None if holder is None or transactional_id is None else holder(transactional_id)
+        return None if held is None else held[2]
+
+    def unmoved(self, log_id: int, instance: int, leader_epoch: int,
+                transactional_id: str) -> bool:
+        """Whether every own batch of ``instance`` on ``log_id`` was stored by
+        this process while it led the partition at ``leader_epoch`` (its
+        epoch now) and held ``transactional_id``'s coordinator slot at the
+        epoch it holds now: then no batch another gateway stored there for
+        the transaction can come after any of them (docs/cluster-design.md,
+        "A partition or a slot that moved during the transaction"). Not when
+        one of them was recovered from the store (start-up, a slot gained)."""
+        key = (log_id, instance)
+        if key in self._recovered:
+            return False
+        return self._tenures.get(key) == (leader_epoch, self._slot_epoch(transactional_id))
 
     # ------------------------------------------------------------ recovered
     def forget_recovered(self, log_id: int, instance: int) -> None:
         self._recovered.pop((log_id, instance), None)
+        self._tenures.pop((log_id, instance), None)
 
     def recover(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
         return list(self._recovered.get((log_id_of(log_ref), instance), ()))

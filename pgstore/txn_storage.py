@@ -252,6 +252,14 @@ class PgTransactionStorage:
         (``PgRemoteTxns.stage_remote_commit``)."""
         self._pending.forget_recovered(log_id, instance)
 
+    def own_unmoved(self, log_id: int, instance: int, leader_epoch: int,
+                    transactional_id: str) -> bool:
+        """Whether this coordinator stored all its pending rows of ``instance``
+        on ``log_id`` itself, at ``leader_epoch`` and its slot's epoch now
+        (``PgRemoteTxns.stage_remote_commit`` decides by it where its own
+        batches are published)."""
+        return self._pending.unmoved(log_id, instance, leader_epoch, transactional_id)
+
     def recover_pending(self, log_ref: bytes, instance: int) -> list[RecoveredBlob]:
         return self._pending.recover(log_ref, instance)
 

@@ -1,7 +1,7 @@
 """Helpers of the tests that run several PostgreSQL engines (gateways) in one
 process on a throwaway PostgreSQL: waiting for what a leadership pass does,
-handing a coordinator slot over as a pass would, and holding a partition's
-writes in flight (``HeldWrites``)."""
+handing a coordinator slot or a partition over as a pass would, and holding
+a partition's writes in flight (``HeldWrites``)."""
 
 from __future__ import annotations
 
@@ -73,3 +73,16 @@ class HeldWrites:
 
             self.writer.commit(change).add_done_callback(settle)
         return len(held)
+
+
+async def move_partition(pg: PostgresServer, schema: str, log_id: int, to_node: int) -> int:
+    """Hand a partition's leadership over as a leadership pass would (leader
+    and epoch moved); returns the new epoch."""
+    conn = await asyncpg.connect(pg.dsn)
+    try:
+        return int(await conn.fetchval(
+            f"UPDATE {quoted(schema)}.partitions SET leader_node = $2, "
+            "leader_epoch = leader_epoch + 1 WHERE log_id = $1 RETURNING leader_epoch",
+            log_id, to_node))
+    finally:
+        await conn.close()

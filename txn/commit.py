@@ -175,11 +175,13 @@ class TxnCompletion:
             own = storage.log_ref(tablet)
             blobs = [blob for blob in opened.data.blobs.get((topic, index), [])
                      if storage.pending_log_ref(blob.key) == own]
-            # The leader's batches first, stored before these; or, on a
-            # partition this coordinator does not lead now, all in the
-            # order stored (``PgRemoteTxns.stage_remote_commit``).
+            # The leader's batches first, stored before these when nothing
+            # moved since this coordinator stored its first; else (a
+            # partition it does not lead now, or one that or whose slot
+            # moved since) all of them in the producer's sequence order, in
+            # the store (``PgRemoteTxns.stage_remote_commit``).
             if self.remote is not None and self.remote.store.stage_remote_commit(
-                    ops, tablet, meta.instance, own=bool(blobs)):
+                    ops, tablet, meta.instance, meta.transactional_id, own=bool(blobs)):
                 blobs = []
             publishers.append(storage.stage_commit(ops, tablet, blobs, marker))
         staged = {group: self.registry.storage.stage_offsets(

@@ -15,7 +15,7 @@ sink_for``, Kafka 3.6+'s verification), with the same answers:
 The batch then goes to the store's sink for that transaction, which checks
 the same row again, locked, in the PostgreSQL transaction that stores the
 batch; the coordinator's end locks it first (``lock_txn``) and publishes
-what the leaders stored before its own batches (``stage_remote_commit``).
+what the leaders stored with its own, in the producer's order (``stage_remote_commit``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ class RemoteTxnStore(Protocol):
     def lock_txn(self, change: AtomicChange, transactional_id: str) -> None: ...
 
     def stage_remote_commit(self, change: AtomicChange, log: PartitionLog, instance: int,
-                            own: bool = False) -> bool: ...
+                            transactional_id: str, own: bool = False) -> bool: ...
 
 
 class RemoteTransactions:
