@@ -29,12 +29,19 @@ async def until(check: Callable[[], bool], what: str, within: float) -> float:
 async def move_slot(pg: PostgresServer, schema: str, slot: int, to_node: int) -> int:
     """Hand a slot over as a leadership pass would (leader and epoch moved);
     returns the new epoch."""
+    return await _hand_over(pg, schema, "coordinator_slots", "slot", slot, to_node)
+
+
+async def _hand_over(pg: PostgresServer, schema: str, table: str, key: str, value: int,
+                     to_node: int) -> int:
+    """The row of ``table`` whose ``key`` is ``value`` led by ``to_node`` at
+    the next epoch, which is returned."""
     conn = await asyncpg.connect(pg.dsn)
     try:
         return int(await conn.fetchval(
-            f"UPDATE {quoted(schema)}.coordinator_slots SET leader_node = $2, "
-            "leader_epoch = leader_epoch + 1 WHERE slot = $1 RETURNING leader_epoch",
-            slot, to_node))
+            f"UPDATE {quoted(schema)}.{table} SET leader_node = $2, "
+            f"leader_epoch = leader_epoch + 1 WHERE {key} = $1 RETURNING leader_epoch",
+            value, to_node))
     finally:
         await conn.close()
 
@@ -78,11 +85,4 @@ class HeldWrites:
 async def move_partition(pg: PostgresServer, schema: str, log_id: int, to_node: int) -> int:
     """Hand a partition's leadership over as a leadership pass would (leader
     and epoch moved); returns the new epoch."""
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        return int(await conn.fetchval(
-            f"UPDATE {quoted(schema)}.partitions SET leader_node = $2, "
-            "leader_epoch = leader_epoch + 1 WHERE log_id = $1 RETURNING leader_epoch",
-            log_id, to_node))
-    finally:
-        await conn.close()
+    return await _hand_over(pg, schema, "partitions", "log_id", log_id, to_node)
