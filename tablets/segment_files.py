@@ -239,7 +239,11 @@ class PartitionFiles:
                     joined[-1] = (joined[-1][0], max(end, joined[-1][1]))
                 else:
                     joined.append((start, end))
-            ops.after_write(functools.partial(_punch_all, file, joined))
+            # Once the abort is durable, on the reaper's thread: freeing the
+            # blocks takes milliseconds (22 ms for 100 MiB here), which the
+            # writer thread would make every produce wait for.
+            ops.after_write(functools.partial(REAPER.defer,
+                                              functools.partial(_punch_all, file, joined)))
 
     def release_bytes(self, no: int, nbytes: int, ops: Ops) -> SegmentFile | None:
         """``nbytes`` of file ``no`` are no longer live; the file if it stays."""

@@ -108,3 +108,38 @@ def test_a_file_retention_deletes_is_closed_by_the_reaper(tmp_path, monkeypatch)
 
     first = run_engine(scenario, tmp_path)
     assert (first, "file-reaper") in RecordingFile.closes, RecordingFile.closes
+
+
+def test_aborted_bytes_are_punched_out_on_the_reapers_thread(tmp_path, monkeypatch):
+    """An aborted transaction's bytes are freed on the reaper's thread, after
+    the abort is durable, never on the writer thread."""
+    from tablets import batch as batch_header
+    from txn import TransactionCoordinator, TxnSettings
+
+    punched: list[str] = []
+    punch_all = segment_files._punch_all
+
+    def recording(file, spans):
+        punched.append(threading.current_thread().name)
+        punch_all(file, spans)
+
+    monkeypatch.setattr(segment_files, "_punch_all", recording)
+
+    async def scenario(engine):
+        await engine.create_topic("t", 1, {})
+        tablet = engine.partition("t", 0)
+        txns = TransactionCoordinator(engine, TxnSettings(), now_ms)
+        txns.load()
+        pid, epoch = await txns.init_producer_id("tid", 60_000)
+        await txns.add_partitions("tid", pid, epoch, [("t", 0)], -1)
+        sink = txns.sink_for("tid", pid, epoch, "t", 0, -1)
+        await tablet.append(make_batch([b"x" * (64 << 10)], producer_id=pid,
+                                       producer_epoch=epoch, base_sequence=0,
+                                       attributes=batch_header.ATTR_TRANSACTIONAL),
+                            now_ms(), sink)
+        await txns.end_txn("tid", pid, epoch, False, -1)
+        await asyncio.get_running_loop().run_in_executor(
+            None, wait_until, lambda: punched, "the aborted bytes to be punched out")
+
+    run_engine(scenario, tmp_path)
+    assert punched == ["file-reaper"]

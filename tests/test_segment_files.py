@@ -11,12 +11,14 @@ import asyncio
 import logging
 import os
 import shutil
+import time
 
 import pytest
 
 from tablets import batch as batch_header
 from tablets import format as storage_format
 from tablets import keys, log_entry, segment_files
+from tablets.file_reaper import REAPER
 from tablets.rocks_store import Ops, RocksStore
 from tablets.seam import FileRegion
 from testkit.batches import make_batch
@@ -123,8 +125,9 @@ def test_a_committed_transaction_is_references_to_its_produced_bytes(tmp_path):
 @pytest.mark.parametrize(("batches", "records"), [(8, 64), (400, 1)])
 def test_aborted_pending_bytes_are_punched_out_at_once(tmp_path, batches, records):
     """An abort deletes the pending entries and gives the bytes' blocks back
-    to the file system as soon as the abort is durable (neighbouring small
-    batches joined into one hole); nothing of it is in the log."""
+    to the file system as soon as the abort is durable, on the file reaper's
+    thread (neighbouring small batches joined into one hole); nothing of it
+    is in the log."""
 
     async def scenario(engine):
         await engine.create_topic(TOPIC, 1, {})
@@ -144,6 +147,10 @@ def test_aborted_pending_bytes_are_punched_out_at_once(tmp_path, batches, record
         punched = segment_files.RECLAIMED.bytes_punched
         await txns.end_txn("tid", pid, epoch, False, -1)
         assert tablet.pending == {}
+        deadline = time.monotonic() + 10
+        while REAPER.pending():
+            assert time.monotonic() < deadline, "the reaper never punched the bytes out"
+            await asyncio.sleep(0.01)
         after = tablet.files.disk_bytes
         # All but a few blocks: the ABORT marker's, and what the file system
         # keeps allocated around it (32 KiB measured on this machine).
