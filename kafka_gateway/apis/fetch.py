@@ -215,6 +215,9 @@ async def _read_all(wanted: list[_Wanted], max_bytes: int) -> tuple[list[_Read],
 
 
 async def _wait_for_data(tablets: list[PartitionLog], timeout: float) -> None:
+    if len(tablets) == 1:
+        await _wait_for_one(tablets[0], timeout)
+        return
     waiters = [t.waiter() for t in tablets]
     try:
         await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
@@ -223,6 +226,28 @@ async def _wait_for_data(tablets: list[PartitionLog], timeout: float) -> None:
             if not waiter.done():
                 waiter.cancel()
                 tablet.forget_waiter(waiter)
+
+
+async def _wait_for_one(tablet: PartitionLog, timeout: float) -> None:
+    """One partition's waiter, awaited by the task itself: the task wakes in the
+    loop pass after the high watermark moves, where ``asyncio.wait`` resolves a
+    future of its own first and wakes it a pass later, after the producer's
+    answer (docs/performance.md, "End-to-end median"). The timeout wakes it as
+    a move would: the caller reads again and sees its time is up."""
+    waiter = tablet.waiter()
+    timer = asyncio.get_running_loop().call_later(timeout, _wake, waiter)
+    try:
+        await waiter
+    finally:
+        timer.cancel()
+        if not waiter.done():  # the task was cancelled
+            waiter.cancel()
+        tablet.forget_waiter(waiter)
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _response(version: int, wanted: list[_Wanted], parts: list[_Read],
