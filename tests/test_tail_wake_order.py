@@ -9,10 +9,18 @@ waiter behind.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import struct
+from typing import Any
+
+from kio.static.primitive import Records, i32Timedelta
 
 from kafka_gateway.apis import fetch
+from kafka_gateway.client import KafkaClient
+from kafka_gateway.codec import ChunkWriter, entity_writer_for, request_schema
 from testkit.batches import make_batch
 from testkit.compaction import now_ms, run_engine
+from testkit.inprocess import running
 
 TOPIC = "t"
 
@@ -90,3 +98,70 @@ def test_the_wait_times_out_and_forgets_its_waiter(tmp_path):
         assert waiter.done()
 
     run_engine(scenario, tmp_path)
+
+
+def _frame(body: Any, correlation: int) -> bytes:
+    """A request frame as KafkaClient writes it, for pipelining by hand."""
+    cls = type(body)
+    out = ChunkWriter()
+    out.write(struct.pack(">hhih", int(cls.__api_key__), int(cls.__version__),
+                          correlation, 1))
+    out.write(b"t")
+    if cls.__flexible__:
+        out.write(b"\x00")
+    entity_writer_for(cls)(out, body)
+    return struct.pack(">i", out.size) + b"".join(out.chunks)
+
+
+async def _answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    (size,) = struct.unpack(">i", await reader.readexactly(4))
+    frame = await reader.readexactly(size)
+    return struct.unpack_from(">i", frame)[0], frame
+
+
+def test_answers_written_by_their_own_task_keep_request_order(tmp_path):
+    """A request answered while an earlier one of its connection still waits
+    (a long-polling Fetch, then a Metadata) is answered after it; the Fetch,
+    woken by a Produce on another connection, writes its own answer, then the
+    Metadata's follows; a connection's answers stay in request order."""
+
+    async def main() -> None:
+        async with running(tmp_path) as server:
+            host, port = server.config.listen
+            client = await KafkaClient.connect(host, port)
+            create = request_schema(19, 7)
+            await client.request(create.CreateTopicsRequest(
+                topics=(create.CreatableTopic(name=TOPIC, num_partitions=1,
+                                              replication_factor=1, assignments=(),
+                                              configs=()),),
+                timeout=datetime.timedelta(seconds=5), validate_only=False))
+            reader, writer = await asyncio.open_connection(host, port)
+            fetch_v4, metadata_v1 = request_schema(1, 4), request_schema(3, 1)
+            writer.write(_frame(fetch_v4.FetchRequest(
+                replica_id=-1, max_wait=datetime.timedelta(seconds=30), min_bytes=1,
+                max_bytes=1 << 20, isolation_level=0, topics=(fetch_v4.FetchTopic(
+                    topic=TOPIC, partitions=(fetch_v4.FetchPartition(
+                        partition=0, fetch_offset=0, partition_max_bytes=1 << 20),)),)), 1))
+            writer.write(_frame(metadata_v1.MetadataRequest(
+                topics=(metadata_v1.MetadataRequestTopic(name=TOPIC),)), 2))
+            await writer.drain()
+            answered = asyncio.ensure_future(_answer(reader))
+            done, _ = await asyncio.wait([answered], timeout=0.5)
+            assert not done  # the Metadata's answer waits behind the Fetch's
+
+            produce = request_schema(0, 7)
+            record = b"woken" * 10
+            await client.request(produce.ProduceRequest(
+                transactional_id=None, acks=-1,
+                timeout=i32Timedelta.parse(datetime.timedelta(seconds=5)),
+                topic_data=(produce.TopicProduceData(name=TOPIC, partition_data=(
+                    produce.PartitionProduceData(index=0, records=Records(make_batch([record]))),
+                )),)))
+            first, fetched = await asyncio.wait_for(answered, 30)
+            second, _ = await asyncio.wait_for(_answer(reader), 30)
+            assert (first, second) == (1, 2)
+            assert record in fetched
+            writer.close()
+            await client.close()
+
+    asyncio.run(main())

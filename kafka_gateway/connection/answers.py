@@ -80,6 +80,21 @@ class Answers:
         # Not flushed from here: this runs while frames are being taken.
         self.state.loop.call_soon(self.flush)
 
+    def write_first(self, task: Answer, chunks: AnswerChunks) -> bool:
+        """Write ``task``'s answer from the task itself, before it ends, when every
+        earlier answer is written: its done callback (``flush``) would write it a
+        loop pass later, after whatever else that pass runs (docs/performance.md,
+        "End-to-end median"). False when it is not its turn, or the answer has
+        file regions: the task returns it and ``flush`` writes it as before."""
+        pending = self.pending
+        if (not pending or pending[0][0] is not task or self.sending is not None
+                or has_regions(chunks)):
+            return False
+        state = self.state
+        if state.transport is not None and not state.closing:
+            self.write(chunks)  # a refused write closes the connection
+        return True
+
     def flush(self, _task: object = None) -> None:
         """Write the answers that are done, in order, up to the first one that is not."""
         pending = self.pending
