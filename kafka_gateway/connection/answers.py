@@ -2,9 +2,11 @@
 
 Each request runs as its own task (a long-polling Fetch does not hold up a
 Produce behind it); its answer waits in ``pending`` until every earlier one
-is written. An answer is handed to the socket as one ``writelines`` of about
-64 KiB buffers (codec.encode_response); a write the transport refuses
-(writev's EINVAL, say) is logged, counted, and closes the connection.
+is written. A task whose turn has come writes its answer itself as it ends
+(``write_first``), a loop pass before its done callback would. An answer is
+handed to the socket as one ``writelines`` of about 64 KiB buffers
+(codec.encode_response); a write the transport refuses (writev's EINVAL, say)
+is logged, counted, and closes the connection.
 
 An answer holding regions of the engine's files (a Fetch's record bytes) is
 sent with ``os.sendfile`` on plaintext listeners (regions.py), which may wait
