@@ -2,9 +2,11 @@
 
 Each request runs as its own task (a long-polling Fetch does not hold up a
 Produce behind it); its answer waits in ``pending`` until every earlier one
-is written. An answer is handed to the socket as one ``writelines`` of about
-64 KiB buffers (codec.encode_response); a write the transport refuses
-(writev's EINVAL, say) is logged, counted, and closes the connection.
+is written. A task whose turn has come writes its answer itself as it ends
+(``write_first``), a loop pass before its done callback would. An answer is
+handed to the socket as one ``writelines`` of about 64 KiB buffers
+(codec.encode_response); a write the transport refuses (writev's EINVAL, say)
+is logged, counted, and closes the connection.
 
 An answer holding regions of the engine's files (a Fetch's record bytes) is
 sent with ``os.sendfile`` on plaintext listeners (regions.py), which may wait
@@ -79,6 +81,21 @@ class Answers:
         self.pending.append((future, 0, None))
         # Not flushed from here: this runs while frames are being taken.
         self.state.loop.call_soon(self.flush)
+
+    def write_first(self, task: Answer, chunks: AnswerChunks) -> bool:
+        """Write ``task``'s answer from the task itself, before it ends, when every
+        earlier answer is written: its done callback (``flush``) would write it a
+        loop pass later, after whatever else that pass runs (docs/performance.md,
+        "End-to-end median"). False when it is not its turn, or the answer has
+        file regions: the task returns it and ``flush`` writes it as before."""
+        pending = self.pending
+        if (not pending or pending[0][0] is not task or self.sending is not None
+                or has_regions(chunks)):
+            return False
+        state = self.state
+        if state.transport is not None and not state.closing:
+            self.write(chunks)  # a refused write closes the connection
+        return True
 
     def flush(self, _task: object = None) -> None:
         """Write the answers that are done, in order, up to the first one that is not."""

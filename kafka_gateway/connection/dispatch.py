@@ -96,6 +96,10 @@ class Dispatcher:
             return None
         header = request.header
         chunks = encode_small(metrics, name, header.api_key, header.correlation_id, body)
-        if chunks is not None:  # no coroutine for the common, small answer
-            return chunks
-        return await encode(metrics, name, header.api_key, header.correlation_id, body)
+        if chunks is None:  # no coroutine for the common, small answer
+            chunks = await encode(metrics, name, header.api_key, header.correlation_id, body)
+        task = asyncio.current_task()
+        assert task is not None
+        if answers.write_first(task, chunks):
+            return None  # written: Answers.flush has only its request to let go of
+        return chunks
