@@ -108,6 +108,12 @@ class Cluster:
         assert controls and controls[-1] and not any(controls[:-1]), controls
         return values
 
+    async def begin(self) -> tuple[int, int]:
+        """The id's producer id and epoch, its transaction on t-0 begun at a."""
+        pid, epoch = await self.a.txns.init_producer_id(self.txn_id, 60_000)
+        await self.a.txns.add_partitions(self.txn_id, pid, epoch, [("t", 0)])
+        return pid, epoch
+
     async def close(self) -> None:
         await self.a.node.close()
         await self.b.node.close()
@@ -159,8 +165,7 @@ def test_a_to_b_to_a_publishes_in_sequence_order_where_the_coordinator_leads(
         c = await cluster(pg_server)
         a, b, txn_id = c.a, c.b, c.txn_id
         try:
-            pid, epoch = await a.txns.init_producer_id(txn_id, 60_000)
-            await a.txns.add_partitions(txn_id, pid, epoch, [("t", 0)])
+            pid, epoch = await c.begin()
             await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))  # a's own
             await c.lead(b)
             await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))  # the leader's
@@ -191,8 +196,7 @@ def test_a_to_b_to_a_to_b_publishes_in_sequence_order_where_the_coordinator_does
         c = await cluster(pg_server)
         a, b, txn_id = c.a, c.b, c.txn_id
         try:
-            pid, epoch = await a.txns.init_producer_id(txn_id, 60_000)
-            await a.txns.add_partitions(txn_id, pid, epoch, [("t", 0)])
+            pid, epoch = await c.begin()
             await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))
             await c.lead(b)
             await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))
@@ -218,8 +222,7 @@ def test_a_slot_move_then_a_partition_move_publish_in_sequence_order(
         c = await cluster(pg_server)
         a, b, txn_id = c.a, c.b, c.txn_id
         try:
-            pid, epoch = await a.txns.init_producer_id(txn_id, 60_000)
-            await a.txns.add_partitions(txn_id, pid, epoch, [("t", 0)])
+            pid, epoch = await c.begin()
             await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))  # a's own
             # The id's slot goes to b (and one of b's to a: the counts stay
             # even, so no pass moves either back); a goes on leading t-0.
@@ -277,8 +280,7 @@ def test_the_leaders_batches_across_the_sequence_wrap_are_published_in_producer_
         c = await cluster(pg_server)
         a, txn_id = c.a, c.txn_id
         try:
-            pid, epoch = await a.txns.init_producer_id(txn_id, 60_000)
-            await a.txns.add_partitions(txn_id, pid, epoch, [("t", 0)])
+            pid, epoch = await c.begin()
             instance = a.txns.describe(txn_id).instance
             top = (1 << 31) - 1
             first = [b"w0", b"w1"]  # sequences top-2, top-1
@@ -330,8 +332,7 @@ def test_a_commit_with_no_move_keeps_its_statements_and_the_in_memory_plan(
         c = await cluster(pg_server)
         a, txn_id = c.a, c.txn_id
         try:
-            pid, epoch = await a.txns.init_producer_id(txn_id, 60_000)
-            await a.txns.add_partitions(txn_id, pid, epoch, [("t", 0)])
+            pid, epoch = await c.begin()
             await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))
             await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))
             assert await c.pending() == [(0, 0), (1, RECORDS)]
