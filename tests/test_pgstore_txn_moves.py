@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import struct
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -142,6 +143,18 @@ async def cluster(pg: PostgresServer) -> Cluster:
     return found
 
 
+def with_cluster(pg: PostgresServer, steps: Callable[[Cluster], Awaitable[None]]) -> None:
+    """``steps`` on a fresh cluster (``cluster``), closed after."""
+    async def body() -> None:
+        c = await cluster(pg)
+        try:
+            await steps(c)
+        finally:
+            await c.close()
+
+    run(body)
+
+
 def values(n: int) -> list[bytes]:
     return [f"v{n}.{i}".encode() for i in range(RECORDS)]
 
@@ -161,97 +174,85 @@ def expected(*batches: int) -> list[bytes]:
 
 def test_a_to_b_to_a_publishes_in_sequence_order_where_the_coordinator_leads(
         pg_server: PostgresServer) -> None:
-    async def body() -> None:
-        c = await cluster(pg_server)
+    async def steps(c: Cluster) -> None:
         a, b, txn_id = c.a, c.b, c.txn_id
-        try:
-            pid, epoch = await c.begin()
-            await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))  # a's own
-            await c.lead(b)
-            await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))  # the leader's
-            await c.lead(a)
-            await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 2))  # a's own
-            # The premise: own, leader's, own, by sequence.
-            assert await c.pending() == [(0, 0), (1, 2 * RECORDS),
-                                         (REMOTE_ORDINALS, RECORDS)]
+        pid, epoch = await c.begin()
+        await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))  # a's own
+        await c.lead(b)
+        await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))  # the leader's
+        await c.lead(a)
+        await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 2))  # a's own
+        # The premise: own, leader's, own, by sequence.
+        assert await c.pending() == [(0, 0), (1, 2 * RECORDS),
+                                     (REMOTE_ORDINALS, RECORDS)]
 
-            await a.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
-            assert await c.committed(a) == expected(0, 1, 2)
-            assert await c.pending() == []
-            # a's log learnt its end: its next append lands right after the marker.
-            end = await c.row_end()
-            log = a.node.partition("t", 0)
-            result = await log.append(make_batch([b"after"], base_timestamp=now()), now())
-            assert result.base_offset == end
-            assert await c.row_end() == end + 1
-        finally:
-            await c.close()
+        await a.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
+        assert await c.committed(a) == expected(0, 1, 2)
+        assert await c.pending() == []
+        # a's log learnt its end: its next append lands right after the marker.
+        end = await c.row_end()
+        log = a.node.partition("t", 0)
+        result = await log.append(make_batch([b"after"], base_timestamp=now()), now())
+        assert result.base_offset == end
+        assert await c.row_end() == end + 1
 
-    run(body)
+    with_cluster(pg_server, steps)
 
 
 def test_a_to_b_to_a_to_b_publishes_in_sequence_order_where_the_coordinator_does_not_lead(
         pg_server: PostgresServer) -> None:
-    async def body() -> None:
-        c = await cluster(pg_server)
+    async def steps(c: Cluster) -> None:
         a, b, txn_id = c.a, c.b, c.txn_id
-        try:
-            pid, epoch = await c.begin()
-            await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))
-            await c.lead(b)
-            await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))
-            await c.lead(a)
-            await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 2))
-            await c.lead(b)
-            await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 3))
-            assert await c.pending() == [(0, 0), (1, 2 * RECORDS), (REMOTE_ORDINALS, RECORDS),
-                                         (REMOTE_ORDINALS + 1, 3 * RECORDS)]
+        pid, epoch = await c.begin()
+        await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))
+        await c.lead(b)
+        await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))
+        await c.lead(a)
+        await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 2))
+        await c.lead(b)
+        await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 3))
+        assert await c.pending() == [(0, 0), (1, 2 * RECORDS), (REMOTE_ORDINALS, RECORDS),
+                                     (REMOTE_ORDINALS + 1, 3 * RECORDS)]
 
-            await a.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
-            assert await c.committed(b) == expected(0, 1, 2, 3)
-            assert await c.pending() == []
-        finally:
-            await c.close()
+        await a.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
+        assert await c.committed(b) == expected(0, 1, 2, 3)
+        assert await c.pending() == []
 
-    run(body)
+    with_cluster(pg_server, steps)
 
 
 def test_a_slot_move_then_a_partition_move_publish_in_sequence_order(
         pg_server: PostgresServer) -> None:
-    async def body() -> None:
-        c = await cluster(pg_server)
+    async def steps(c: Cluster) -> None:
         a, b, txn_id = c.a, c.b, c.txn_id
-        try:
-            pid, epoch = await c.begin()
-            await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))  # a's own
-            # The id's slot goes to b (and one of b's to a: the counts stay
-            # even, so no pass moves either back); a goes on leading t-0.
-            held = a.cluster.slot_held(txn_id)
-            assert held is not None
-            other = next(f"x{i}" for i in range(50) if b.cluster.coordinates(f"x{i}"))
-            held_b = b.cluster.slot_held(other)
-            assert held_b is not None
-            await move_slot(pg_server, c.schema, held[0], 2)
-            await move_slot(pg_server, c.schema, held_b[0], 1)
-            await until(lambda: b.cluster.coordinates(txn_id) and txn_id in b.txns.txns
-                        and txn_id not in a.txns.txns, "the id coordinated by b", 4 * LEASE)
-            assert a.cluster.leads("t", 0)
-            await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))  # the leader's
-            await c.lead(b)
-            await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 2))  # b's own
-            assert await c.pending() == [(0, 0), (1, 2 * RECORDS), (REMOTE_ORDINALS, RECORDS)]
+        pid, epoch = await c.begin()
+        await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))  # a's own
+        # The id's slot goes to b (and one of b's to a: the counts stay
+        # even, so no pass moves either back); a goes on leading t-0.
+        held = a.cluster.slot_held(txn_id)
+        assert held is not None
+        other = next(f"x{i}" for i in range(50) if b.cluster.coordinates(f"x{i}"))
+        held_b = b.cluster.slot_held(other)
+        assert held_b is not None
+        await move_slot(pg_server, c.schema, held[0], 2)
+        await move_slot(pg_server, c.schema, held_b[0], 1)
+        await until(lambda: b.cluster.coordinates(txn_id) and txn_id in b.txns.txns
+                    and txn_id not in a.txns.txns, "the id coordinated by b", 4 * LEASE)
+        assert a.cluster.leads("t", 0)
+        await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))  # the leader's
+        await c.lead(b)
+        await b.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 2))  # b's own
+        assert await c.pending() == [(0, 0), (1, 2 * RECORDS), (REMOTE_ORDINALS, RECORDS)]
 
-            await b.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
-            assert await c.committed(b) == expected(0, 1, 2)
-            assert await c.pending() == []
-            end = await c.row_end()
-            result = await b.node.partition("t", 0).append(
-                make_batch([b"after"], base_timestamp=now()), now())
-            assert result.base_offset == end
-        finally:
-            await c.close()
+        await b.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
+        assert await c.committed(b) == expected(0, 1, 2)
+        assert await c.pending() == []
+        end = await c.row_end()
+        result = await b.node.partition("t", 0).append(
+            make_batch([b"after"], base_timestamp=now()), now())
+        assert result.base_offset == end
 
-    run(body)
+    with_cluster(pg_server, steps)
 
 
 async def store_as_leader(c: Cluster, instance: int, ordinal: int, batch: bytes) -> None:
@@ -276,29 +277,25 @@ def test_the_leaders_batches_across_the_sequence_wrap_are_published_in_producer_
     """A long-lived producer's sequences wrap from 2^31-1 to 0, possibly
     inside a transaction: the batches are published around the wrap, not
     by the raw number (nor in the order their rows were stored here)."""
-    async def body() -> None:
-        c = await cluster(pg_server)
+    async def steps(c: Cluster) -> None:
         a, txn_id = c.a, c.txn_id
-        try:
-            pid, epoch = await c.begin()
-            instance = a.txns.describe(txn_id).instance
-            top = (1 << 31) - 1
-            first = [b"w0", b"w1"]  # sequences top-2, top-1
-            second = [b"w2", b"w3", b"w4"]  # top, 0, 1: straddles the wrap
-            third = [b"w5"]  # 2
-            rows = [(2, third), (top - 2, first), (top, second)]
-            for i, (seq, records) in enumerate(rows):
-                await store_as_leader(c, instance, REMOTE_ORDINALS + i,
-                                      txn_batch(pid, epoch, 0, seq, records))
-            assert await c.pending() == [(REMOTE_ORDINALS + i, seq)
-                                         for i, (seq, _) in enumerate(rows)]
+        pid, epoch = await c.begin()
+        instance = a.txns.describe(txn_id).instance
+        top = (1 << 31) - 1
+        first = [b"w0", b"w1"]  # sequences top-2, top-1
+        second = [b"w2", b"w3", b"w4"]  # top, 0, 1: straddles the wrap
+        third = [b"w5"]  # 2
+        rows = [(2, third), (top - 2, first), (top, second)]
+        for i, (seq, records) in enumerate(rows):
+            await store_as_leader(c, instance, REMOTE_ORDINALS + i,
+                                  txn_batch(pid, epoch, 0, seq, records))
+        assert await c.pending() == [(REMOTE_ORDINALS + i, seq)
+                                     for i, (seq, _) in enumerate(rows)]
 
-            await a.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
-            assert await c.committed(a) == first + second + third
-        finally:
-            await c.close()
+        await a.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
+        assert await c.committed(a) == first + second + third
 
-    run(body)
+    with_cluster(pg_server, steps)
 
 
 class StatementsOf:
@@ -328,31 +325,27 @@ STATEMENTS_WITHOUT_MOVES = 11
 
 def test_a_commit_with_no_move_keeps_its_statements_and_the_in_memory_plan(
         pg_server: PostgresServer) -> None:
-    async def body() -> None:
-        c = await cluster(pg_server)
+    async def steps(c: Cluster) -> None:
         a, txn_id = c.a, c.txn_id
-        try:
-            pid, epoch = await c.begin()
-            await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))
-            await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))
-            assert await c.pending() == [(0, 0), (1, RECORDS)]
-            spy = StatementsOf(a.txns.completion.writer)
-            a.txns.completion.writer = spy
-            await a.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
-            statements = spy.changes[-1]
-            assert len(statements) == STATEMENTS_WITHOUT_MOVES, "\n".join(
-                sql for sql, _ in statements)
-            # The leaders' rows only (ordinals from REMOTE_ORDINALS), then the
-            # coordinator's own batches from its in-memory plan.
-            remote = [args for sql, args in statements if "pending_batches r" in sql]
-            assert remote and all(args[2] == REMOTE_ORDINALS for args in remote), remote
-            assert any("unnest(" in sql and args[3] == [0, 1] for sql, args in statements)
-            log = a.node.partition("t", 0)
-            assert await c.committed(a) == expected(0, 1)
-            # The offsets it reserved in memory were the commit's: no reread.
-            assert not log.appends.in_doubt
-            assert log.log_end_offset == await c.row_end()
-        finally:
-            await c.close()
+        pid, epoch = await c.begin()
+        await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 0))
+        await a.produce(txn_id, pid, epoch, txn_batch(pid, epoch, 1))
+        assert await c.pending() == [(0, 0), (1, RECORDS)]
+        spy = StatementsOf(a.txns.completion.writer)
+        a.txns.completion.writer = spy
+        await a.txns.end_txn(txn_id, pid, epoch, commit=True, connection=1)
+        statements = spy.changes[-1]
+        assert len(statements) == STATEMENTS_WITHOUT_MOVES, "\n".join(
+            sql for sql, _ in statements)
+        # The leaders' rows only (ordinals from REMOTE_ORDINALS), then the
+        # coordinator's own batches from its in-memory plan.
+        remote = [args for sql, args in statements if "pending_batches r" in sql]
+        assert remote and all(args[2] == REMOTE_ORDINALS for args in remote), remote
+        assert any("unnest(" in sql and args[3] == [0, 1] for sql, args in statements)
+        log = a.node.partition("t", 0)
+        assert await c.committed(a) == expected(0, 1)
+        # The offsets it reserved in memory were the commit's: no reread.
+        assert not log.appends.in_doubt
+        assert log.log_end_offset == await c.row_end()
 
-    run(body)
+    with_cluster(pg_server, steps)
