@@ -386,8 +386,21 @@ class Versions:
 
 async def create_topic(client: KafkaClient, name: str, configs: dict[str, str] | None = None,
                        partitions: int = 1) -> None:
+    """Create the topic, then wait until Metadata names a leader for each of its
+    partitions: Kafka (KRaft) answers CreateTopics once its controller committed
+    the topic, and a broker may answer NOT_LEADER_OR_FOLLOWER to a Produce until
+    the new metadata reaches it, as Kafka's own AdminClient users wait for."""
     response = await client.request(create_topics([(name, partitions, 1, configs)]))
     assert response.topics[0].error_code.value == 0, response.topics[0]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 30
+    while True:
+        (topic,) = (await client.request(metadata([name]))).topics
+        if topic.error_code.value == 0 and len(topic.partitions) == partitions and all(
+                p.error_code.value == 0 and p.leader_id >= 0 for p in topic.partitions):
+            return
+        assert loop.time() < deadline, f"no leader for every partition of {name} in 30 s"
+        await asyncio.sleep(0.05)
 
 
 async def send_produce(client: KafkaClient, topic: str, records: bytes,
