@@ -70,7 +70,10 @@ class PendingBatches:
         # The tenure in which this process stored a transaction's own
         # batches on a log: (log id, instance) -> (the partition's leader
         # epoch, the id's coordinator slot epoch, None without a cluster);
-        # None once they span more than one (``unmoved``).
+        # None once they span more than one (``unmoved``). Dropped when the
+        # transaction's commit or abort here is durable; one whose slot moved
+        # away while open is ended by another gateway, so its entries (a
+        # tuple per partition) stay until this process restarts.
         self._tenures: dict[tuple[int, int], tuple[int, int | None] | None] = {}
 
     # ------------------------------------------------------------ loading
