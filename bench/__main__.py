@@ -26,7 +26,15 @@ from typing import Any
 
 from bench import report
 from bench.runner import REPO, SCHEMA_VERSION, run_all
-from bench.servers import GATEWAY, GATEWAY_PG, SERVERS, ServerMissingError, ServerSet
+from bench.servers import (
+    ALL_SERVERS,
+    GATEWAY,
+    GATEWAY_PG,
+    SERVERS,
+    TANSU_PG,
+    ServerMissingError,
+    ServerSet,
+)
 from bench.workloads import WORKLOAD_GROUPS, Settings, build
 
 RESULTS_DIR = REPO / "bench" / "results"
@@ -53,7 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--only", default=",".join(WORKLOAD_GROUPS),
                         help="comma-separated workload groups (default: all, see below)")
     parser.add_argument("--servers", default=",".join(SERVERS),
-                        help=f"comma-separated servers to measure (default: {','.join(SERVERS)})")
+                        help=f"comma-separated servers to measure (default: {','.join(SERVERS)}; "
+                        f"also {TANSU_PG}, Tansu on PostgreSQL: bench/tansu_servers.py)")
     parser.add_argument("--seconds", type=float, help="length of each measured run (default 5)")
     parser.add_argument("--repeat", type=int, help="runs per workload and server, best one "
                         "reported (default 3)")
@@ -196,9 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         return _redraw(args)
     groups = _groups(args)
     requested = set(_csv(args.servers))
-    if requested - set(SERVERS) or not requested:
-        raise SystemExit(f"--servers takes one or more of {', '.join(SERVERS)}")
-    servers = [name for name in SERVERS if name in requested]  # columns in one order
+    if requested - set(ALL_SERVERS) or not requested:
+        raise SystemExit(f"--servers takes one or more of {', '.join(ALL_SERVERS)}")
+    servers = [name for name in ALL_SERVERS if name in requested]  # columns in one order
     settings = settings_from(args)
     out_dir = args.out or (RESULTS_DIR if _is_full_run(args, groups, servers) else SCRATCH_DIR)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -16,6 +16,7 @@ from bench.servers import (
     PEERS,
     POSTGRES_PREFIX,
     TANSU,
+    TANSU_PG,
 )
 
 JSON_NAME = "results.json"
@@ -51,14 +52,14 @@ def _verdict(ratio: float | None, better: str | None) -> str:
 
 
 def _peers(results: dict[str, Any]) -> list[str]:
-    """The peers the gateway is divided by in this run (none without the gateway)."""
+    """The peers measured in this run with the server of ours divided by them."""
     servers = results["servers"]
-    return [p for p in PEERS if p in servers] if GATEWAY in servers else []
+    return [peer for peer, ours in PEERS.items() if peer in servers and ours in servers]
 
 
 def header(results: dict[str, Any]) -> list[str]:
     return ["workload", "metric", *results["servers"],
-            *(f"{GATEWAY}/{peer}" for peer in _peers(results))]
+            *(f"{PEERS[peer]}/{peer}" for peer in _peers(results))]
 
 
 def _ratio_cell(ratio: float | None, better: str | None) -> str:
@@ -191,7 +192,8 @@ def markdown(results: dict[str, Any], chart_dir: str | None = None) -> str:
 # --- charts ----------------------------------------------------------------------------
 
 _COLORS = {GATEWAY: "#1f77b4", GATEWAY_PG: "#9467bd", GATEWAY_PG_CLUSTER[2]: "#8c564b",
-           GATEWAY_PG_CLUSTER[3]: "#e377c2", KAFKA: "#2ca02c", TANSU: "#ff7f0e"}
+           GATEWAY_PG_CLUSTER[3]: "#e377c2", KAFKA: "#2ca02c", TANSU: "#ff7f0e",
+           TANSU_PG: "#bcbd22"}
 
 
 def _best(workload: dict[str, Any], server: str, metric: str) -> float:

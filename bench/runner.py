@@ -21,7 +21,7 @@ import confluent_kafka
 
 from bench import clients
 from bench.procs import run_child
-from bench.servers import GATEWAY, PEERS, Server
+from bench.servers import PEERS, Server
 from bench.workloads import EFFICIENCY, Context, Settings, Workload, warm_up
 
 SCHEMA_VERSION = 2  # 2: three servers, "ratios" per peer
@@ -36,14 +36,16 @@ def pick_best(runs: list[dict[str, float]], primary: str, better: str | None) ->
 
 def ratios(results: dict[str, dict[str, Any]], names: list[str],
            ) -> dict[str, dict[str, float]]:
-    """{peer: {metric: gateway/peer}} for every peer measured and every metric both have."""
-    gateway = results.get(GATEWAY, {}).get("best")
+    """{peer: {metric: ours/peer}} for every peer measured with its counterpart of ours
+    (bench.servers.PEERS: the gateway for Kafka and Tansu, gateway-pg for tansu-pg),
+    and every metric both have."""
     out: dict[str, dict[str, float]] = {}
-    for peer_name in PEERS:
+    for peer_name, ours_name in PEERS.items():
+        ours = results.get(ours_name, {}).get("best")
         peer = results.get(peer_name, {}).get("best")
-        if gateway and peer:
-            out[peer_name] = {name: gateway[name] / peer[name] for name in names
-                              if name in gateway and name in peer and peer[name]}
+        if ours and peer:
+            out[peer_name] = {name: ours[name] / peer[name] for name in names
+                              if name in ours and name in peer and peer[name]}
     return out
 
 
