@@ -46,7 +46,7 @@ from tablets.errors import InvalidRecord, NotLeader
 from tablets.seam import PendingBlob
 from testkit import postgres
 from testkit.batches import GZIP, NONE, ZSTD
-from testkit.compaction import EAGER, Rec, decode, keyed_batch
+from testkit.compaction import EAGER, Rec, decode, keyed_batch, stamps_past_ms
 from testkit.postgres import PostgresServer
 
 pg_server = postgres.server_fixture("module")
@@ -268,7 +268,9 @@ def test_the_cleaner_runs_what_is_due_by_dirty_ratio_and_compaction_lag(
         # max.compaction.lag.ms of 1 ms.
         for name in ("eager", "clean", "overdue"):
             await write(node.partition(name, 0), rounds(6, 2), models[name])
-        await asyncio.sleep(0.01)
+        # overdue's dirty batches were stamped up to tens of ms ahead of the
+        # clock (testkit.compaction.next_stamp): wait until they are past.
+        await asyncio.sleep((stamps_past_ms() + 2) / 1000)
         assert await cleaner.pass_once(node.catalog.logs()) == 2
         assert cleaner.compacted(node.partition("eager", 0)).status.runs == 2
         overdue = cleaner.compacted(node.partition("overdue", 0)).status
