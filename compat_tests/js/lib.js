@@ -109,6 +109,9 @@ function errorInfo(e) {
     // Per-partition broker errors (deleteTopicRecords), also when wrapped by a retrier.
     partitions: (e.partitions || (e.cause && e.cause.partitions) || [])
       .map(p => ({ partition: p.partition, type: p.error ? p.error.type || null : null })),
+    // Per-group broker errors (deleteGroups' KafkaJSDeleteGroupsError).
+    groups: (e.groups || []).map(g => ({ groupId: g.groupId, errorCode: g.errorCode ?? null,
+      type: g.error ? g.error.type || null : null })),
   }
 }
 
@@ -144,7 +147,7 @@ function main(fn, { deadlineMs = 60000 } = {}) {
     })
     .catch(e => {
       process.stderr.write(`${e && e.stack ? e.stack : e}\n`)
-      if (e && e.errors) process.stderr.write(`errors: ${JSON.stringify(errorInfo(e))}\n`)
+      if (e && (e.errors || e.groups)) process.stderr.write(`errors: ${JSON.stringify(errorInfo(e))}\n`)
       process.exit(1)
     })
 }
