@@ -142,7 +142,6 @@ class TansuServer(Server):
     def __init__(self, work_dir: Path, startup_timeout: float = 20.0) -> None:
         super().__init__(name=TANSU)
         self.log_path = work_dir / "tansu.log"
-        self._work_dir = work_dir
         self._startup_timeout = startup_timeout
         self._tansu: _TansuProcess | None = None
 
@@ -187,8 +186,10 @@ class TansuPgServer(OverPostgres):
         return self
 
     def broker_pids(self) -> list[int]:
+        # A Tansu that died is still named: sampling it then fails loudly,
+        # rather than measuring PostgreSQL alone.
         process = self._tansu.process if self._tansu is not None else None
-        return [process.pid] if process is not None and process.poll() is None else []
+        return [] if process is None else [process.pid]
 
     def stop_brokers(self) -> None:
         if self._tansu is not None:

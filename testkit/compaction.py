@@ -46,10 +46,11 @@ def next_stamp() -> int:
 
 
 def stamps_past_ms() -> int:
-    """How long until every stamp next_stamp() gave is at least 2 ms old: the
-    stamps run ahead of the clock when batches are built faster than one per
-    2 ms, so a test about a lag (max.compaction.lag.ms) waits this out."""
-    return max(0, _last_stamp + 2 - now_ms())
+    """How long until every stamp next_stamp() gave is at least 2 ms old on
+    the millisecond clock (one more for its rounding down): the stamps run
+    ahead of the clock when batches are built faster than one per 2 ms, so a
+    test about a lag (max.compaction.lag.ms) waits this out."""
+    return max(0, _last_stamp + 3 - now_ms())
 
 
 def keyed_batch(pairs: list[tuple[bytes | None, bytes | None]], codec: int = NONE,
