@@ -93,18 +93,15 @@ def _tansu_env() -> dict[str, str]:
 
 
 class _TansuProcess:
-    """One `tansu broker` on a free loopback port, with a given storage engine."""
+    """One `tansu broker` on a free loopback port, logging to ``log_path``."""
 
-    def __init__(self, binary: Path, storage_engine: str, log_path: Path,
-                 startup_timeout: float) -> None:
-        self._binary = binary
-        self._storage_engine = storage_engine
+    def __init__(self, log_path: Path, startup_timeout: float) -> None:
         self._log_path = log_path
         self._startup_timeout = startup_timeout
         self.process: subprocess.Popen[bytes] | None = None
         self.bootstrap = ""
 
-    def start(self) -> int:
+    def start(self, binary: Path, storage_engine: str) -> int:
         """Its pid, once it accepts connections."""
         # Another process may take the port between free_port() and tansu's bind: retry.
         for _attempt in range(3):
@@ -112,9 +109,8 @@ class _TansuProcess:
             url = f"tcp://127.0.0.1:{port}"
             with open(self._log_path, "ab") as log:
                 self.process = subprocess.Popen(
-                    [str(self._binary), "broker", "--listener-url", url,
-                     "--advertised-listener-url", url,
-                     "--storage-engine", self._storage_engine],
+                    [str(binary), "broker", "--listener-url", url,
+                     "--advertised-listener-url", url, "--storage-engine", storage_engine],
                     stdout=log, stderr=subprocess.STDOUT, env=_tansu_env(),
                     cwd=self._log_path.parent,
                 )
@@ -142,22 +138,17 @@ class TansuServer(Server):
     def __init__(self, work_dir: Path, startup_timeout: float = 20.0) -> None:
         super().__init__(name=TANSU)
         self.log_path = work_dir / "tansu.log"
-        self._startup_timeout = startup_timeout
-        self._tansu: _TansuProcess | None = None
+        self._tansu = _TansuProcess(self.log_path, startup_timeout)
 
     def start(self) -> TansuServer:
         binary = tansu_binary()
         self.version = tansu_version(binary)
-        assert self.log_path is not None
-        self._tansu = _TansuProcess(binary, "memory://tansu/", self.log_path,
-                                    self._startup_timeout)
-        self.pid = self._tansu.start()
+        self.pid = self._tansu.start(binary, "memory://tansu/")
         self.bootstrap = self._tansu.bootstrap
         return self
 
     def stop(self) -> None:
-        if self._tansu is not None:
-            self._tansu.stop()
+        self._tansu.stop()
 
 
 class TansuPgServer(OverPostgres):
@@ -168,8 +159,7 @@ class TansuPgServer(OverPostgres):
     def __init__(self, work_dir: Path, startup_timeout: float = 30.0) -> None:
         super().__init__(name=TANSU_PG)
         self.log_path = work_dir / "tansu-pg.log"
-        self._startup_timeout = startup_timeout
-        self._tansu: _TansuProcess | None = None
+        self._tansu = _TansuProcess(self.log_path, startup_timeout)
 
     def start(self) -> TansuPgServer:
         binary, schema = tansu_pg_files()
@@ -179,18 +169,15 @@ class TansuPgServer(OverPostgres):
                         f"PostgreSQL {self.postgres_major} (fsync=on, synchronous_commit=on)")
         # Tansu picks its engine by the URL's scheme: postgres://, not postgresql://.
         engine = "postgres://" + postgres.dsn.split("://", 1)[1]
-        assert self.log_path is not None
-        self._tansu = _TansuProcess(binary, engine, self.log_path, self._startup_timeout)
-        self.pid = self._tansu.start()
+        self.pid = self._tansu.start(binary, engine)
         self.bootstrap = self._tansu.bootstrap
         return self
 
     def broker_pids(self) -> list[int]:
         # A Tansu that died is still named: sampling it then fails loudly,
         # rather than measuring PostgreSQL alone.
-        process = self._tansu.process if self._tansu is not None else None
+        process = self._tansu.process
         return [] if process is None else [process.pid]
 
     def stop_brokers(self) -> None:
-        if self._tansu is not None:
-            self._tansu.stop()
+        self._tansu.stop()
