@@ -116,7 +116,8 @@ def test_members_hear_of_a_generation_only_once_it_is_stored(tmp_path) -> None:
         while store.writes == 0:  # the initial delay is over, the write held
             await asyncio.sleep(0.01)
         group = coordinator.groups[GROUP]
-        assert group.numbering and group.state is GroupState.PREPARING_REBALANCE
+        assert group.numbering is not None
+        assert group.state is GroupState.PREPARING_REBALANCE
         assert not first.done()
         second = await join_new(coordinator)  # arrives while the write is held
         await asyncio.sleep(0.05)
@@ -166,5 +167,51 @@ def test_a_lost_slot_drops_its_groups(tmp_path) -> None:
         store.stored[GROUP] = 4
         again = await (await join_new(coordinator))
         assert (again.error, again.generation_id) == (ErrorCode.none, 5)
+
+    run(tmp_path, test)
+
+
+def test_the_last_member_leaving_empties_the_group_at_once(tmp_path) -> None:
+    """Kafka's group is Empty when its last LeaveGroup is answered, so a
+    DeleteGroups right after it succeeds; no member hears of that empty
+    generation, so it is not stored."""
+    async def test(coordinator: GroupCoordinator, store: StoredGenerations) -> None:
+        result = await (await join_new(coordinator))
+        await synced(coordinator, result)
+        assert store.writes == 1
+        assert coordinator.leave_group(GROUP, [(result.member_id, None)]) == (
+            ErrorCode.none, [ErrorCode.none])
+        group = coordinator.groups[GROUP]
+        assert (group.state, group.generation_id, store.writes) == (GroupState.EMPTY, 2, 1)
+        # The next stored generation is above the empty one.
+        again = await (await join_new(coordinator))
+        assert (again.error, again.generation_id, store.stored[GROUP]) == (ErrorCode.none, 3, 3)
+
+    run(tmp_path, test)
+
+
+def test_the_last_member_leaving_while_its_generation_is_stored(tmp_path) -> None:
+    """The write in flight is stale once the group is Empty: when it ends it
+    starts no generation, even for a member that joined since."""
+    async def test(coordinator: GroupCoordinator, store: StoredGenerations) -> None:
+        store.gate.clear()
+        first = await join_new(coordinator)
+        while store.writes == 0:  # the write held
+            await asyncio.sleep(0.01)
+        group = coordinator.groups[GROUP]
+        (member_id,) = group.members
+        assert group.numbering is not None and group.state is GroupState.PREPARING_REBALANCE
+        assert coordinator.leave_group(GROUP, [(member_id, None)]) == (
+            ErrorCode.none, [ErrorCode.none])
+        assert (await first).error is ErrorCode.unknown_member_id
+        assert (group.state, group.numbering, group.generation_id) == (
+            GroupState.EMPTY, None, 1)
+        late = await join_new(coordinator)  # a new join phase, in its initial delay
+        await asyncio.sleep(0.01)
+        store.gate.set()  # the stale write lands (1), then the new phase's (2)
+        result = await late
+        assert (result.error, result.generation_id) == (ErrorCode.none, 2)
+        assert store.writes == 2 and store.stored[GROUP] == 2
+        assert coordinator.groups[GROUP].state is GroupState.COMPLETING_REBALANCE
 
     run(tmp_path, test)

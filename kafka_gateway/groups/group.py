@@ -151,9 +151,11 @@ class Group:
     join_timer_is_initial_delay: bool = False
     initial_delay_remaining_ms: int = 0
     sync_timer: asyncio.TimerHandle | None = None
-    # The join phase is over and its generation is being stored (an engine
-    # that persists generations): members wait for it, as for the join.
-    numbering: bool = False
+    # The write storing the generation this join phase ends in (an engine
+    # that persists generations): members wait for it, as for the join. A
+    # write that is no longer this one when it ends is stale: every member
+    # left meanwhile, and the group went Empty without it.
+    numbering: asyncio.Task[None] | None = None
 
     def is_(self, *states: GroupState) -> bool:
         return self.state in states

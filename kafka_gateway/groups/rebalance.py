@@ -14,9 +14,12 @@ from the stored generation, and each new generation is stored before any
 member hears of it: the join phase ends (members that did not rejoin
 removed), the group waits (``numbering``, still PreparingRebalance: joins and
 leaves are taken, the phase is not ended twice), then the generation starts
-with the number stored. That is one write per rebalance and none per
-heartbeat; reserving numbers ahead would save that write but leave gaps and
-a ceiling to keep, for a step that already waits for every member. A failed
+with the number stored. A join phase that ends with no member (the last
+one left, even while a write was in flight) is not stored: nobody hears of
+that generation, and the group is Empty at once, as Kafka's is when its last
+member leaves. That is one write per rebalance and none per heartbeat;
+reserving numbers ahead would save that write but leave gaps and a ceiling
+to keep, for a step that already waits for every member. A failed
 write (this gateway lost the group's coordinator slot: NOT_COORDINATOR;
 the store failed: COORDINATOR_NOT_AVAILABLE) drops the group from memory and
 answers its waiting members with that code; they find the coordinator and
@@ -132,18 +135,23 @@ class Rebalancer:
 
     def _complete_join(self, group: Group) -> None:
         """End the join phase: drop members that did not rejoin, start a generation."""
-        if not group.is_(PREPARING) or group.numbering:
+        if not group.is_(PREPARING) or (group.numbering is not None and group.members):
             return
         self._cancel_group_timers(group)
         group.join_timer_is_initial_delay = False
         group.new_member_added = False
         self._drop_late_members(group)
-        if self.generations is None:
+        if self.generations is None or not group.members:
+            # No member hears of an empty generation, so it is not stored (the
+            # next stored one is above it) and the group is Empty at once, as
+            # in Kafka: a DeleteGroups right after the last LeaveGroup finds it
+            # Empty. A write in flight for members who left since is stale.
+            group.numbering = None
             self._start_generation(group, group.generation_id + 1)
             return
-        group.numbering = True
         task = asyncio.get_running_loop().create_task(
             self._number(group, self.generations), name=f"generation of {group.group_id}")
+        group.numbering = task
         self._numbering.add(task)
         task.add_done_callback(self._numbering.discard)
 
@@ -160,7 +168,9 @@ class Rebalancer:
         try:
             generation = await generations.next_generation(group.group_id, group.generation_id)
         except Exception as exc:
-            group.numbering = False
+            if group.numbering is not asyncio.current_task():
+                return  # stale: the group went Empty without it
+            group.numbering = None
             if self.groups.get(group.group_id) is group:
                 moved = isinstance(exc, CoordinatorMoved)
                 log.warning("group %s: its next generation was not stored (%r)",
@@ -168,7 +178,9 @@ class Rebalancer:
                 self.drop_group(group, ErrorCode.not_coordinator if moved
                                 else ErrorCode.coordinator_not_available)
             return
-        group.numbering = False
+        if group.numbering is not asyncio.current_task():
+            return  # stale: the group went Empty without it
+        group.numbering = None
         if self.groups.get(group.group_id) is not group or not group.is_(PREPARING):
             return  # dropped meanwhile (its slot lost)
         self._drop_late_members(group)  # (left while the write was in flight)
@@ -265,7 +277,7 @@ class Rebalancer:
             member.cancel_session_timer()
             member.complete_join(JoinResult(code, member.member_id))
             member.complete_sync(SyncResult(code))
-        group.numbering = False
+        group.numbering = None
         self._transition(group, DEAD)
         if self.groups.get(group.group_id) is group:
             del self.groups[group.group_id]
