@@ -6,17 +6,29 @@ waiting for compaction to get somewhere.
 from __future__ import annotations
 
 import asyncio
+import time
 
 from group_helpers import wait_for
 from kio.schema.errors import ErrorCode
 
+from common.clock import now_ms
 from kafka_gateway.client import KafkaClient
 from tablets import batch as batch_header
 from testkit import kafka_requests as rq
 from testkit import prom
 from testkit.compaction import EAGER, Rec, decode
 
-__all__ = ["EAGER", "partition_metric", "read_partition", "values", "wait_for"]
+__all__ = ["EAGER", "partition_metric", "read_partition", "rolls_after", "values", "wait_for"]
+
+
+def rolls_after(stamp_ms: int) -> None:
+    """Wait until a record stamped now rolls the active segment of an EAGER
+    topic (segment.ms=1) whose newest record is stamped ``stamp_ms``: more
+    than 1 ms after the segment's first stamp. A producer's round trip is not
+    always 2 ms (2 to 107 ms here), so a "last record of the active segment"
+    could otherwise share the segment of the records it is there to close."""
+    while now_ms() < stamp_ms + 2:
+        time.sleep(0.001)
 
 
 async def _earliest(client: KafkaClient, topic: str, partition: int) -> int:

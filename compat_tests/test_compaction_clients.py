@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition as AioTopicPartition
-from compaction_helpers import EAGER, partition_metric, read_partition, values, wait_for
+from compaction_helpers import (
+    EAGER,
+    partition_metric,
+    read_partition,
+    rolls_after,
+    values,
+    wait_for,
+)
 from compat_helpers import create_topic, kcat
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from java_helpers import run_java
@@ -29,7 +35,6 @@ from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 from test_kafkajs import run_js
 
-from common.clock import now_ms
 from testkit.gateway import GatewayProcess
 
 TOPIC = "compacted"
@@ -73,11 +78,7 @@ def expected(gateway) -> list[tuple[int, str, str | None]]:
             for key in sorted(DELETED):
                 producer.produce(TOPIC, key=key, value=None, on_delivery=delivered)
         assert producer.flush(30) == 0
-    # The last record rolls a segment (segment.ms=1: its stamp more than 1 ms
-    # after the first of the active segment), which leaves the tombstones in
-    # a cleanable one: a round trip is not always 2 ms, so wait for it.
-    while now_ms() < newest_stamp + 2:
-        time.sleep(0.001)
+    rolls_after(newest_stamp)  # (the tombstones' segment must be cleanable)
     last = Producer({"bootstrap.servers": gateway.bootstrap})
     last.produce(TOPIC, key="last", value="the active segment", on_delivery=delivered)
     assert last.flush(30) == 0

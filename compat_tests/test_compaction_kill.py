@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from compaction_helpers import EAGER, read_partition, values, wait_for
+from compaction_helpers import EAGER, read_partition, rolls_after, values, wait_for
 from compat_helpers import create_topic
 from confluent_kafka import Producer
 
@@ -32,11 +32,14 @@ ADMIN = ("--admin-listen", "127.0.0.1:0")
 def produce(gateway) -> dict[str, tuple[int, str | None]]:
     """Write the topic; each key's newest (offset, value)."""
     model: dict[str, tuple[int, str | None]] = {}
+    newest_stamp = 0
 
     def delivered(err, message):
+        nonlocal newest_stamp
         assert err is None, err
         model[message.key().decode()] = (message.offset(), None if message.value() is None
                                           else message.value().decode())
+        newest_stamp = max(newest_stamp, message.timestamp()[1])
 
     producer = Producer({"bootstrap.servers": gateway.bootstrap, "linger.ms": 5,
                          "batch.num.messages": 10, "compression.type": "lz4"})
@@ -47,6 +50,7 @@ def produce(gateway) -> dict[str, tuple[int, str | None]]:
     for key in sorted(DELETED):
         producer.produce(TOPIC, key=key, value=None, on_delivery=delivered)
     assert producer.flush(60) == 0
+    rolls_after(newest_stamp)  # (the tombstones' segment must be cleanable)
     last = Producer({"bootstrap.servers": gateway.bootstrap})
     last.produce(TOPIC, key="last", value="the active segment", on_delivery=delivered)
     assert last.flush(30) == 0
