@@ -208,7 +208,13 @@ def test_the_last_member_leaving_while_its_generation_is_stored(tmp_path) -> Non
             GroupState.EMPTY, None, 1)
         late = await join_new(coordinator)  # a new join phase, in its initial delay
         await asyncio.sleep(0.01)
+        # The premise: the stale write is still held, and lands into the new
+        # join phase (which it must not end).
+        assert store.writes == 1 and not late.done()
+        assert group.state is GroupState.PREPARING_REBALANCE and group.numbering is None
         store.gate.set()  # the stale write lands (1), then the new phase's (2)
+        await asyncio.sleep(0)
+        assert not late.done() and store.stored[GROUP] == 1
         result = await late
         assert (result.error, result.generation_id) == (ErrorCode.none, 2)
         assert store.writes == 2 and store.stored[GROUP] == 2
