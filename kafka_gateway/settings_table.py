@@ -73,7 +73,8 @@ SETTINGS: tuple[Setting, ...] = (
             "always: fsync each group commit (survives power loss)",
             choices=("never", "always")),
     Setting("gateway.tail.cache.bytes", "tail_cache_bytes", int,
-            "memory for the newest batches of all partitions (shared evenly), "
+            "memory for the newest batches, shared evenly by the partitions read in the "
+            "last minute (the others keep their newest batch only), "
             "served to consumers at the head without reading the store"),
     Setting("gateway.admin.listen", "admin_listen", str,
             "HOST:PORT of the HTTP admin/metrics endpoint, or 'off'"),

@@ -12,7 +12,9 @@ the partition's state in memory, as the RocksDB engine's tablet does:
   nothing above it, and long-polls (``waiter``) wake when it moves;
 - the *tail*: the newest durable batches as bytes, so consumers at the head
   of the log never touch PostgreSQL (``tablets.in_memory_batches``, as the
-  RocksDB engine's); below it, one query (``pgstore.batch_log``'s read);
+  RocksDB engine's; its share of the node's budget, ``tail_share``, is 0, the
+  newest batch only, unless the partition was read in the last minute:
+  ``tablets.tail_budget``); below it, one query (``pgstore.batch_log``'s read);
 - the idempotent producers' states (``tablets.producer_rules``, persisted in
   ``producers`` in each append's change, ``producer_rows``).
 
@@ -57,6 +59,7 @@ from .truncation import Truncation
 
 if TYPE_CHECKING:
     from tablets.tablet_settings import TabletSettings
+    from tablets.tail_budget import TailBudget
 
     from .log_notices import LogEnd
     from .log_sql import LogRow
@@ -66,7 +69,7 @@ if TYPE_CHECKING:
 class PgPartitionLog:
     def __init__(self, context: LogContext, topic_id: UUID, partition: int, topic_name: str,
                  row: LogRow, settings: Callable[[], TabletSettings],
-                 producers: PgProducerRows, tail_budget: int) -> None:
+                 producers: PgProducerRows, tail_budget: TailBudget) -> None:
         self.context = context
         self.writer = context.writer
         self.sql = context.sql
@@ -88,6 +91,7 @@ class PgPartitionLog:
         self.tail = InMemoryBatches()
         self.tail_end = row.log_end_offset  # the tail holds [its first, tail_end)
         self.tail_budget = tail_budget
+        self.tail_share = tail_budget.share(self)  # its share: 0 (the newest batch) until read
         self._waiters: set[asyncio.Future[None]] = set()
         # The largest log end other changes announced (``noticed``), and how
         # many notices moved this log at once.
@@ -150,7 +154,7 @@ class PgPartitionLog:
                 self.tail = InMemoryBatches()
             self.tail.append(base_offset, data)
             self.tail_end = end
-            self.tail.trim(self.tail_budget)
+            self.tail.trim(self.tail_share)
         self.advance_high_watermark(end)
 
     def advance_high_watermark(self, offset: int) -> None:
@@ -280,7 +284,7 @@ class PgPartitionLog:
         self.wake_waiters()
 
     def set_tail_budget(self, nbytes: int) -> None:
-        self.tail_budget = nbytes
+        self.tail_share = nbytes
         self.tail.trim(nbytes)
 
     def release(self) -> None:
@@ -296,6 +300,7 @@ class PgPartitionLog:
         watermark: from the tail, else with one query."""
         if self.deleted:
             raise UnknownPartition(f"partition {self._name} was deleted")
+        self.tail_budget.read(self)
         hw, start = self.high_watermark, self.log_start_offset
         if offset < start or offset > self.log_end_offset:
             raise OffsetOutOfRange(f"offset {offset} is outside [{start}, {self.log_end_offset}]")

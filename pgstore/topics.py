@@ -42,6 +42,7 @@ from tablets.errors import (
 )
 from tablets.producer_rules import ProducerEntry
 from tablets.tablet_settings import TabletSettings
+from tablets.tail_budget import TailBudget
 from tablets.topic_config import effective, validate_all
 from tablets.topic_names import MAX_PARTITIONS, check_new_topic, collision_key
 
@@ -99,6 +100,7 @@ class PgTopicCatalog:
         self.topics: dict[str, PgTopic] = {}
         self.by_id: dict[UUID, PgTopic] = {}
         self.by_collision_key: dict[str, PgTopic] = {}
+        self.tail_budget = TailBudget(settings.tail_cache_bytes, self.logs)
         # In a cluster: logs start closed, and each change tells the others.
         self.claims = True
         self.notify: Callable[[PgChange, str], None] | None = None
@@ -157,7 +159,7 @@ class PgTopicCatalog:
                 topic.partitions.append(self._log(topic, int(row["partition"]), loaded,
                                                   producers.get(loaded.log_id, [])))
             self._register(topic)
-        self._share_tail_budget()
+        self.tail_budget.reshare()
 
     async def refresh(self, conn: Connection) -> None:
         """Catch up with topic changes other gateways made: topics made (their
@@ -294,7 +296,7 @@ class PgTopicCatalog:
             await self.context.writer.commit(change)
         finally:
             self._deleting.discard(topic.topic_id)
-        self._share_tail_budget()
+        self.tail_budget.reshare()
         log.info("deleted topic %s", name)
         return topic
 
@@ -347,7 +349,7 @@ class PgTopicCatalog:
         sql = self.context.sql
         partition = PgPartitionLog(self.context, topic.topic_id, index, topic.name, row,
                                    settings, PgProducerRows(sql, row.log_id, producers),
-                                   self.settings.tail_cache_bytes)
+                                   self.tail_budget)
         partition.fenced = not self.claims  # in a cluster: opened once led (pgstore.cluster)
         return partition
 
@@ -360,14 +362,7 @@ class PgTopicCatalog:
             topic.partitions.append(self._log(
                 topic, index, LogRow(int(row["log_id"]), int(row["leader_epoch"]), 0, 0, 0, -1),
                 []))
-        self._share_tail_budget()
-
-    def _share_tail_budget(self) -> None:
-        """The node's tail budget, shared evenly over every partition."""
-        logs = self.logs()
-        share = self.settings.tail_cache_bytes // max(len(logs), 1)
-        for partition in logs:
-            partition.set_tail_budget(share)
+        self.tail_budget.reshare()
 
     def _register(self, topic: PgTopic) -> None:
         self.topics[topic.name] = topic

@@ -60,7 +60,8 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class EngineSettings:
     fsync: FsyncPolicy = "never"
-    # Node-wide budget for the partitions' in-memory tails, shared evenly.
+    # Node-wide budget for the partitions' in-memory tails, shared over the
+    # partitions that are read (tablets.tail_budget).
     tail_cache_bytes: int = 256 << 20
     # Node-wide defaults for topic configs (log.retention.ms and friends).
     topic_defaults: dict[str, str] = field(default_factory=dict)

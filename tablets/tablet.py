@@ -11,7 +11,9 @@ State in memory (rebuilt from the store at start-up):
 - ``high_watermark``    end of what is in the WAL; readers see nothing above
   it. Writes complete in submission order, so it only moves forward;
 - the *tail*: the newest batches as bytes, so consumers at the head of the log
-  are served without touching RocksDB;
+  are served without touching RocksDB (as many as its share of the node's
+  budget holds: the newest one only unless the partition was read in the
+  last minute, ``tablets.tail_budget``);
 - the time index: (base offset, running max timestamp) each time the running
   max grows, for ListOffsets by timestamp and time-based retention;
 - ``pending``: the open transactions' batches (blob key -> file entry);
@@ -67,6 +69,8 @@ from .txn_log import TransactionLog
 if TYPE_CHECKING:
     from uuid import UUID
 
+    from .tail_budget import TailBudget
+
 # log start offset, log end offset, bytes stored, where the next compaction
 # starts, and the active segment (base offset, size, first and largest timestamps).
 _META = struct.Struct(">qqqqqqqq")
@@ -81,7 +85,7 @@ class PartitionTablet:
         topic_id: UUID,
         partition: int,
         settings: Callable[[], TabletSettings],
-        tail_cache_bytes: int,
+        tail_budget: TailBudget,
         files_root: str,
     ) -> None:
         self.store = store
@@ -103,7 +107,8 @@ class PartitionTablet:
         self._tail = InMemoryBatches()
         self._ts_offsets = array("q")
         self._ts_values = array("q")
-        self.reads = LogReads(store, self.files, self, tail_cache_bytes)
+        self.tail_budget = tail_budget  # its share: 0 (the newest batch) until read
+        self.reads = LogReads(store, self.files, self, tail_budget.share(self))
         self.producers = producer_states(store, self.prefix, settings().max_producers)
         self.segments = stored_segments(store, self.prefix)
         self.clean_end = 0  # where the next compaction's dirty section starts
@@ -154,6 +159,7 @@ class PartitionTablet:
 
     # ------------------------------------------------- reads (``log_reads``)
     async def read(self, offset: int, max_bytes: int, min_one: bool = True) -> ReadResult:
+        self.tail_budget.read(self)
         return self.reads.read(offset, max_bytes, min_one)
 
     def waiter(self) -> asyncio.Future[None]:

@@ -4,7 +4,8 @@ by id and by Kafka's collision key. It owns the topic records in the store
 (loading them at start-up, writing them on create, delete, new partitions and
 config changes), Kafka's checks of a new topic or new partitions (name rules,
 collisions, counts), the ``TabletSettings`` each topic's configs give its
-tablets, and the node's tail budget shared over every partition.
+tablets, and the node's tail budget (``tail_budget``: shared over the partitions
+that are read).
 
 It reads the engine's state through ``CatalogOwner``, the narrow view it is
 constructed with; the engine keeps the seam's ``NodeStorage`` methods,
@@ -34,6 +35,7 @@ from .errors import (
 from .rocks_store import Ops
 from .tablet import PartitionTablet
 from .tablet_settings import TabletSettings
+from .tail_budget import TailBudget
 from .topic_config import (
     IMPORTANT_GROUPS,
     IMPORTANT_MAX_BYTES,
@@ -108,6 +110,7 @@ class TopicCatalog:
         self.topics: dict[str, Topic] = {}
         self.topics_by_id: dict[UUID, Topic] = {}
         self.topics_by_collision_key: dict[str, Topic] = {}
+        self.tail_budget = TailBudget(owner.settings.tail_cache_bytes, self.tablets)
 
     def load(self, migrate: bool) -> None:
         """Every topic and its tablets, from the store (at start-up)."""
@@ -119,7 +122,7 @@ class TopicCatalog:
             for tablet in topic.partitions:
                 tablet.load(migrate)
             self._register(topic)
-        self._share_tail_budget()
+        self.tail_budget.reshare()
 
     # ----------------------------------------------------------- lookups
     def list_topics(self) -> list[Topic]:
@@ -214,7 +217,7 @@ class TopicCatalog:
         except BaseException:
             self._unregister(topic)
             raise
-        self._share_tail_budget()
+        self.tail_budget.reshare()
         log.info("created topic %s (%d partitions, id %s)", name, partitions, topic.topic_id)
         return topic
 
@@ -237,7 +240,7 @@ class TopicCatalog:
         await self._write(ops)
         await asyncio.get_running_loop().run_in_executor(
             self.owner.store.readers, _remove_files, [t.files for t in topic.partitions])
-        self._share_tail_budget()
+        self.tail_budget.reshare()
         log.info("deleted topic %s", name)
         return topic
 
@@ -261,7 +264,7 @@ class TopicCatalog:
         for tablet in topic.partitions[before:]:
             tablet.initial_ops(ops)
         await self._write(ops)
-        self._share_tail_budget()
+        self.tail_budget.reshare()
 
     # --------------------------------------------------------- internals
     def _write(self, ops: Ops) -> asyncio.Future[None]:
@@ -273,14 +276,6 @@ class TopicCatalog:
         self.topics[topic.name] = topic
         self.topics_by_id[topic.topic_id] = topic
         self.topics_by_collision_key[collision_key(topic.name)] = topic
-
-    def _share_tail_budget(self) -> None:
-        """Split the node's tail budget evenly over every partition: many
-        partitions get a short tail each, few get a long one."""
-        tablets = self.tablets()
-        share = self.owner.settings.tail_cache_bytes // max(len(tablets), 1)
-        for tablet in tablets:
-            tablet.set_tail_budget(share)
 
     def _unregister(self, topic: Topic) -> None:
         self.topics.pop(topic.name, None)
@@ -301,7 +296,7 @@ class TopicCatalog:
                     topic.topic_id,
                     index,
                     functools.partial(self._tablet_settings, topic),
-                    owner.settings.tail_cache_bytes,
+                    self.tail_budget,
                     owner.files_root,
                 )
             )

@@ -159,8 +159,8 @@ PGSTORE_FROM_TABLETS = {
     "tablets.topic_config", "tablets.config_parsing",
     "tablets.tablet_settings", "tablets.compaction_config", "tablets.producer_rules",
     "tablets.segment_rules", "tablets.compaction", "tablets.encode",
-    # Engine-free: the in-memory tail.
-    "tablets.in_memory_batches",
+    # Engine-free: the in-memory tail, and the node's budget shared over the read ones.
+    "tablets.in_memory_batches", "tablets.tail_budget",
 }
 # Imports by which those reach the RocksDB engine (any module of tablets/ not
 # listed above). None is left (docs/cluster-design.md, "Reused from

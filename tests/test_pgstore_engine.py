@@ -84,11 +84,13 @@ def test_appends_take_offsets_in_order_and_read_back_from_the_tail_and_the_datab
         node = await started(pg_server, name)
         await node.create_topic("t", 1, {})
         log = node.partition("t", 0)
+        assert (await log.read(0, 1 << 20)).batches == []  # read: it keeps a tail
         waiter = log.waiter()
         results = await asyncio.gather(*(log.append(batch(3), now()) for _ in range(5)))
         assert [r.base_offset for r in results] == [0, 3, 6, 9, 12]
         assert waiter.done()  # woken by a durable append
         assert (log.log_end_offset, log.high_watermark) == (15, 15)
+        assert len(log.tail) == 5  # the premise: the read below is the tail's
         tail = await log.read(0, 1 << 20)
         stored = [d["base_offset"] for b in tail.batches
                   for d in decode_batches(bytes(b))]  # type: ignore[arg-type]
@@ -383,6 +385,26 @@ def test_a_write_whose_outcome_is_unknown_is_reread_before_offsets_are_assigned(
 def test_a_store_error_is_retriable(pg_server: PostgresServer) -> None:
     # The premise of answering a lost write with KAFKA_STORAGE_ERROR.
     assert issubclass(OutcomeUnknown, StorageError) and issubclass(StoreUnavailable, StorageError)
+
+
+def test_a_partition_nobody_reads_keeps_only_its_newest_batch_in_memory(
+        pg_server: PostgresServer) -> None:
+    async def body() -> None:
+        node = await started(pg_server, schema())
+        await node.create_topic("t", 2, {})
+        unread, read = node.partition("t", 0), node.partition("t", 1)
+        await read.read(0, 1 << 20)
+        for _ in range(4):
+            await asyncio.gather(unread.append(batch(2), now()), read.append(batch(2), now()))
+        assert (len(unread.tail), len(read.tail)) == (1, 4)
+        assert (unread.tail_share, read.tail_share) == (0, node.settings.tail_cache_bytes)
+        first = await unread.read(0, 1 << 20)  # from PostgreSQL; now it is read too
+        assert [d["base_offset"] for b in first.batches
+                for d in decode_batches(bytes(b))] == [0, 2, 4, 6]  # type: ignore[arg-type]
+        assert unread.tail_share == read.tail_share == node.settings.tail_cache_bytes // 2
+        await node.close()
+
+    run(body)
 
 
 def test_reads_below_a_small_tail_come_from_the_database_in_offset_order(

@@ -207,17 +207,26 @@ def test_consumers_below_the_tail_are_served_on_the_loop(tmp_path):
     run(scenario, tmp_path, tail_cache_bytes=2000)
 
 
-def test_the_tail_budget_is_shared_by_all_partitions(tmp_path):
+def test_the_tail_budget_is_shared_by_the_partitions_that_are_read(tmp_path):
     async def scenario(engine):
         await engine.create_topic("a", 2, {})
-        assert [t.reads._tail_cache_bytes for t in engine.topic("a").partitions] == [5000, 5000]
-        tablet = engine.partition("a", 0)
+        a0, a1 = engine.topic("a").partitions
+        assert [a0.reads._tail_cache_bytes, a1.reads._tail_cache_bytes] == [0, 0]
         for _ in range(8):
-            await tablet.append(make_batch([b"y" * 500] * 2), 0)
-        await engine.create_topic("b", 3, {})  # five partitions now share 10000 bytes
-        assert tablet.reads._tail_cache_bytes == 2000
-        assert tablet._tail.nbytes <= 2000 and len(tablet._tail) >= 1
+            await a0.append(make_batch([b"y" * 500] * 2), 0)
+        assert len(a0._tail) == 1  # nobody reads it: its newest batch only
+        await a0.read(0, 1 << 20)  # read once: the whole budget is its share
+        assert [a0.reads._tail_cache_bytes, a1.reads._tail_cache_bytes] == [10_000, 0]
+        for _ in range(8):
+            await a0.append(make_batch([b"y" * 500] * 2), 0)
+        assert len(a0._tail) >= 5 and a0._tail.nbytes <= 10_000
+        await engine.create_topic("b", 3, {})  # unread partitions share nothing
+        assert a0.reads._tail_cache_bytes == 10_000
+        await engine.partition("b", 2).read(0, 1 << 20)
+        assert a0.reads._tail_cache_bytes == 5000 and a0._tail.nbytes <= 5000
+        assert engine.partition("b", 2).reads._tail_cache_bytes == 5000
         await engine.delete_topic("b")
-        assert tablet.reads._tail_cache_bytes == 5000
+        assert a0.reads._tail_cache_bytes == 10_000
+        assert engine.catalog.tail_budget.share(a1) == 0
 
     run(scenario, tmp_path, tail_cache_bytes=10_000)
