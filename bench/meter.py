@@ -179,8 +179,32 @@ class Measured(Protocol):
     def threads(self) -> Counter[str]: ...
 
 
+# A measured section starts once the server is idle: below SETTLE_CORES over
+# SETTLE_WINDOW_S, waiting at most SETTLE_MAX_S. What the previous section left
+# running (a deleted topic's rows being deleted in PostgreSQL, a JVM's compiler)
+# is then not charged to the next one, whichever server it is.
+SETTLE_CORES = 0.1
+SETTLE_WINDOW_S = 0.5
+SETTLE_MAX_S = 20.0
+
+
+def settle(server: Measured, sleep: Callable[[float], None] = time.sleep,
+           clock: Callable[[], float] = time.perf_counter) -> float:
+    """Wait until ``server`` is idle (or ``SETTLE_MAX_S`` passed); the seconds waited."""
+    start = last = clock()
+    cpu = server.sample().cpu_s
+    while True:
+        sleep(SETTLE_WINDOW_S)
+        now = clock()
+        busy = server.sample().cpu_s
+        if (busy - cpu) / max(now - last, 1e-9) < SETTLE_CORES or now - start >= SETTLE_MAX_S:
+            return now - start
+        cpu, last = busy, now
+
+
 class Meter:
-    """CPU accounting around one measured section of a run.
+    """CPU accounting around one measured section of a run, which starts once the
+    server is idle (``settle``: ``settle_s`` says how long that took).
 
     Besides the server's own CPU it keeps the whole host's busy time, so that load from
     processes outside the benchmark (another job on a shared machine) shows up as
@@ -191,6 +215,7 @@ class Meter:
         self._server = server
 
     def __enter__(self) -> Meter:
+        self.settle_s = settle(self._server)
         self._t0 = time.perf_counter()
         self._threads0 = self._server.threads()
         self._server0 = self._server.sample()
@@ -212,7 +237,7 @@ class Meter:
     def metrics(self) -> dict[str, float]:
         wall = max(self.wall_s, 1e-9)
         return {"server_cpu_s": self.server_cpu_s, "server_cpu_util": self.server_cpu_s / wall,
-                "other_cpu_util": self.other_cpu_s / wall,
+                "other_cpu_util": self.other_cpu_s / wall, "settle_s": self.settle_s,
                 **{THREAD_CPU_PREFIX + name: cpu for name, cpu in self.threads.items() if cpu}}
 
 

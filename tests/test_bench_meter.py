@@ -18,7 +18,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench.meter import process_tree, sample_process, sample_tree
+from bench import meter
+from bench.meter import ProcSample, process_tree, sample_process, sample_tree
 
 BURN_S = 0.3  # CPU seconds each burning process uses, measured by itself
 
@@ -103,3 +104,45 @@ def test_a_tree_whose_root_is_gone_fails_loudly(tree: tuple[int, int, int]) -> N
     os.waitpid(root, 0)  # reaped: /proc/<root> is gone
     with pytest.raises(OSError):
         sample_tree(root)
+
+
+class _Busy:
+    """A server that stays busy for ``busy_windows`` windows of settle, then idles;
+    its clock is the fake sleep's."""
+
+    def __init__(self, busy_windows: int) -> None:
+        self.busy_windows = busy_windows
+        self.cpu_s = 0.0
+        self.pid = os.getpid()
+
+    def sleep(self, seconds: float) -> None:
+        if self.busy_windows:
+            self.busy_windows -= 1
+            self.cpu_s += seconds * 0.8  # 0.8 cores while busy
+        else:
+            self.cpu_s += seconds * 0.01
+
+    def sample(self) -> ProcSample:
+        return ProcSample(cpu_s=self.cpu_s, rss_bytes=0, peak_rss_bytes=0)
+
+
+def test_settle_waits_for_a_busy_server_to_go_idle() -> None:
+    clock = [0.0]
+    server = _Busy(busy_windows=3)
+
+    def sleep(seconds: float) -> None:
+        clock[0] += seconds
+        server.sleep(seconds)
+
+    waited = meter.settle(server, sleep=sleep, clock=lambda: clock[0])  # type: ignore[arg-type]
+    assert server.busy_windows == 0  # the premise: it was busy, then idle
+    assert waited == pytest.approx(4 * meter.SETTLE_WINDOW_S)  # three busy windows, one idle
+    never_idle = _Busy(busy_windows=10_000)
+
+    def sleep_busy(seconds: float) -> None:
+        clock[0] += seconds
+        never_idle.sleep(seconds)
+
+    waited = meter.settle(never_idle, sleep=sleep_busy,  # type: ignore[arg-type]
+                          clock=lambda: clock[0])
+    assert waited == pytest.approx(meter.SETTLE_MAX_S)  # bounded: it gives up
