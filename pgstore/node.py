@@ -217,6 +217,8 @@ class PgNodeStorage:
 
     async def close(self) -> None:
         await self.cleaner.close()
+        if self._catalog is not None:
+            self._catalog.tail_budget.close()
         if self._cluster is not None:
             await self._cluster.leave()
         await self.writer.close()

@@ -110,6 +110,7 @@ class StorageEngine:
 
     def close(self) -> None:
         self.cleaner.close()
+        self.catalog.tail_budget.close()
         self.validators.shutdown(wait=True, cancel_futures=True)
         if self.writer is not None:
             self.writer.close()
