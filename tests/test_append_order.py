@@ -13,10 +13,13 @@ from tablets import keys, validate
 from tablets.errors import InvalidRecordBatch, UnknownPartition
 from tablets.rocks_store import Ops
 from testkit.batches import GZIP, LZ4, MALFORMED, NONE, SNAPPY, ZSTD, make_batch
+from testkit.compaction import as_batches
 
 
 async def stored(tablet) -> list[bytes]:
-    return (await tablet.read(tablet.log_start_offset, 1 << 30)).batches
+    """Every batch as bytes (from the segment files: nobody read the partition
+    before, so its tail is its newest batch only)."""
+    return as_batches((await tablet.read(tablet.log_start_offset, 1 << 30)).batches)
 
 
 def test_a_small_uncompressed_batch_commits_before_append_returns(tmp_path):

@@ -186,9 +186,12 @@ def test_new_partitions_have_balanced_leaders_as_soon_as_the_create_is_answered(
         # What each leads is what was written: a leads its share at once,
         # b opens its share; the views then agree.
         assert all(ca.leads("fresh", i) == (leaders[i] == 1) for i in range(6))
-        await until(lambda: b.find_topic("fresh") is not None
-                    and all(cb.leads("fresh", i) == (leaders[i] == 2) for i in range(6)),
-                    "b leads its share", 3 * LEASE)
+        def b_leads_its_share() -> bool:
+            found = b.find_topic("fresh")  # b may know the topic before its new partitions
+            return (found is not None and len(found.partitions) == 6
+                    and all(cb.leads("fresh", i) == (leaders[i] == 2) for i in range(6)))
+
+        await until(b_leads_its_share, "b leads its share", 3 * LEASE)
         # Configs changed through a are read through b once b catches up
         # (what DescribeConfigs and AlterConfigs do first in a cluster),
         # without waiting for the notice.

@@ -237,6 +237,7 @@ def test_appends_through_both_paths_are_acknowledged_in_order(tmp_path):
     for it; the high watermark and the acknowledgements follow call order."""
     from tablets import EngineSettings, StorageEngine
     from testkit.batches import make_batch
+    from testkit.compaction import as_batches
 
     async def main() -> None:
         engine = StorageEngine(str(tmp_path / "engine"), EngineSettings())
@@ -259,7 +260,7 @@ def test_appends_through_both_paths_are_acknowledged_in_order(tmp_path):
             assert order == [0, 1, 2]
             assert watermarks == sorted(watermarks) and tablet.high_watermark == 3
             assert engine.write_stats().loop_writes == loop_writes  # that pass went to the thread
-            batches = (await tablet.read(0, 1 << 30)).batches
+            batches = as_batches((await tablet.read(0, 1 << 30)).batches)
             assert [len(b) for b in batches][1] == len(large)
         finally:
             engine.close()

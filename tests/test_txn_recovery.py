@@ -386,7 +386,9 @@ def test_log_append_time_topics_stamp_transactional_batches(tmp_path):
         env.clock.now += 1000
         await env.txns.end_txn(TID, pid, epoch, True)
         read = await env.engine.partition("lat", 0).read(0, 1 << 20)
-        [header] = batch_header.parse_batches(read.batches[0])  # the CRC still holds
+        # From the segment file (nobody read the partition: no tail beyond its
+        # newest batch, the COMMIT marker), patched first bytes then a region.
+        [header] = batch_header.parse_batches(as_batches(read.batches)[0])  # the CRC holds
         assert header.attributes & batch_header.ATTR_TIMESTAMP_TYPE
         assert header.max_timestamp == produced_at
         assert await env.engine.partition("lat", 0).offset_for_timestamp(produced_at) == (
