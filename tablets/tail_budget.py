@@ -15,10 +15,15 @@ later starts below the tail and reads the store; the tail serves consumers
 at the head). That was most of the gateway's peak memory over PostgreSQL
 (docs/performance.md, "The gateway over PostgreSQL").
 
-A partition's first read in the window reshares at once (the holders are few
-and a reshare is one pass); a timer, armed while any partition is read,
-takes back the share of those no longer read. A partition's topic deleted or
-its partitions added: the catalog calls ``reshare``.
+A reshare is one pass over every partition, so first reads do not each pay
+for one: they ask for one (``_reshare_soon``), which runs on the next pass of
+the event loop and then at most once per ``RESHARE_INTERVAL_S``. A Fetch
+that reads 10 000 partitions for the first time costs one pass, not 10 000
+(an O(partitions²) stall of every client), and a client reading one new
+partition per request cannot make the loop reshare more than once a second.
+A timer, armed while any partition is read, takes back the share of those
+no longer read. A partition's topic deleted or its partitions added: the
+catalog calls ``reshare`` at once.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 READ_WINDOW_S = 60.0  # a partition read within this long keeps its share
+RESHARE_INTERVAL_S = 1.0  # first reads reshare at most this often
 
 
 class TailHolder(Protocol):
@@ -41,17 +47,23 @@ class TailHolder(Protocol):
 class TailBudget:
     """Shares ``total`` bytes over the read partitions among ``holders()``."""
 
-    __slots__ = ("_clock", "_holders", "_read_at", "_timer", "total", "window")
+    __slots__ = ("_clock", "_holders", "_last_read_reshare", "_pending", "_read_at", "_timer",
+                 "reshare_interval", "reshares", "total", "window")
 
     def __init__(self, total: int, holders: Callable[[], Iterable[TailHolder]],
                  window: float = READ_WINDOW_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 reshare_interval: float = RESHARE_INTERVAL_S) -> None:
         self.total = total
         self.window = window
+        self.reshare_interval = reshare_interval
+        self.reshares = 0  # passes over the holders so far (statistics, tests)
         self._holders = holders
         self._clock = clock
         self._read_at: dict[TailHolder, float] = {}
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # the sweep
+        self._pending: asyncio.TimerHandle | None = None  # a reshare first reads asked for
+        self._last_read_reshare = -float("inf")
 
     def share(self, holder: TailHolder) -> int:
         """What ``holder`` may keep now (0: its newest batch only)."""
@@ -64,12 +76,29 @@ class TailBudget:
         known = holder in self._read_at
         self._read_at[holder] = self._clock()
         if not known:
-            self.reshare()
+            self._reshare_soon()
             if self._timer is None:
                 self._arm()
 
+    def _reshare_soon(self) -> None:
+        if self._pending is not None:
+            return  # one is due: it will see this holder too
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # read outside a loop (a synchronous test): at once
+            self._reshare_for_reads()
+            return
+        delay = max(0.0, self._last_read_reshare + self.reshare_interval - self._clock())
+        self._pending = loop.call_later(delay, self._reshare_for_reads)
+
+    def _reshare_for_reads(self) -> None:
+        self._pending = None
+        self._last_read_reshare = self._clock()
+        self.reshare()
+
     def reshare(self) -> None:
         """Share the budget again (the holders changed, or who reads them)."""
+        self.reshares += 1
         holders = list(self._holders())
         live = set(holders)
         for gone in [h for h in self._read_at if h not in live]:
@@ -91,9 +120,10 @@ class TailBudget:
             self._arm()
 
     def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        for handle in (self._timer, self._pending):
+            if handle is not None:
+                handle.cancel()
+        self._timer = self._pending = None
 
     def _arm(self) -> None:
         try:

@@ -36,6 +36,7 @@ from testkit import postgres
 from testkit.batches import GZIP, decode_batches, make_batch
 from testkit.pg_faults import FlakyConnection, flaky
 from testkit.postgres import PostgresServer
+from testkit.tail_budget import reshared
 
 pg_server = postgres.server_fixture("module")
 T = TypeVar("T")
@@ -85,6 +86,7 @@ def test_appends_take_offsets_in_order_and_read_back_from_the_tail_and_the_datab
         await node.create_topic("t", 1, {})
         log = node.partition("t", 0)
         assert (await log.read(0, 1 << 20)).batches == []  # read: it keeps a tail
+        await reshared(node.catalog.tail_budget)
         waiter = log.waiter()
         results = await asyncio.gather(*(log.append(batch(3), now()) for _ in range(5)))
         assert [r.base_offset for r in results] == [0, 3, 6, 9, 12]
@@ -394,11 +396,13 @@ def test_a_partition_nobody_reads_keeps_only_its_newest_batch_in_memory(
         await node.create_topic("t", 2, {})
         unread, read = node.partition("t", 0), node.partition("t", 1)
         await read.read(0, 1 << 20)
+        await reshared(node.catalog.tail_budget)
         for _ in range(4):
             await asyncio.gather(unread.append(batch(2), now()), read.append(batch(2), now()))
         assert (len(unread.tail), len(read.tail)) == (1, 4)
         assert (unread.tail_share, read.tail_share) == (0, node.settings.tail_cache_bytes)
         first = await unread.read(0, 1 << 20)  # from PostgreSQL; now it is read too
+        await reshared(node.catalog.tail_budget)
         assert [d["base_offset"] for b in first.batches
                 for d in decode_batches(bytes(b))] == [0, 2, 4, 6]  # type: ignore[arg-type]
         assert unread.tail_share == read.tail_share == node.settings.tail_cache_bytes // 2

@@ -17,6 +17,7 @@ from tablets.errors import (
 from tablets.records import record_timestamps
 from testkit.batches import make_batch
 from testkit.compaction import as_batches
+from testkit.tail_budget import reshared
 
 
 def run(coro_fn, data_dir, **settings):
@@ -216,6 +217,7 @@ def test_the_tail_budget_is_shared_by_the_partitions_that_are_read(tmp_path):
             await a0.append(make_batch([b"y" * 500] * 2), 0)
         assert len(a0._tail) == 1  # nobody reads it: its newest batch only
         await a0.read(0, 1 << 20)  # read once: the whole budget is its share
+        await reshared(engine.catalog.tail_budget)
         assert [a0.reads._tail_cache_bytes, a1.reads._tail_cache_bytes] == [10_000, 0]
         for _ in range(8):
             await a0.append(make_batch([b"y" * 500] * 2), 0)
@@ -223,6 +225,7 @@ def test_the_tail_budget_is_shared_by_the_partitions_that_are_read(tmp_path):
         await engine.create_topic("b", 3, {})  # unread partitions share nothing
         assert a0.reads._tail_cache_bytes == 10_000
         await engine.partition("b", 2).read(0, 1 << 20)
+        await reshared(engine.catalog.tail_budget)
         assert a0.reads._tail_cache_bytes == 5000 and a0._tail.nbytes <= 5000
         assert engine.partition("b", 2).reads._tail_cache_bytes == 5000
         await engine.delete_topic("b")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from tablets.tail_budget import TailBudget
+from testkit.tail_budget import reshared
 
 
 class Holder:
@@ -71,6 +72,7 @@ def test_the_sweep_timer_is_armed_while_anything_is_read():
         assert budget._timer is None
         budget.read(holders[0])
         assert budget._timer is not None  # the premise: a sweep is due
+        await reshared(budget)
         assert holders[0].share == 100
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -80,9 +82,40 @@ def test_the_sweep_timer_is_armed_while_anything_is_read():
         assert loop.time() - started >= 0.2  # not before the window ended
         assert budget._timer is None  # nothing read: no timer left behind
         budget.read(holders[0])
+        await reshared(budget)
         assert holders[0].share == 100
         timer = budget._timer
         budget.close()  # what the engines' close calls
         assert budget._timer is None and timer is not None and timer.cancelled()
+
+    asyncio.run(scenario())
+
+
+def test_first_reads_of_many_partitions_cost_one_pass_not_one_each():
+    async def scenario() -> None:
+        holders = [Holder(f"p{i}") for i in range(5000)]
+        budget = TailBudget(5000 * 100, lambda: holders)
+        budget.reshare()
+        assert budget.reshares == 1
+        for holder in holders:  # one Fetch reading them all for the first time
+            budget.read(holder)
+        assert budget.reshares == 1  # nothing yet: one pass is due
+        await asyncio.sleep(0.05)
+        assert budget.reshares == 2
+        assert {h.share for h in holders} == {100}
+        # A client reading one new partition per request: at most one pass per interval.
+        late = [Holder(f"q{i}") for i in range(20)]
+        holders.extend(late)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        for holder in late:
+            budget.read(holder)
+            await asyncio.sleep(0.01)
+        assert budget.reshares == 2  # the interval since the last pass has not passed
+        while budget._pending is not None and loop.time() < started + 5:
+            await asyncio.sleep(0.02)
+        assert budget.reshares == 3 and loop.time() - started >= 0.9
+        assert {h.share for h in holders} == {5000 * 100 // 5020}
+        budget.close()
 
     asyncio.run(scenario())
