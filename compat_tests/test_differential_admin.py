@@ -134,8 +134,10 @@ def test_produce_and_read_errors(kafka_broker, gateway):
         await pair.check("metadata/describe-cluster", build(
             request_schema(60, 0).DescribeClusterRequest,
             include_cluster_authorized_operations=False))
-        # A deleted topic is unknown everywhere at once.
+        # A deleted topic is unknown everywhere: on the gateway at once, on
+        # Kafka once its broker has applied the controller's record.
         await pair.check("metadata/delete-topic", rq.delete_topics([topic]))
+        await pair.wait_deleted(topic)
         await pair.check("metadata/deleted-produce", rq.produce([(topic, 0, small)]))
         await pair.check("metadata/deleted-fetch", rq.fetch(topic, [(0, 0, 1 << 20)]))
         await pair.check("metadata/deleted-list-offsets", rq.list_offsets(topic, [(0, -1)]))

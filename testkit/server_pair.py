@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
+from kio.schema.errors import ErrorCode
+
 from kafka_gateway.client import KafkaClient
 
 from . import kafka_requests as requests
@@ -123,6 +125,25 @@ class Pair:
             assert asyncio.get_running_loop().time() < deadline, f"{name} not ready: {answers}"
             await asyncio.sleep(0.05)
 
+
+    async def wait_deleted(self, name: str, timeout: float = 30.0) -> None:
+        """After DeleteTopics: the gateway forgets the topic before it answers,
+        Kafka's broker a moment after its controller answers (it applies the
+        metadata log asynchronously, so a Produce sent at once can still be
+        appended there). Assert the first, wait for the second."""
+        probe = requests.list_offsets(name, [(0, -1)])
+        deadline = asyncio.get_running_loop().time() + timeout
+        first = True
+        while True:
+            kafka, gateway = await self.send(probe)
+            code = gateway.topics[0].partitions[0].error_code
+            assert not first or code is ErrorCode.unknown_topic_or_partition, \
+                f"the gateway still knows {name} after deleting it: {gateway}"
+            first = False
+            if kafka.topics[0].partitions[0].error_code is ErrorCode.unknown_topic_or_partition:
+                return
+            assert asyncio.get_running_loop().time() < deadline, f"{name} not deleted: {kafka}"
+            await asyncio.sleep(0.05)
 
 def unique_name(prefix: str) -> str:
     """A topic or group name no other scenario uses, on either server."""
