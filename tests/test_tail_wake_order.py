@@ -121,9 +121,9 @@ async def _answer(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 def test_answers_written_by_their_own_task_keep_request_order(tmp_path):
     """A request answered while an earlier one of its connection still waits
-    (a long-polling Fetch, then a Metadata) is answered after it; the Fetch,
-    woken by a Produce on another connection, writes its own answer, then the
-    Metadata's follows; a connection's answers stay in request order."""
+    (a long-polling Fetch, then a Metadata) is answered after it: when the
+    Fetch, woken by a Produce on another connection, is answered, the
+    Metadata's answer follows; a connection's answers stay in request order."""
 
     async def main() -> None:
         async with running(tmp_path) as server:

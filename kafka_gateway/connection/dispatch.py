@@ -98,7 +98,7 @@ class Dispatcher:
         chunks = encode_small(metrics, name, header.api_key, header.correlation_id, body)
         if chunks is None:  # no coroutine for the common, small answer
             chunks = await encode(metrics, name, header.api_key, header.correlation_id, body)
-        task = asyncio.current_task()
+        task = asyncio.current_task(self.state.loop)  # with its loop: no getpid()
         assert task is not None
         if answers.write_first(task, chunks):
             return None  # written: Answers.flush has only its request to let go of
