@@ -125,7 +125,6 @@ class Pair:
             assert asyncio.get_running_loop().time() < deadline, f"{name} not ready: {answers}"
             await asyncio.sleep(0.05)
 
-
     async def wait_deleted(self, name: str, timeout: float = 30.0) -> None:
         """After DeleteTopics: the gateway forgets the topic before it answers,
         Kafka's broker a moment after its controller answers (it applies the
@@ -144,6 +143,7 @@ class Pair:
                 return
             assert asyncio.get_running_loop().time() < deadline, f"{name} not deleted: {kafka}"
             await asyncio.sleep(0.05)
+
 
 def unique_name(prefix: str) -> str:
     """A topic or group name no other scenario uses, on either server."""
