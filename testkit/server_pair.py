@@ -116,14 +116,9 @@ class Pair:
 
     async def wait_ready(self, name: str, partitions: int, timeout: float = 30.0) -> None:
         probe = requests.list_offsets(name, [(p, -1) for p in range(partitions)])
-        deadline = asyncio.get_running_loop().time() + timeout
-        while True:
-            answers = await self.send(probe)
-            codes = {p.error_code.value for a in answers for p in a.topics[0].partitions}
-            if codes == {0}:
-                return
-            assert asyncio.get_running_loop().time() < deadline, f"{name} not ready: {answers}"
-            await asyncio.sleep(0.05)
+        await self._until(probe, lambda answers: {
+            p.error_code.value for a in answers for p in a.topics[0].partitions} == {0},
+            f"{name} ready", timeout)
 
     async def wait_deleted(self, name: str, timeout: float = 30.0) -> None:
         """After DeleteTopics: the gateway forgets the topic before it answers,
@@ -131,19 +126,26 @@ class Pair:
         metadata log asynchronously, so a Produce sent at once can still be
         appended there). Assert the first, wait for the second."""
         probe = requests.list_offsets(name, [(0, -1)])
+        _kafka, gateway = await self.send(probe)
+        assert _unknown(gateway), f"the gateway still knows {name} after deleting it: {gateway}"
+        await self._until(probe, lambda answers: _unknown(answers[0]),
+                          f"{name} deleted on Kafka", timeout)
+
+    async def _until(self, probe: Any, done: Callable[[tuple[Any, Any]], bool], what: str,
+                     timeout: float) -> None:
+        """Send ``probe`` to both every 50 ms until ``done(answers)``, at most ``timeout`` s."""
         deadline = asyncio.get_running_loop().time() + timeout
-        first = True
         while True:
-            kafka, gateway = await self.send(probe)
-            code = gateway.topics[0].partitions[0].error_code
-            assert not first or code is ErrorCode.unknown_topic_or_partition, \
-                f"the gateway still knows {name} after deleting it: {gateway}"
-            first = False
-            if kafka.topics[0].partitions[0].error_code is ErrorCode.unknown_topic_or_partition:
+            answers = await self.send(probe)
+            if done(answers):
                 return
-            assert asyncio.get_running_loop().time() < deadline, f"{name} not deleted: {kafka}"
+            assert asyncio.get_running_loop().time() < deadline, f"not {what}: {answers}"
             await asyncio.sleep(0.05)
 
+
+def _unknown(list_offsets: Any) -> bool:
+    """A ListOffsets answer of one partition says its topic is unknown."""
+    return list_offsets.topics[0].partitions[0].error_code is ErrorCode.unknown_topic_or_partition
 
 def unique_name(prefix: str) -> str:
     """A topic or group name no other scenario uses, on either server."""
