@@ -123,7 +123,7 @@ class KafkaConnection(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         state = self.state
         state.metrics.bytes_in += nbytes
-        self.buffer.end += nbytes
+        self.buffer.received(nbytes)
         state.last_active = state.last_read = state.loop.time()
         self._take_frames()
 

@@ -7,6 +7,13 @@ charged to the node's budget until the last frame read into it is answered; a
 connection with nothing unread holds no buffer at all. A fresh buffer is as
 large as the connection's last frame (capped), so a producer of large batches
 reads each into one buffer without copies.
+
+A connection whose reads fill all the room they are given has more waiting in
+the socket: a client pipelining small requests. Its read-ahead doubles with
+each such read (up to ``MAX_READ_AHEAD_BYTES``) and halves with each read that
+comes back short, and its buffers are at least that large, so one read takes
+many of its frames instead of one (docs/performance.md, "Reads that take many
+frames").
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from .state import ConnectionState
 MAX_FRESH_BUFFER_BYTES = 8 << 20
 # Less free room than this (and than the frame still misses) gets a new buffer.
 MIN_READ_ROOM = 4 << 10
+# The most a connection's reads grow to while they keep filling their buffers.
+MAX_READ_AHEAD_BYTES = 256 << 10
 _SIZE = struct.Struct(">i")
 
 
@@ -37,6 +46,8 @@ class ConnectionBuffer:
         self.start = 0
         self.end = 0
         self.fresh_size = FIRST_READ_BYTES
+        self.read_ahead = FIRST_READ_BYTES
+        self.offered = 0  # the room the last get() gave the socket
         self.awaiting_memory = False
 
     @property
@@ -47,12 +58,21 @@ class ConnectionBuffer:
         """Where the socket reads next (BufferedProtocol.get_buffer)."""
         buffer = self.current
         if buffer is None:
-            buffer = self.current = self.memory.fresh(self.fresh_size)
+            buffer = self.current = self.memory.fresh(max(self.fresh_size, self.read_ahead))
             self.start = self.end = 0
         elif self.end == len(buffer.data):  # not expected: prepare_read leaves room
             buffer = self.memory.fresh(self.end - self.start + MIN_READ_ROOM)
             self._move_to(buffer)
+        self.offered = len(buffer.data) - self.end
         return memoryview(buffer.data)[self.end :]
+
+    def received(self, nbytes: int) -> None:
+        """The socket read ``nbytes`` into the room ``get`` gave it."""
+        self.end += nbytes
+        if nbytes >= self.offered:  # filled: more is likely waiting
+            self.read_ahead = min(2 * self.read_ahead, MAX_READ_AHEAD_BYTES)
+        elif self.read_ahead > FIRST_READ_BYTES:
+            self.read_ahead //= 2
 
     def frame_taken(self, size: int) -> None:
         """A whole frame of ``size`` bytes (less its prefix) was handed on."""
@@ -79,8 +99,9 @@ class ConnectionBuffer:
         if len(buffer.data) - self.end >= min(missing, MIN_READ_ROOM):
             return
         # Grow with what arrived (doubling), never straight to the declared size:
-        # a length prefix alone must not reserve memory.
-        size = min(whole, max(2 * unread, self.fresh_size))
+        # a length prefix alone must not reserve memory. A pipelining client's
+        # buffer also holds the frames behind this one (read_ahead).
+        size = max(min(whole, max(2 * unread, self.fresh_size)), self.read_ahead)
         granted = self.memory.request(self, size, whole)
         if granted is None:
             self.awaiting_memory = True  # memory_granted resumes reading
