@@ -100,6 +100,11 @@ class RequestMemory:
     def _overdraft_free(self) -> bool:
         return self._overdraft_owner is None and self._overdraft_bytes == 0
 
+    def grants_now(self, size: int) -> bool:
+        """Whether ``request`` would grant ``size`` bytes at once, within the budget
+        and ahead of no waiter."""
+        return not self._waiting and self._fits(size)
+
     def fresh(self, size: int) -> ReadBuffer:
         """A buffer for a connection with nothing unread: never refused.
 

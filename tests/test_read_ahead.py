@@ -33,11 +33,11 @@ def frames_of(sizes: list[int], seed: int) -> list[bytes]:
 class Connection:
     """A ConnectionBuffer read from a simulated socket, its frames answered on demand."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        metrics = Metrics()
+    def __init__(self, loop: asyncio.AbstractEventLoop, budget: int = 0) -> None:
+        metrics = self.metrics = Metrics()
         self.state = ConnectionState(loop, metrics, BadInputLog(logging.getLogger("test"),
                                                                 metrics))
-        self.memory = RequestMemory(0, metrics)  # no node budget: only the charges
+        self.memory = RequestMemory(budget, metrics)  # 0: no node budget, only the charges
         self.buffer = ConnectionBuffer(self.state, self.memory, lambda: None)
         self.received: list[bytes] = []
         self.unanswered: list[ReadBuffer] = []
@@ -133,6 +133,42 @@ def test_read_ahead_shrinks_when_the_client_stops_pipelining() -> None:
         assert connection.buffer.read_ahead == FIRST_READ_BYTES
         assert connection.received[: len(burst)] == burst
         assert len(connection.received) == len(burst) + 10
+
+    asyncio.run(main())
+
+
+def test_read_ahead_takes_no_memory_another_connection_needs() -> None:
+    """With 96 KiB of request memory, a 256 KiB read-ahead does not fit: the
+    pipelining connection reads into buffers sized for its frames, as without
+    read-ahead, and leaves the overdraft slot free. So a second connection
+    receiving a frame larger than the whole budget (what the slot is for) is
+    served while the first one's frames are still unanswered."""
+
+    async def main() -> None:
+        budget = 96 << 10
+        loop = asyncio.get_running_loop()
+        pipelining = Connection(loop, budget)
+        large = Connection(loop)
+        large.memory = pipelining.memory  # one node: one budget
+        large.buffer = ConnectionBuffer(large.state, large.memory, lambda: None)
+        small_frames = frames_of([15_600] * 40, seed=7)
+        socket_bytes = wire(small_frames)
+        for _ in range(3):  # reads that fill their buffers, none of it answered
+            pipelining.read(socket_bytes)
+            assert not pipelining.buffer.awaiting_memory
+        assert pipelining.largest_read_ahead > 15_604  # read-ahead was asked for
+        big = frames_of([200 << 10], seed=8)
+        big_bytes = wire(big)
+        while big_bytes:
+            large.read(big_bytes)
+            assert not large.buffer.awaiting_memory, "the overdraft slot was taken"
+        assert large.received == big
+        assert pipelining.largest_buffer < MAX_READ_AHEAD_BYTES  # never granted
+        pipelining.answer_all()
+        while socket_bytes:
+            pipelining.read(socket_bytes)
+            pipelining.answer_all()
+        assert pipelining.received == small_frames
 
     asyncio.run(main())
 

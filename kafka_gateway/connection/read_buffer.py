@@ -58,7 +58,7 @@ class ConnectionBuffer:
         """Where the socket reads next (BufferedProtocol.get_buffer)."""
         buffer = self.current
         if buffer is None:
-            buffer = self.current = self.memory.fresh(max(self.fresh_size, self.read_ahead))
+            buffer = self.current = self.memory.fresh(self._with_read_ahead(self.fresh_size))
             self.start = self.end = 0
         elif self.end == len(buffer.data):  # not expected: prepare_read leaves room
             buffer = self.memory.fresh(self.end - self.start + MIN_READ_ROOM)
@@ -73,6 +73,14 @@ class ConnectionBuffer:
             self.read_ahead = min(2 * self.read_ahead, MAX_READ_AHEAD_BYTES)
         elif self.read_ahead > FIRST_READ_BYTES:
             self.read_ahead //= 2
+
+    def _with_read_ahead(self, size: int) -> int:
+        """``size``, or the read-ahead if larger and the budget has room for it now:
+        a pipelining client's buffer also holds the frames behind the one being
+        read, but never waits for memory to do so."""
+        if self.read_ahead > size and self.memory.grants_now(self.read_ahead):
+            return self.read_ahead
+        return size
 
     def frame_taken(self, size: int) -> None:
         """A whole frame of ``size`` bytes (less its prefix) was handed on."""
@@ -99,9 +107,8 @@ class ConnectionBuffer:
         if len(buffer.data) - self.end >= min(missing, MIN_READ_ROOM):
             return
         # Grow with what arrived (doubling), never straight to the declared size:
-        # a length prefix alone must not reserve memory. A pipelining client's
-        # buffer also holds the frames behind this one (read_ahead).
-        size = max(min(whole, max(2 * unread, self.fresh_size)), self.read_ahead)
+        # a length prefix alone must not reserve memory.
+        size = self._with_read_ahead(min(whole, max(2 * unread, self.fresh_size)))
         granted = self.memory.request(self, size, whole)
         if granted is None:
             self.awaiting_memory = True  # memory_granted resumes reading
