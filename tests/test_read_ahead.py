@@ -66,10 +66,21 @@ class Connection:
         self.largest_read_ahead = max(self.largest_read_ahead, self.buffer.read_ahead)
         take_frames(self.state, self.buffer, MAX_FRAME, lambda: False, self._dispatch)
 
+    def read_all(self, socket_bytes: bytearray) -> None:
+        """Read until the socket holds nothing more."""
+        while socket_bytes:
+            self.read(socket_bytes)
+
     def answer_all(self) -> None:
         for read_buffer in self.unanswered:
             self.buffer.answered(read_buffer)
         self.unanswered.clear()
+
+    def close(self) -> None:
+        """Answer every frame and close: every buffer's charge has come back."""
+        self.answer_all()
+        self.buffer.release()
+        assert self.memory.used == 0
 
 
 def wire(frames: list[bytes]) -> bytearray:
@@ -83,17 +94,12 @@ def test_a_pipelining_client_is_read_many_frames_at_a_time() -> None:
     async def main() -> None:
         connection = Connection(asyncio.get_running_loop())
         frames = frames_of([15_600] * 200, seed=1)
-        socket_bytes = wire(frames)
-        while socket_bytes:
-            connection.read(socket_bytes)
+        connection.read_all(wire(frames))
         assert connection.received == frames
         assert connection.reads <= 200 // 8, connection.reads
         assert connection.largest_buffer <= MAX_READ_AHEAD_BYTES
         assert connection.largest_read_ahead == MAX_READ_AHEAD_BYTES
-        connection.answer_all()
-        connection.buffer.release()
-        del connection.unanswered
-        assert connection.memory.used == 0
+        connection.close()
 
     asyncio.run(main())
 
@@ -105,9 +111,7 @@ def test_a_client_sending_one_request_at_a_time_keeps_small_buffers() -> None:
         connection = Connection(asyncio.get_running_loop())
         frames = frames_of([200, 3_000, 90, 12_000] * 25, seed=2)
         for frame in frames:
-            socket_bytes = wire([frame])
-            while socket_bytes:
-                connection.read(socket_bytes)
+            connection.read_all(wire([frame]))
             connection.answer_all()
             assert connection.buffer.current is None  # nothing unread: no buffer held
         assert connection.received == frames
@@ -122,9 +126,7 @@ def test_read_ahead_shrinks_when_the_client_stops_pipelining() -> None:
     async def main() -> None:
         connection = Connection(asyncio.get_running_loop())
         burst = frames_of([1_000] * 2_000, seed=3)
-        socket_bytes = wire(burst)
-        while socket_bytes:
-            connection.read(socket_bytes)
+        connection.read_all(wire(burst))
         assert connection.largest_read_ahead == MAX_READ_AHEAD_BYTES
         connection.answer_all()
         for frame in frames_of([500] * 10, seed=4):  # one at a time again
@@ -193,9 +195,6 @@ def test_frames_of_every_size_are_cut_whole_across_buffers() -> None:
             if rng.random() < 0.3:
                 connection.answer_all()
         assert connection.received == frames
-        connection.answer_all()
-        connection.buffer.release()
-        del connection.unanswered
-        assert connection.memory.used == 0
+        connection.close()
 
     asyncio.run(main())
