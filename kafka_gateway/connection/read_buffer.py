@@ -11,9 +11,9 @@ reads each into one buffer without copies.
 A connection whose reads fill all the room they are given has more waiting in
 the socket: a client pipelining small requests. Its read-ahead doubles with
 each such read (up to ``MAX_READ_AHEAD_BYTES``) and halves with each read that
-comes back short, and its buffers are at least that large, so one read takes
-many of its frames instead of one (docs/performance.md, "Reads that take many
-frames").
+comes back short, and its buffers are at least that large where the node's
+budget has room for it at once, so one read takes many of its frames instead
+of one (docs/performance.md, "Reads that take many frames").
 """
 
 from __future__ import annotations
