@@ -147,6 +147,7 @@ def _unknown(list_offsets: Any) -> bool:
     """A ListOffsets answer of one partition says its topic is unknown."""
     return list_offsets.topics[0].partitions[0].error_code is ErrorCode.unknown_topic_or_partition
 
+
 def unique_name(prefix: str) -> str:
     """A topic or group name no other scenario uses, on either server."""
     return f"diff-{prefix}-{uuid.uuid4().hex[:10]}"

@@ -195,6 +195,7 @@ def test_frames_of_every_size_are_cut_whole_across_buffers() -> None:
             if rng.random() < 0.3:
                 connection.answer_all()
         assert connection.received == frames
+        assert connection.largest_read_ahead == MAX_READ_AHEAD_BYTES  # buffers grew
         connection.close()
 
     asyncio.run(main())

@@ -47,7 +47,6 @@ class ConnectionBuffer:
         self.end = 0
         self.fresh_size = FIRST_READ_BYTES
         self.read_ahead = FIRST_READ_BYTES
-        self.offered = 0  # the room the last get() gave the socket
         self.awaiting_memory = False
 
     @property
@@ -63,13 +62,13 @@ class ConnectionBuffer:
         elif self.end == len(buffer.data):  # not expected: prepare_read leaves room
             buffer = self.memory.fresh(self.end - self.start + MIN_READ_ROOM)
             self._move_to(buffer)
-        self.offered = len(buffer.data) - self.end
         return memoryview(buffer.data)[self.end :]
 
     def received(self, nbytes: int) -> None:
         """The socket read ``nbytes`` into the room ``get`` gave it."""
         self.end += nbytes
-        if nbytes >= self.offered:  # filled: more is likely waiting
+        assert self.current is not None  # get() gave it
+        if self.end == len(self.current.data):  # filled: more is likely waiting
             self.read_ahead = min(2 * self.read_ahead, MAX_READ_AHEAD_BYTES)
         elif self.read_ahead > FIRST_READ_BYTES:
             self.read_ahead //= 2
