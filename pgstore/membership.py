@@ -98,8 +98,10 @@ class LiveNode:
 
 
 def session_settings(lease_seconds: float = DEFAULT_LEASE_SECONDS) -> dict[str, str]:
-    """PostgreSQL settings for every connection of a gateway's pools
-    (``asyncpg.create_pool(..., server_settings=session_settings(lease))``).
+    """PostgreSQL settings for every connection of a gateway in a cluster:
+    its pools (``asyncpg.create_pool(..., server_settings=session_settings(lease))``)
+    and its group-commit writer, which runs the fenced appends
+    (``pgstore.node``).
 
     A gateway paused (SIGSTOP, a long stall) in the middle of a transaction
     keeps its row locks: a partition row locked by its fenced append would

@@ -42,11 +42,12 @@ What it keeps, and what is not on this store yet:
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import asyncpg
 
@@ -68,11 +69,12 @@ from tablets.seam import (
 
 from .cleaner import PgCleaner
 from .cluster import ClusterSettings, PgCluster
+from .connect import connect as connect_any
 from .consumer_offsets import PgConsumerOffsets
 from .important import PgImportantConsumers
 from .log_sql import LogSql
 from .log_state import LogContext
-from .membership import Listener
+from .membership import Listener, session_settings
 from .migrate import migrate, quoted
 from .partition_log import PgPartitionLog
 from .remote_txn import PgRemoteTxns
@@ -110,6 +112,18 @@ class PgNodeSettings:
     cleaner: CleanerSettings = field(default_factory=CleanerSettings)
 
 
+def _writer_connect(settings: PgNodeSettings) -> Callable[..., Any]:
+    """How the writer connects. In a cluster its session ends when it sits in
+    a transaction for a quarter of the lease (``membership.session_settings``):
+    a gateway paused (SIGSTOP, a stall) between its fenced append's statements
+    and their COMMIT holds the partition's row locked, and the successor's
+    takeover of that row would wait for as long as the pause lasts."""
+    if settings.cluster is None:
+        return connect_any
+    return functools.partial(connect_any,
+                             server_settings=session_settings(settings.cluster.lease_seconds))
+
+
 class LoadedOffsets(ConsumerOffsetStore, Protocol):
     """Consumer offsets on PostgreSQL, loaded at start (``pgstore.consumer_offsets``)."""
 
@@ -139,7 +153,7 @@ class PgNodeStorage:
                  records: RecordsFactory | None = None) -> None:
         self.dsn = dsn
         self.settings = settings or PgNodeSettings()
-        self.writer = PgWriter(dsn)
+        self.writer = PgWriter(dsn, connect=_writer_connect(self.settings))
         self.validators = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pg-validate")
         # The server passes PgConsumerOffsets and PgNodeRecords
         # (pgstore/consumer_offsets.py, pgstore/node_records.py).
