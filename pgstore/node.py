@@ -47,7 +47,7 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import asyncpg
 
@@ -112,16 +112,16 @@ class PgNodeSettings:
     cleaner: CleanerSettings = field(default_factory=CleanerSettings)
 
 
-def _writer_connect(settings: PgNodeSettings) -> Callable[..., Any]:
-    """How the writer connects. In a cluster its session ends when it sits in
-    a transaction for a quarter of the lease (``membership.session_settings``):
-    a gateway paused (SIGSTOP, a stall) between its fenced append's statements
-    and their COMMIT holds the partition's row locked, and the successor's
-    takeover of that row would wait for as long as the pause lasts."""
+def _cluster_session(settings: PgNodeSettings) -> dict[str, str] | None:
+    """The session settings of every connection of a gateway in a cluster (None
+    alone): a session that sits in a transaction for a quarter of the lease is
+    ended (``membership.session_settings``). A gateway paused (SIGSTOP, a stall)
+    between its writer's fenced append and its COMMIT holds the partition's row
+    locked, and the successor's takeover of that row would wait for as long as
+    the pause lasts (``tests/test_pgstore_writer_pause.py``)."""
     if settings.cluster is None:
-        return connect_any
-    return functools.partial(connect_any,
-                             server_settings=session_settings(settings.cluster.lease_seconds))
+        return None
+    return session_settings(settings.cluster.lease_seconds)
 
 
 class LoadedOffsets(ConsumerOffsetStore, Protocol):
@@ -153,7 +153,8 @@ class PgNodeStorage:
                  records: RecordsFactory | None = None) -> None:
         self.dsn = dsn
         self.settings = settings or PgNodeSettings()
-        self.writer = PgWriter(dsn, connect=_writer_connect(self.settings))
+        self.writer = PgWriter(dsn, connect=functools.partial(
+            connect_any, server_settings=_cluster_session(self.settings)))
         self.validators = ThreadPoolExecutor(max_workers=2, thread_name_prefix="pg-validate")
         # The server passes PgConsumerOffsets and PgNodeRecords
         # (pgstore/consumer_offsets.py, pgstore/node_records.py).
@@ -181,7 +182,8 @@ class PgNodeStorage:
             self.cluster_id = str(await conn.fetchval(
                 f"SELECT cluster_id FROM {quoted(schema)}.cluster"))
             self._pool = await asyncpg.create_pool(
-                self.dsn, min_size=1, max_size=self.settings.read_connections)
+                self.dsn, min_size=1, max_size=self.settings.read_connections,
+                server_settings=_cluster_session(self.settings))
             self._txn_storage.connect_pool(self._pool)
             await self.writer.start()
             clustered = self.settings.cluster is not None
