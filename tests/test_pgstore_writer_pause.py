@@ -63,13 +63,13 @@ def _paused_writer_blocks_row(pg: PostgresServer, settings: PgNodeSettings) -> t
                 change.execute(f"UPDATE {TABLE} SET v = v + 1 WHERE k = 2")
                 done = writer.commit(change)
                 deadline = time.monotonic() + 10
-                while not _sessions(watcher, "Lock"):
+                while not _writer_sessions(watcher, "wait_event_type", "Lock"):
                     assert time.monotonic() < deadline, "the writer never waited on the lock"
                     await asyncio.sleep(0.01)
                 # From here the event loop is blocked: the writer is paused.
                 holder.commit()
                 deadline = time.monotonic() + 5
-                while not _sessions(watcher, "idle in transaction"):
+                while not _writer_sessions(watcher, "state", "idle in transaction"):
                     assert time.monotonic() < deadline, (
                         "the writer's session never sat idle in its transaction")
                     time.sleep(0.005)
@@ -103,13 +103,12 @@ def _paused_writer_blocks_row(pg: PostgresServer, settings: PgNodeSettings) -> t
     return asyncio.run(body())
 
 
-def _sessions(conn: psycopg.Connection, state: str) -> list[int]:
-    """Backends running this test's statements, waiting on a lock (``Lock``) or
-    idle in their transaction."""
-    column = "wait_event_type" if state == "Lock" else "state"
+def _writer_sessions(conn: psycopg.Connection, column: str, value: str) -> list[int]:
+    """Backends running the change's second statement whose ``column`` of
+    ``pg_stat_activity`` is ``value`` (waiting on a lock; idle in a transaction)."""
     rows = conn.execute(
         f"SELECT pid FROM pg_stat_activity WHERE {column} = %s "
-        f"AND query LIKE 'UPDATE {TABLE} SET v = v + 1 WHERE k = 2%%'", (state,)).fetchall()
+        f"AND query LIKE 'UPDATE {TABLE} SET v = v + 1 WHERE k = 2%%'", (value,)).fetchall()
     return [int(pid) for (pid,) in rows]
 
 
