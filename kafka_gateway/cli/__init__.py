@@ -23,6 +23,7 @@ import logging
 import sys
 
 from .. import settings
+from ..allocator import tune_malloc
 from .common import add_client_options
 from .console import add_console_parsers, run_consume, run_produce
 from .groups import add_groups_parser, run_groups
@@ -92,6 +93,7 @@ def _serve(args: argparse.Namespace) -> None:
         config = settings.from_arguments(args)
     except (ValueError, OSError) as exc:
         sys.exit(f"kafka-gateway: {exc}")
+    tune_malloc()  # before the first batch is allocated (allocator.py)
     import uvloop
 
     from ..server import serve
