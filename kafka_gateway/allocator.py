@@ -15,8 +15,9 @@ the next batch: a page fault per 4 KiB of every record produced. Measured
 (``python -m bench --only produce``, 1 partition, same machine, alternating
 runs): server CPU 1.1 against 1.5 to 1.6 s per GB produced, 650 to 690 against
 480 to 550 MB/s. And freeing a large transaction's pending bytes at its commit
-trimmed the heap in one go, on the event loop: 7 ms of a 100 MiB commit (the
-EndTxn round trip 6 to 10 ms; 1 to 2 ms with the thresholds fixed).
+trimmed the heap in one go, on the event loop: 7 ms of a 100 MiB commit, whose
+``commit_transaction()`` took 8 to 14 ms, and 3.4 to 3.6 ms with the thresholds
+fixed (docs/performance.md, "The C allocator's thresholds").
 
 So the mmap threshold is set to glibc's ceiling (32 MiB) and the trim
 threshold to 64 MiB: freed blocks stay in the heap for the next batch, and at
