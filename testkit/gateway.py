@@ -97,6 +97,10 @@ class GatewayProcess:
             # KAFKA_GATEWAY_TEST_STORE=postgresql: on the PostgreSQL store.
             *pg_store_mode.store_args(self.store_dir, self.extra_args),
         ]
+        # The log sits beside the data directory, whose parent the gateway makes
+        # only once its settings are read: its first lines (the allocator's) come
+        # before that.
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self.process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
